@@ -1,0 +1,54 @@
+# The two commands: `make demo` (the main job, end to end) and `make test` (the whole suite).
+# Both set themselves up: system packages where apt is available, then .venv from uv.lock.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+LOCAL := .local
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
+SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+
+.PHONY: setup system-deps venv demo test bench clean
+
+setup: system-deps venv
+
+# apt packages the project needs; installs only what is missing, and only where apt exists.
+system-deps: $(LOCAL)/.system-deps
+$(LOCAL)/.system-deps: Makefile
+	@mkdir -p $(LOCAL)
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v pg_config >/dev/null; then \
+	  missing="$$missing postgresql"; fi; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null; then \
+	    echo "==> installing system packages:$$missing"; \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "!! apt-get not found; install these yourself:$$missing"; exit 1; fi; \
+	fi
+	@touch $@
+
+# The virtualenv, exactly as locked. Re-synced whenever the lock or pyproject changes.
+venv: $(VENV)/.synced
+$(VENV)/.synced: uv.lock pyproject.toml
+	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install -q uv
+	@echo "==> syncing $(VENV) from uv.lock"
+	@$$(command -v uv || echo $(UV)) sync --frozen --extra dev --python python3.11 -q
+	@touch $@
+
+test: setup
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m watch_service.demo
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean:
+	-$(PY) -m watch_service.cli db stop
+	rm -rf $(LOCAL) $(VENV)

@@ -1,0 +1,73 @@
+"""Session-wide real parts: a throwaway PostgreSQL cluster and the service over a socket."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from watch_service.embedded_pg import EmbeddedPostgres
+from watch_service.settings import Settings
+from watch_service.store.migrate import migrate
+
+from .support import InProcessService, free_port, unique
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    base = Path(tempfile.mkdtemp(prefix="auditsync-test-pg-"))
+    cluster = EmbeddedPostgres(base, free_port())
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_cluster) -> str:
+    migrate(pg_cluster.url)
+    return pg_cluster.url
+
+
+@pytest.fixture(scope="session")
+def base_settings(tmp_path_factory) -> Settings:
+    return Settings(local_dir=tmp_path_factory.mktemp("local"), retention_interval_s=3600)
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return unique("t")
+
+
+@pytest.fixture(scope="session")
+async def service(pg_url, base_settings):
+    """The shared dev-mode service (no keys)."""
+    svc = await InProcessService(base_settings, pg_url).start()
+    yield svc
+    await svc.stop()
+
+
+@pytest.fixture
+async def make_service(pg_url, base_settings):
+    """Start extra in-process services with changed settings; all stopped after the test."""
+    started = []
+
+    async def make(**changes) -> InProcessService:
+        svc = await InProcessService(dataclasses.replace(base_settings, **changes), pg_url).start()
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        await svc.stop()
+
+
+@pytest.fixture(scope="session")
+async def http():
+    async with aiohttp.ClientSession() as session:
+        yield session

@@ -1,0 +1,129 @@
+"""The ``auditsync`` command: parse flags, build Settings once, call one function."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+import psycopg
+
+from . import settings as settings_mod
+from .embedded_pg import EmbeddedPgError
+from .server.auth import KeyFileError
+from .settings import Settings, SettingsError
+from .store.database import database_url, embedded_cluster
+from .store.migrate import MigrationError, migrate
+
+log = logging.getLogger("auditsync")
+
+
+def _db(args, settings: Settings) -> int:
+    cluster = embedded_cluster(settings)
+    if args.action == "url":
+        print(database_url(settings))
+        return 0
+    if settings.database_url and args.action in ("start", "stop"):
+        print(f"DATABASE_URL is set; the embedded cluster is not used (db {args.action} ignored)",
+              file=sys.stderr)
+        return 0
+    if args.action == "start":
+        print(cluster.start())
+    elif args.action == "stop":
+        print("stopped" if cluster.stop() else "not running")
+    elif args.action == "status":
+        print(cluster.status() if not settings.database_url else f"external: {settings.database_url}")
+    return 0
+
+
+def ensure_database(settings: Settings) -> str:
+    """Start the embedded cluster if it is the one in use, migrate, return the URL."""
+    if settings.embedded:
+        embedded_cluster(settings).start()
+    url = database_url(settings)
+    for name in migrate(url):
+        log.info("applied migration %s", name)
+    return url
+
+
+def _migrate(args, settings: Settings) -> int:
+    url = database_url(settings)
+    applied = migrate(url)
+    print("\n".join(f"applied {n}" for n in applied) or "schema is up to date")
+    return 0
+
+
+def _serve(args, settings: Settings) -> int:
+    import uvloop
+    from aiohttp import web
+
+    from .server.app import create_app
+
+    url = ensure_database(settings) if not args.no_migrate else database_url(settings)
+    app = create_app(settings, url)
+    log.info("serving on http://%s:%d", settings.host, settings.port)
+    web.run_app(app, host=settings.host, port=settings.port, print=None,
+                loop=uvloop.new_event_loop(), shutdown_timeout=5, access_log=None)
+    return 0
+
+
+def _retention(args, settings: Settings) -> int:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .server.app import run_retention
+
+    async def once() -> list:
+        async with AsyncConnectionPool(database_url(settings), min_size=1, max_size=1,
+                                       kwargs={"autocommit": True}, open=False) as pool:
+            return await run_retention(pool)
+
+    written = asyncio.run(once())
+    for topic, gap in written:
+        print(f"{topic}: trimmed [{gap.gap_from}, {gap.gap_to}] ({gap.reason})")
+    print(f"retention: {len(written)} gap(s) written")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="auditsync", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="the embedded PostgreSQL cluster")
+    db.add_argument("action", choices=["start", "stop", "status", "url"])
+    db.set_defaults(func=_db)
+
+    mig = sub.add_parser("migrate", help="apply pending schema migrations")
+    mig.set_defaults(func=_migrate)
+
+    serve = sub.add_parser("serve", help="run the watch service")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--no-migrate", action="store_true",
+                       help="do not start the embedded cluster or migrate before serving")
+    serve.set_defaults(func=_serve)
+
+    ret = sub.add_parser("retention", help="apply topic retention (cap / ttl)")
+    ret.add_argument("action", choices=["run"])
+    ret.set_defaults(func=_retention)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = settings_mod.load(host=getattr(args, "host", None),
+                                     port=getattr(args, "port", None))
+        return args.func(args, settings)
+    except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:
+        print(f"auditsync: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        print(f"auditsync: cannot reach PostgreSQL: {str(exc).strip()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

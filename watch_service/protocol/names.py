@@ -1,0 +1,32 @@
+"""Name rules of the contract: topics, Permify tenants, nodes."""
+from __future__ import annotations
+
+import re
+
+from .errors import invalid
+
+TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
+TENANT_RE = re.compile(r"[a-zA-Z0-9_\-@\.:+]{1,128}|\*")
+NODE_RE = re.compile(r"[\x21-\x7e\u00a0-\U0010ffff]{1,128}")  # printable, no whitespace
+_WS = re.compile(r"\s")
+
+
+def check_topic(name: object, field: str = "topic") -> str:
+    if not isinstance(name, str) or not TOPIC_RE.fullmatch(name):
+        raise invalid(f"{field}: {name!r} is not a valid topic name "
+                      f"(1-200 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit)")
+    return name
+
+
+def check_node(node: object, field: str = "node") -> str:
+    if (not isinstance(node, str) or not NODE_RE.fullmatch(node) or _WS.search(node)
+            or not node.isprintable()):
+        raise invalid(f"{field}: must be 1-128 printable characters without whitespace, "
+                      f"got {node!r}")
+    return node
+
+
+def check_tenant(tenant: object) -> str:
+    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
+        raise invalid(f"tenant_id: {tenant!r} does not match ^([a-zA-Z0-9_\\-@\\.:+]{{1,128}}|\\*)$")
+    return tenant

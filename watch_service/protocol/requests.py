@@ -1,0 +1,140 @@
+"""Validation of the Topics and Records request bodies and query strings.
+
+Each function takes what arrived (bytes or a query mapping) and returns plain, checked values,
+or raises ``ApiError`` naming the field and the rule it broke. Nothing is written before all of
+a request has passed, which is how a bad batch leaves nothing behind.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from .errors import invalid, too_large
+from .names import check_node
+
+MAX_BATCH = 1000
+MAX_READ_LIMIT = 10_000
+DEFAULT_READ_LIMIT = 256
+MAX_TAG_CHARS = 256
+INT63 = 2**63 - 1
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(f"body: malformed JSON ({exc})") from None
+
+
+def _object(value: Any, field: str, allowed: set[str]) -> dict:
+    if not isinstance(value, dict):
+        raise invalid(f"{field}: expected a JSON object, got {type_name(value)}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise invalid(f"{field}: unknown field(s) {', '.join(unknown)} "
+                      f"(allowed: {', '.join(sorted(allowed))})")
+    return value
+
+
+def type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            type(None): "null", int: "integer", float: "number"}.get(type(value), "value")
+
+
+def check_int(value: Any, field: str, lo: int, hi: int = INT63) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"{field}: expected an integer, got {type_name(value)}")
+    if not lo <= value <= hi:
+        raise invalid(f"{field}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    max_records: int | None
+    ttl_ms: int | None
+
+
+def topic_config(body: bytes) -> TopicConfig:
+    doc = parse_json(body) if body.strip() else {}
+    doc = _object(doc, "body", {"max_records", "ttl_ms"})
+    values = {}
+    for field in ("max_records", "ttl_ms"):
+        raw = doc.get(field)
+        values[field] = None if raw is None else check_int(raw, field, 1)
+    return TopicConfig(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewRecord:
+    """A validated record, its JSON already serialised compactly for storage."""
+    data: str
+    meta: str | None
+    tag: str | None
+    node: str | None
+
+
+def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
+    doc = _object(parse_json(body), "body", {"records"})
+    records = doc.get("records")
+    if not isinstance(records, list):
+        raise invalid(f"records: expected an array of 1-{MAX_BATCH} records, got {type_name(records)}")
+    if not 1 <= len(records) <= MAX_BATCH:
+        raise invalid(f"records: expected 1-{MAX_BATCH} records, got {len(records)}")
+    out = []
+    for i, rec in enumerate(records):
+        field = f"records[{i}]"
+        rec = _object(rec, field, {"data", "meta", "tag", "node"})
+        if "data" not in rec:
+            raise invalid(f"{field}.data: required")
+        meta = rec.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise invalid(f"{field}.meta: expected an object, got {type_name(meta)}")
+        tag = rec.get("tag")
+        if tag is not None:
+            if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_CHARS or "\x00" in tag:
+                raise invalid(f"{field}.tag: expected a string of 1-{MAX_TAG_CHARS} characters "
+                              f"without NUL")
+        node = rec.get("node")
+        if node is not None:
+            check_node(node, f"{field}.node")
+        data = orjson.dumps(rec["data"]).decode()
+        meta_text = None if meta is None else orjson.dumps(meta).decode()
+        size = len(data) + (len(meta_text) if meta_text else 0)
+        if size > max_record_bytes:
+            raise too_large(f"{field}: {size} bytes of data+meta is over the per-record limit "
+                            f"of {max_record_bytes} bytes")
+        out.append(NewRecord(data, meta_text, tag, node))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadQuery:
+    from_seq: int
+    limit: int
+
+
+def _query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise invalid(f"{name}: expected an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise invalid(f"{name}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def read_query(query: Mapping[str, str]) -> ReadQuery:
+    unknown = sorted(set(query) - {"from_seq", "limit", "token"})
+    if unknown:
+        raise invalid(f"query: unknown parameter(s) {', '.join(unknown)} (allowed: from_seq, limit)")
+    return ReadQuery(
+        from_seq=_query_int(query, "from_seq", 0, 0, INT63),
+        limit=_query_int(query, "limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT),
+    )

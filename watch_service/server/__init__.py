@@ -1,0 +1,1 @@
+"""The aiohttp service: app factory, auth, error rendering, routes, tailers, metrics."""

@@ -1,0 +1,94 @@
+"""``create_app(settings)``: the aiohttp application and the resources it owns.
+
+Each resource (pool, retention loop, …) is one ``cleanup_ctx`` that cancels and awaits on
+exit, so shutdown is clean whichever way the process stops.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from ..settings import Settings
+from ..store import topics as store
+from ..store.database import database_url
+from . import health_routes, topics_routes
+from .auth import KeyRing
+from .context import DB_URL, KEYS, METRICS, POOL, SETTINGS
+from .errors import MAX_BODY, error_middleware
+from .metrics import Metrics
+
+log = logging.getLogger("auditsync.server")
+
+
+@web.middleware
+async def count_requests(request: web.Request, handler) -> web.StreamResponse:
+    response = await handler(request)
+    route = request.match_info.route.resource
+    name = route.canonical if route is not None else "unmatched"
+    request.app[METRICS].http_requests.inc(1, name, str(response.status))
+    return response
+
+
+async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    pool = AsyncConnectionPool(app[DB_URL], min_size=settings.pool_min, max_size=settings.pool_max,
+                               timeout=settings.pool_timeout_s, open=False,
+                               kwargs={"autocommit": True}, name="auditsync")
+    await pool.open(wait=False)
+    app[POOL] = pool
+    yield
+    await pool.close()
+
+
+async def retention_loop(app: web.Application) -> None:
+    settings, metrics = app[SETTINGS], app[METRICS]
+    while True:
+        await asyncio.sleep(settings.retention_interval_s)
+        try:
+            await run_retention(app[POOL], metrics)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed pass is retried next interval, never fatal
+            log.warning("retention pass failed: %s", exc)
+
+
+async def run_retention(pool: AsyncConnectionPool, metrics: Metrics | None = None) -> list:
+    """One retention pass over every topic with a cap or a ttl; returns the gaps written."""
+    written = []
+    async with pool.connection() as conn:
+        for name in await store.retained_topics(conn):
+            for gap in await store.trim(conn, name):
+                written.append((name, gap))
+                if metrics:
+                    metrics.trimmed.inc(1, gap.reason)
+                log.info("retention: %s trimmed [%d, %d] (%s)", name, gap.gap_from, gap.gap_to,
+                         gap.reason)
+    return written
+
+
+async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(retention_loop(app), name="retention")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
+    app = web.Application(middlewares=[count_requests, error_middleware],
+                          client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[DB_URL] = db_url or database_url(settings)
+    app[KEYS] = KeyRing.load(settings.keys_file)
+    app[METRICS] = Metrics()
+    app[MAX_BODY] = settings.max_body_bytes
+    app.cleanup_ctx.append(_pool_ctx)
+    app.cleanup_ctx.append(_retention_ctx)
+    app.add_routes(topics_routes.routes)
+    app.add_routes(health_routes.routes)
+    return app

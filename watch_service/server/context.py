@@ -1,0 +1,15 @@
+"""Typed application keys shared by the route modules."""
+from __future__ import annotations
+
+from aiohttp import web
+from psycopg_pool import AsyncConnectionPool
+
+from ..settings import Settings
+from .auth import KeyRing
+from .metrics import Metrics
+
+SETTINGS = web.AppKey("settings", Settings)
+POOL = web.AppKey("pool", AsyncConnectionPool)
+KEYS = web.AppKey("keys", KeyRing)
+METRICS = web.AppKey("metrics", Metrics)
+DB_URL = web.AppKey("db_url", str)

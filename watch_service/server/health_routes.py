@@ -1,0 +1,41 @@
+"""Health, readiness and Prometheus metrics."""
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..store.migrate import latest_version
+from .context import METRICS, POOL
+from .topics_routes import json_response
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    problems = []
+    try:
+        async with request.app[POOL].connection(timeout=2.0) as conn:
+            cur = await conn.execute(
+                "SELECT current_setting('track_commit_timestamp'), "
+                "(SELECT coalesce(max(version), 0) FROM schema_migrations)")
+            commit_ts, version = await cur.fetchone()
+        if commit_ts != "on":
+            problems.append("track_commit_timestamp is off")
+        if version < latest_version():
+            problems.append(f"schema at migration {version}, need {latest_version()}: run `auditsync migrate`")
+    except Exception as exc:  # any failure to ask is "not ready", with the reason
+        problems.append(f"PostgreSQL: {type(exc).__name__}: {str(exc).strip() or 'unreachable'}")
+    if problems:
+        return json_response({"error": {"code": "unavailable", "message": "; ".join(problems)}}, 503)
+    return json_response({"status": "ready"})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[METRICS].render(), content_type="text/plain",
+                        charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})

@@ -1,0 +1,112 @@
+"""Topics and Records routes of ``spec/http-api.md``."""
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from ..protocol import requests as rq
+from ..protocol.errors import too_large, topic_not_found
+from ..protocol.names import check_topic
+from ..protocol.records import encode_list
+from ..store import topics as store
+from .auth import authorize
+from .context import KEYS, METRICS, POOL, SETTINGS
+
+routes = web.RouteTableDef()
+
+
+def json_response(doc: dict, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
+
+
+def caller(request: web.Request, scope: str, topic: str | None = None):
+    key = request.app[KEYS].authenticate(request.headers.get("Authorization"),
+                                         request.query.get("token"))
+    authorize(key, scope, topic)
+    return key
+
+
+async def read_body(request: web.Request) -> bytes:
+    limit = request.app[SETTINGS].max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large(f"body of {request.content_length} bytes is over the limit of {limit} bytes")
+    return await request.read()
+
+
+@routes.put("/v0/topics/{topic}")
+async def put_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "admin", name)
+    cfg = rq.topic_config(await read_body(request))
+    async with request.app[POOL].connection() as conn:
+        topic, created = await store.put_topic(conn, name, cfg)
+    return json_response(topic.as_dict(), 201 if created else 200)
+
+
+@routes.get("/v0/topics")
+async def list_topics(request: web.Request) -> web.Response:
+    key = request.app[KEYS].authenticate(request.headers.get("Authorization"),
+                                         request.query.get("token"))
+    async with request.app[POOL].connection() as conn:
+        topics = await store.list_topics(conn)
+    if key is not None:
+        topics = [t for t in topics if key.scopes & {"read", "admin"} and key.may_touch(t.name)]
+    return json_response({"topics": [t.as_dict() for t in topics]})
+
+
+@routes.get("/v0/topics/{topic}")
+async def get_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "read", name)
+    async with request.app[POOL].connection() as conn:
+        topic = await store.get_topic(conn, name)
+    if topic is None:
+        raise topic_not_found(name)
+    return json_response(topic.as_dict())
+
+
+@routes.delete("/v0/topics/{topic}")
+async def delete_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "admin", name)
+    async with request.app[POOL].connection() as conn:
+        head = await store.delete_topic(conn, name)
+    if head is None:
+        raise topic_not_found(name)
+    return json_response({"topic": name, "head_seq": head})
+
+
+@routes.post("/v0/topics/{topic}/records")
+async def append_records(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "write", name)
+    records = rq.new_records(await read_body(request), request.app[SETTINGS].max_record_bytes)
+    async with request.app[POOL].connection() as conn:
+        result = await store.append(conn, name, records)
+    if result is None:
+        raise topic_not_found(name)
+    metrics = request.app[METRICS]
+    metrics.appends.inc()
+    metrics.records_appended.inc(len(records))
+    return json_response({"topic": name, "first_seq": result.first_seq,
+                          "last_seq": result.last_seq, "head_seq": result.head_seq,
+                          "ts": result.ts})
+
+
+@routes.get("/v0/topics/{topic}/records")
+async def read_records(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "read", name)
+    query = rq.read_query(request.query)
+    async with request.app[POOL].connection() as conn:
+        result = await store.read(conn, name, query.from_seq, query.limit)
+    if result is None:
+        raise topic_not_found(name)
+    head = orjson.dumps({"topic": name})[:-1].decode()
+    tail = {"from_seq": result.from_seq, "to_seq": result.to_seq, "head_seq": result.head_seq,
+            "earliest_seq": result.earliest_seq}
+    if result.tombstone is not None:
+        tail["tombstone"] = result.tombstone.as_dict()
+    body = (head + ',"records":' + encode_list(result.records) + ","
+            + orjson.dumps(tail).decode()[1:])
+    return web.Response(body=body.encode(), content_type="application/json")

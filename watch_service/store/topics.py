@@ -1,0 +1,266 @@
+"""The topic log in PostgreSQL: invariants L1 (gap-free, commit-ordered seqs) and L2 (loss is
+recorded, never silent).
+
+L1: an append takes the topic row's lock (``UPDATE topics SET head_seq = head_seq + n``) in the
+same statement that inserts the records, so appends to one topic commit in seq order and a
+reader that sees seq n sees every seq below it. L2: every removal (retention, deletion) writes
+its ``gaps`` row and moves ``earliest_seq`` in the same transaction. Appends and deletes
+``NOTIFY`` channel ``auditsync`` with ``"<kind> <head_seq> <topic>"``, delivered at commit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+
+from psycopg import AsyncConnection
+
+from ..protocol.records import Record
+from ..protocol.requests import NewRecord, TopicConfig
+from ..protocol.tombstones import Tombstone, consumer_reason, missed_range
+
+CHANNEL = "auditsync"
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    head_seq: int
+    earliest_seq: int
+    max_records: int | None
+    ttl_ms: int | None
+    created_at: dt.datetime
+
+    def as_dict(self) -> dict:
+        created = self.created_at.astimezone(dt.timezone.utc)
+        return {"topic": self.name, "head_seq": self.head_seq, "earliest_seq": self.earliest_seq,
+                "max_records": self.max_records, "ttl_ms": self.ttl_ms,
+                "created_at": created.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendResult:
+    topic: str
+    first_seq: int
+    last_seq: int
+    head_seq: int
+    ts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadResult:
+    topic: str
+    records: list[Record]
+    from_seq: int
+    to_seq: int
+    head_seq: int
+    earliest_seq: int
+    tombstone: Tombstone | None
+
+
+_TOPIC_COLS = "name, head_seq, earliest_seq, max_records, ttl_ms, created_at"
+
+_APPEND = """
+WITH h AS (
+    UPDATE topics
+       SET head_seq = head_seq + %(n)s,
+           last_ts = greatest(last_ts, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+     WHERE name = %(topic)s AND deleted_at IS NULL
+ RETURNING head_seq, last_ts, earliest_seq, max_records
+), ins AS (
+    INSERT INTO records (topic, seq, ts, tag, node, meta, data)
+    SELECT %(topic)s, h.head_seq - %(n)s + u.ord, h.last_ts, u.tag, u.node, u.meta::json, u.data::json
+      FROM h, unnest(%(tags)s::text[], %(nodes)s::text[], %(metas)s::text[], %(datas)s::text[])
+              WITH ORDINALITY AS u(tag, node, meta, data, ord)
+)
+SELECT h.head_seq, h.last_ts, h.earliest_seq, h.max_records,
+       pg_notify('auditsync', 'a ' || h.head_seq || ' ' || %(topic)s)
+  FROM h
+"""
+
+_READ = """
+SELECT t.head_seq, t.earliest_seq, r.seq, r.ts, r.tag, r.node, r.meta::text, r.data::text
+  FROM topics t
+  LEFT JOIN LATERAL (
+        SELECT seq, ts, tag, node, meta, data FROM records
+         WHERE topic = t.name AND seq > %(from_seq)s
+         ORDER BY seq LIMIT %(limit)s) r ON true
+ WHERE t.name = %(topic)s AND t.deleted_at IS NULL
+ ORDER BY r.seq
+"""
+
+
+def _topic(row) -> TopicInfo:
+    return TopicInfo(*row)
+
+
+async def get_topic(conn: AsyncConnection, name: str) -> TopicInfo | None:
+    cur = await conn.execute(
+        f"SELECT {_TOPIC_COLS} FROM topics WHERE name = %s AND deleted_at IS NULL", (name,))
+    row = await cur.fetchone()
+    return _topic(row) if row else None
+
+
+async def list_topics(conn: AsyncConnection) -> list[TopicInfo]:
+    cur = await conn.execute(
+        f"SELECT {_TOPIC_COLS} FROM topics WHERE deleted_at IS NULL ORDER BY name")
+    return [_topic(r) for r in await cur.fetchall()]
+
+
+async def put_topic(conn: AsyncConnection, name: str, cfg: TopicConfig) -> tuple[TopicInfo, bool]:
+    """Create, recreate (numbering continues after the old head) or update retention.
+
+    Returns the topic and whether it was created. A tighter retention trims at once.
+    """
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT deleted_at IS NOT NULL FROM topics WHERE name = %s FOR UPDATE", (name,))
+        row = await cur.fetchone()
+        if row is None:
+            await conn.execute(
+                "INSERT INTO topics (name, max_records, ttl_ms) VALUES (%s, %s, %s)",
+                (name, cfg.max_records, cfg.ttl_ms))
+            created = True
+        else:
+            created = row[0]
+            await conn.execute(
+                """UPDATE topics SET max_records = %s, ttl_ms = %s, deleted_at = NULL,
+                          created_at = CASE WHEN deleted_at IS NULL THEN created_at ELSE now() END
+                    WHERE name = %s""", (cfg.max_records, cfg.ttl_ms, name))
+        if created:
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"c 0 {name}"))
+        await _trim_locked(conn, name, _now_ms())
+        topic = await get_topic(conn, name)
+    assert topic is not None
+    return topic, created
+
+
+async def delete_topic(conn: AsyncConnection, name: str) -> int | None:
+    """Delete a topic's records (recording the gap); returns its head_seq, None if unknown."""
+    async with conn.transaction():
+        cur = await conn.execute(
+            "SELECT head_seq, earliest_seq FROM topics WHERE name = %s AND deleted_at IS NULL "
+            "FOR UPDATE", (name,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        head, earliest = row
+        await conn.execute("DELETE FROM records WHERE topic = %s", (name,))
+        if earliest <= head:
+            await _record_gap(conn, name, earliest, head, "deleted")
+        await conn.execute(
+            "UPDATE topics SET deleted_at = now(), earliest_seq = head_seq + 1 WHERE name = %s",
+            (name,))
+        await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"d {head} {name}"))
+    return head
+
+
+async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> AppendResult | None:
+    """Append a batch atomically with consecutive seqs; None if the topic does not exist.
+
+    One statement in autocommit: the batch is all there or not at all. A capped topic over its
+    cap is trimmed right after, in its own transaction.
+    """
+    params = {
+        "topic": name, "n": len(records),
+        "tags": [r.tag for r in records], "nodes": [r.node for r in records],
+        "metas": [r.meta for r in records], "datas": [r.data for r in records],
+    }
+    cur = await conn.execute(_APPEND, params)
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    head, ts, earliest, max_records = row[:4]
+    if max_records is not None and head - earliest + 1 > max_records:
+        async with conn.transaction():
+            await _trim_locked(conn, name, _now_ms(), lock=True)
+    return AppendResult(name, head - len(records) + 1, head, head, ts)
+
+
+async def read(conn: AsyncConnection, name: str, from_seq: int, limit: int) -> ReadResult | None:
+    """Records with seq > from_seq (one snapshot), plus the tombstone for any trimmed range."""
+    cur = await conn.execute(_READ, {"topic": name, "from_seq": from_seq, "limit": limit})
+    rows = await cur.fetchall()
+    if not rows:
+        return None
+    head, earliest = rows[0][0], rows[0][1]
+    records = [Record(*r[2:]) for r in rows if r[2] is not None]
+    tombstone = None
+    missed = missed_range(from_seq, earliest)
+    if missed is not None:
+        tombstone = Tombstone(await gap_reason(conn, name, *missed), *missed)
+    if records:
+        to_seq = records[-1].seq
+    else:
+        to_seq = max(from_seq, earliest - 1)
+    return ReadResult(name, records, from_seq, to_seq, head, earliest, tombstone)
+
+
+async def gap_reason(conn: AsyncConnection, name: str, gap_from: int, gap_to: int) -> str:
+    cur = await conn.execute(
+        "SELECT DISTINCT reason FROM gaps WHERE topic = %s AND gap_to >= %s AND gap_from <= %s",
+        (name, gap_from, gap_to))
+    return consumer_reason(r for (r,) in await cur.fetchall())
+
+
+async def trim(conn: AsyncConnection, name: str, now_ms: int | None = None) -> list[Tombstone]:
+    """Apply a topic's retention now; returns the gaps written."""
+    async with conn.transaction():
+        return await _trim_locked(conn, name, _now_ms() if now_ms is None else now_ms, lock=True)
+
+
+async def retained_topics(conn: AsyncConnection) -> list[str]:
+    cur = await conn.execute(
+        "SELECT name FROM topics WHERE deleted_at IS NULL "
+        "AND (max_records IS NOT NULL OR ttl_ms IS NOT NULL) ORDER BY name")
+    return [n for (n,) in await cur.fetchall()]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def _trim_locked(conn: AsyncConnection, name: str, now_ms: int,
+                       lock: bool = False) -> list[Tombstone]:
+    """Inside a transaction: remove what retention no longer keeps, writing its gaps rows."""
+    cur = await conn.execute(
+        "SELECT head_seq, earliest_seq, max_records, ttl_ms FROM topics "
+        "WHERE name = %s AND deleted_at IS NULL" + (" FOR UPDATE" if lock else ""), (name,))
+    row = await cur.fetchone()
+    if row is None:
+        return []
+    head, earliest, max_records, ttl_ms = row
+    ttl_until = earliest  # first seq kept by ttl
+    if ttl_ms is not None and earliest <= head:
+        cur = await conn.execute(
+            "SELECT seq FROM records WHERE topic = %s AND seq >= %s AND ts >= %s ORDER BY seq LIMIT 1",
+            (name, earliest, now_ms - ttl_ms))
+        found = await cur.fetchone()
+        ttl_until = found[0] if found else head + 1
+    cap_until = earliest
+    if max_records is not None:
+        cap_until = max(earliest, head - max_records + 1)
+    new_earliest = max(ttl_until, cap_until)
+    if new_earliest <= earliest:
+        return []
+    written = []
+    if ttl_until > earliest:
+        written.append(await _record_gap(conn, name, earliest, ttl_until - 1, "ttl"))
+    if cap_until > max(earliest, ttl_until):
+        written.append(await _record_gap(conn, name, max(earliest, ttl_until), cap_until - 1, "cap"))
+    await conn.execute("DELETE FROM records WHERE topic = %s AND seq < %s", (name, new_earliest))
+    await conn.execute("UPDATE topics SET earliest_seq = %s WHERE name = %s", (new_earliest, name))
+    return written
+
+
+async def _record_gap(conn: AsyncConnection, name: str, gap_from: int, gap_to: int,
+                      reason: str) -> Tombstone:
+    """Write a gaps row, extending the previous row when it is contiguous with the same reason."""
+    cur = await conn.execute(
+        "UPDATE gaps SET gap_to = %s WHERE topic = %s AND gap_to = %s AND reason = %s RETURNING gap_from",
+        (gap_to, name, gap_from - 1, reason))
+    if await cur.fetchone() is None:
+        await conn.execute(
+            "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, %s, %s, %s)",
+            (name, gap_from, gap_to, reason))
+    return Tombstone(reason, gap_from, gap_to)
