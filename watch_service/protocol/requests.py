@@ -7,6 +7,7 @@ a request has passed, which is how a bad batch leaves nothing behind.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ MAX_READ_LIMIT = 10_000
 DEFAULT_READ_LIMIT = 256
 MAX_TAG_CHARS = 256
 INT63 = 2**63 - 1
+# int() alone also takes '1_000', ' 10' and non-ASCII digits; a query integer is plain digits.
+_QUERY_INT = re.compile(r"-?[0-9]+")
 
 
 def parse_json(body: bytes) -> Any:
@@ -122,6 +125,8 @@ def _query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: i
     if raw is None:
         return default
     try:
+        if not _QUERY_INT.fullmatch(raw):
+            raise ValueError(raw)
         value = int(raw, 10)
     except ValueError:
         raise invalid(f"{name}: expected an integer, got {raw!r}") from None

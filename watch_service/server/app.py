@@ -16,11 +16,12 @@ from psycopg_pool import AsyncConnectionPool
 from ..settings import Settings
 from ..store import topics as store
 from ..store.database import database_url
-from . import health_routes, topics_routes
+from . import health_routes, topics_routes, watch_routes
 from .auth import KeyRing
-from .context import DB_URL, KEYS, METRICS, POOL, SETTINGS
+from .context import DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAMS
 from .errors import MAX_BODY, error_middleware
 from .metrics import Metrics
+from .tailer import Hub
 
 log = logging.getLogger("auditsync.server")
 
@@ -79,6 +80,27 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
+async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The LISTEN hub, its safety poll and the cursor flusher; open streams end on exit."""
+    hub = app[HUB] = Hub(app[POOL], app[DB_URL])
+    tasks = [asyncio.create_task(hub.run(), name="listen"),
+             asyncio.create_task(hub.safety_poll(), name="safety-poll"),
+             asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher")]
+    yield
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _end_streams(app: web.Application) -> None:
+    """On shutdown, open streams get a terminal error frame and store their cursors."""
+    for stream in list(app[STREAMS]):
+        if stream.task is not None:
+            stream.task.cancel()
+
+
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(middlewares=[count_requests, error_middleware],
                           client_max_size=settings.max_body_bytes)
@@ -88,7 +110,11 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
     app.cleanup_ctx.append(_pool_ctx)
+    app[STREAMS] = set()
     app.cleanup_ctx.append(_retention_ctx)
+    app.cleanup_ctx.append(_watch_ctx)
+    app.on_shutdown.append(_end_streams)
     app.add_routes(topics_routes.routes)
     app.add_routes(health_routes.routes)
+    app.add_routes(watch_routes.routes)
     return app

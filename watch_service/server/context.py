@@ -7,9 +7,12 @@ from psycopg_pool import AsyncConnectionPool
 from ..settings import Settings
 from .auth import KeyRing
 from .metrics import Metrics
+from .tailer import Hub
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", AsyncConnectionPool)
 KEYS = web.AppKey("keys", KeyRing)
 METRICS = web.AppKey("metrics", Metrics)
 DB_URL = web.AppKey("db_url", str)
+HUB = web.AppKey("hub", Hub)
+STREAMS = web.AppKey("streams", set)

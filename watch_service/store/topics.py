@@ -264,3 +264,43 @@ async def _record_gap(conn: AsyncConnection, name: str, gap_from: int, gap_to: i
             "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, %s, %s, %s)",
             (name, gap_from, gap_to, reason))
     return Tombstone(reason, gap_from, gap_to)
+
+
+_READ_TAIL = """
+SELECT t.head_seq, t.earliest_seq, t.deleted_at IS NOT NULL,
+       pg_current_wal_insert_lsn() - '0/0'::pg_lsn, pg_current_wal_flush_lsn() - '0/0'::pg_lsn,
+       r.seq, r.ts, r.tag, r.node, r.meta::text, r.data::text
+  FROM topics t
+  LEFT JOIN LATERAL (
+        SELECT seq, ts, tag, node, meta, data FROM records
+         WHERE topic = t.name AND seq > %(after)s
+         ORDER BY seq LIMIT %(limit)s) r ON true
+ WHERE t.name = %(topic)s
+ ORDER BY r.seq
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class TailRead:
+    head_seq: int
+    earliest_seq: int
+    deleted: bool
+    insert_lsn: int  # WAL insert position after the read: every visible commit is before it
+    flush_lsn: int
+    records: list[Record]
+
+
+async def read_tail(conn: AsyncConnection, name: str, after: int, limit: int) -> TailRead | None:
+    """Like ``read`` but for the shared tailer: includes deleted topics and WAL positions."""
+    cur = await conn.execute(_READ_TAIL, {"topic": name, "after": after, "limit": limit})
+    rows = await cur.fetchall()
+    if not rows:
+        return None
+    head, earliest, deleted, insert_lsn, flush_lsn = rows[0][:5]
+    records = [Record(*r[5:]) for r in rows if r[5] is not None]
+    return TailRead(head, earliest, deleted, int(insert_lsn), int(flush_lsn), records)
+
+
+async def flush_lsn(conn: AsyncConnection) -> int:
+    cur = await conn.execute("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
+    return int((await cur.fetchone())[0])

@@ -1,0 +1,44 @@
+"""SSE frame bytes for the watch stream (seed 002 + spec/http-api.md).
+
+Every data frame is ``id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n``; the heartbeat is
+exactly ``: hb\\n\\n`` with no id; ``retry:`` is sent once at open.
+"""
+from __future__ import annotations
+
+import orjson
+
+HEARTBEAT = b": hb\n\n"
+
+
+def retry(ms: int) -> bytes:
+    return f"retry: {ms}\n\n".encode()
+
+
+def frame(event: str, data: str, frame_id: str | None = None) -> bytes:
+    head = f"id: {frame_id}\n" if frame_id is not None else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+def record_data(topic: str, encoded_records: list[str], from_seq: int, to_seq: int,
+                head_seq: int) -> str:
+    return (f'{{"topic":{orjson.dumps(topic).decode()},"records":[{",".join(encoded_records)}],'
+            f'"from_seq":{from_seq},"to_seq":{to_seq},"head_seq":{head_seq}}}')
+
+
+def tombstone_data(topic: str, reason: str, gap_from: int, gap_to: int, earliest_seq: int,
+                   head_seq: int) -> str:
+    return orjson.dumps({"topic": topic, "reason": reason, "gap_from": gap_from,
+                         "gap_to": gap_to, "earliest_seq": earliest_seq,
+                         "head_seq": head_seq}).decode()
+
+
+def caught_up_data(topic: str, head_seq: int) -> str:
+    return orjson.dumps({"topic": topic, "head_seq": head_seq}).decode()
+
+
+def topic_deleted_data(topic: str, head_seq: int) -> str:
+    return orjson.dumps({"topic": topic, "head_seq": head_seq, "reason": "deleted"}).decode()
+
+
+def error_frame(code: str, message: str) -> bytes:
+    return frame("error", orjson.dumps({"code": code, "message": message}).decode())
