@@ -60,6 +60,8 @@ def _serve(args, settings: Settings) -> int:
     from .server.app import create_app
 
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
+    if settings.grpc_port is not None:
+        log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
     app = create_app(settings, url)
     log.info("serving on http://%s:%d", settings.host, settings.port)
     web.run_app(app, host=settings.host, port=settings.port, print=None,
@@ -84,6 +86,21 @@ def _retention(args, settings: Settings) -> int:
     return 0
 
 
+_DELEGATED = (
+    ("watch", "watch_service.watch_client", "watch topics and print frames"),
+    ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
+    ("pipeline", "watch_service.pipeline", "run compact → reconcile → backfill → verify"),
+)
+
+
+def _delegate(module: str):
+    def run(args, settings: Settings) -> int:
+        import importlib
+
+        return importlib.import_module(module).main(args.rest)
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="auditsync", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,7 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.add_argument("--no-migrate", action="store_true",
                        help="do not start the embedded cluster or migrate before serving")
+    serve.add_argument("--grpc-port", type=int, nargs="?", const=50051, default=None,
+                       help="also serve the SpiceDB-compatible gRPC API (default port 50051)")
     serve.set_defaults(func=_serve)
+
+    # Subcommands implemented in their own modules, which parse their own flags.
+    for name, target, help_text in _DELEGATED:
+        sp = sub.add_parser(name, help=help_text, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=_delegate(target))
 
     ret = sub.add_parser("retention", help="apply topic retention (cap / ttl)")
     ret.add_argument("action", choices=["run"])
@@ -113,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = settings_mod.load(host=getattr(args, "host", None),
-                                     port=getattr(args, "port", None))
+                                     port=getattr(args, "port", None),
+                                     grpc_port=getattr(args, "grpc_port", None))
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:
         print(f"auditsync: {exc}", file=sys.stderr)

@@ -39,6 +39,15 @@ class Settings:
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
+    # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
+    # buffer (faster; `consistency: strong` watchers then wait for the flush).
+    synchronous_commit: str = "on"
+    # Authorization data (Permify / SpiceDB shapes)
+    grpc_port: int | None = None          # SpiceDB gRPC surface; None = off
+    grpc_key: str | None = None           # preshared bearer key for gRPC; None = open (dev)
+    permify_watch_enabled: bool = True
+    authz_history_ms: int = 24 * 3600 * 1000
+    spicedb_checkpoint_ms: int = 1000
 
     @property
     def embedded(self) -> bool:
@@ -61,14 +70,27 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
+    "AUDITSYNC_SYNCHRONOUS_COMMIT": ("synchronous_commit", str),
+    "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
+    "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
+    "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
+    "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
+    "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
 }
 
 _POSITIVE = {"pg_port", "port", "max_body_bytes", "max_record_bytes", "pool_max",
              "pool_timeout_s", "retention_interval_s", "session_ttl_ms", "max_streams",
-             "write_timeout_s", "cursor_flush_ms"}
+             "write_timeout_s", "cursor_flush_ms", "authz_history_ms", "spicedb_checkpoint_ms"}
+_BOOLS = {"1": True, "true": True, "on": True, "yes": True,
+          "0": False, "false": False, "off": False, "no": False}
 
 
 def _parse(env_name: str, kind: type, raw: str) -> Any:
+    if kind is bool:
+        try:
+            return _BOOLS[raw.strip().lower()]
+        except KeyError:
+            raise SettingsError(f"{env_name}: expected true/false, got {raw!r}") from None
     if kind is str:
         if not raw.strip():
             raise SettingsError(f"{env_name}: must not be empty")
@@ -94,6 +116,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     for field in _POSITIVE:
         if field in values and values[field] <= 0:
             raise SettingsError(f"{field}: must be > 0, got {values[field]!r}")
+    if values.get("synchronous_commit", "on") not in ("on", "off"):
+        raise SettingsError(f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}")
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()
     return Settings(**values)
