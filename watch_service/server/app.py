@@ -35,11 +35,18 @@ async def count_requests(request: web.Request, handler) -> web.StreamResponse:
     return response
 
 
+def connection_kwargs(settings: Settings) -> dict:
+    kwargs: dict = {"autocommit": True}
+    if settings.synchronous_commit == "off":
+        kwargs["options"] = "-c synchronous_commit=off"
+    return kwargs
+
+
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pool = AsyncConnectionPool(app[DB_URL], min_size=settings.pool_min, max_size=settings.pool_max,
                                timeout=settings.pool_timeout_s, open=False,
-                               kwargs={"autocommit": True}, name="auditsync")
+                               kwargs=connection_kwargs(settings), name="auditsync")
     await pool.open(wait=False)
     app[POOL] = pool
     yield
