@@ -121,8 +121,14 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     app[METRICS].open_streams.set(len(app[STREAMS]))
     try:
         await stream.run()
-    except (ConnectionError, asyncio.TimeoutError) as exc:
+    except ConnectionError as exc:
         log.info("stream %s ended: %s", wid, type(exc).__name__)
+    except asyncio.TimeoutError:
+        # The client stopped reading: drop it. Its cursor never moved past the unwritten frame.
+        log.info("stream %s: write timed out after %.1fs; disconnecting", wid,
+                 app[SETTINGS].write_timeout_s)
+        if request.transport is not None:
+            request.transport.abort()
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(resp.write(frames.error_frame(
