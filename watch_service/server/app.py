@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
+from ..compat import permify_rest, permify_watch, spicedb_grpc
 from ..settings import Settings
 from ..store import topics as store
 from ..store.database import database_url
 from . import health_routes, topics_routes, watch_routes
 from .auth import KeyRing
-from .context import DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAMS
+from .context import DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from .errors import MAX_BODY, error_middleware
 from .metrics import Metrics
 from .tailer import Hub
@@ -102,10 +103,9 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _end_streams(app: web.Application) -> None:
-    """On shutdown, open streams get a terminal error frame and store their cursors."""
-    for stream in list(app[STREAMS]):
-        if stream.task is not None:
-            stream.task.cancel()
+    """On shutdown, open streams end: each writes its terminal frame and stores its cursors."""
+    for task in list(app[STREAM_TASKS]):
+        task.cancel()
 
 
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
@@ -118,10 +118,15 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app[MAX_BODY] = settings.max_body_bytes
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
+    app[STREAM_TASKS] = set()
     app.cleanup_ctx.append(_retention_ctx)
     app.cleanup_ctx.append(_watch_ctx)
     app.on_shutdown.append(_end_streams)
     app.add_routes(topics_routes.routes)
     app.add_routes(health_routes.routes)
     app.add_routes(watch_routes.routes)
+    app.add_routes(permify_rest.routes)
+    app.add_routes(permify_watch.routes)
+    if settings.grpc_port is not None:
+        app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
     return app

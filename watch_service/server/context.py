@@ -15,4 +15,6 @@ KEYS = web.AppKey("keys", KeyRing)
 METRICS = web.AppKey("metrics", Metrics)
 DB_URL = web.AppKey("db_url", str)
 HUB = web.AppKey("hub", Hub)
-STREAMS = web.AppKey("streams", set)
+STREAMS = web.AppKey("streams", set)  # open SSE WatchStreams (cursor flusher)
+# Tasks of every open streaming response (SSE, Permify watch): shutdown cancels them.
+STREAM_TASKS = web.AppKey("stream_tasks", set)

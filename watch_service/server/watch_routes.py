@@ -18,7 +18,7 @@ from ..protocol.errors import ApiError, not_found, throttled, topic_not_found, u
 from ..protocol.watch_request import WatchDefinition, watch_definition
 from ..store import sessions
 from .auth import authorize, hash_secret
-from .context import HUB, KEYS, METRICS, POOL, SETTINGS, STREAMS
+from .context import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from .topics_routes import json_response, read_body
 from .watch_stream import WatchStream
 
@@ -101,23 +101,28 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         raise throttled(f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later")
 
     definition = WatchDefinition.from_json(row.definition)
-    cursors = cursor_codec.rewind(row.cursors, cursor_codec.decode(request.headers.get("Last-Event-ID")))
+    server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
+    cursors = cursor_codec.rewind(server_cursors,
+                                  cursor_codec.decode(request.headers.get("Last-Event-ID")))
     async with app[POOL].connection() as conn:
         await sessions.open_stream(conn, wid, LEASE_S)
 
     resp = web.StreamResponse(headers={
         "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
         "Connection": "keep-alive", "X-Accel-Buffering": "no"})
-    resp.enable_compression(force=None)  # never compress: it would buffer frames
+    # No enable_compression(): a compressor would hold frames back (StreamResponse is
+    # uncompressed unless compression is enabled).
     await resp.prepare(request)
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    initial = {t: s["from_seq"] for t, s in row.definition["topics"].items()}
+    initial = {t: s.from_seq for t, s in definition.topics.items()}
     stream = WatchStream(wid, definition, cursors, initial, app[HUB], resp, app[METRICS],
                          app[SETTINGS].write_timeout_s)
     app[STREAMS].add(stream)
+    task = asyncio.current_task()
+    app[STREAM_TASKS].add(task)
     app[METRICS].open_streams.set(len(app[STREAMS]))
     try:
         await stream.run()
@@ -140,6 +145,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
             await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
     finally:
         app[STREAMS].discard(stream)
+        app[STREAM_TASKS].discard(task)
         app[METRICS].open_streams.set(len(app[STREAMS]))
         stream.closed = True
         with contextlib.suppress(Exception):

@@ -39,7 +39,6 @@ class WatchStream:
         self.last_write = time.monotonic()
         self.dirty_cursors = False
         self.closed = False
-        self.task: asyncio.Task | None = None
 
     # -- wiring ----------------------------------------------------------------------------
     def wake(self, topic: str) -> None:
@@ -48,7 +47,6 @@ class WatchStream:
             self.wake_event.set()
 
     async def run(self) -> None:
-        self.task = asyncio.current_task()
         await self._write(frames.retry(2000))
         for topic in self.cursors:
             self.active[topic] = self.hub.subscribe(topic, self.wake)
@@ -102,7 +100,9 @@ class WatchStream:
             if page:
                 await self._send_records(topic, page, head)
             if not page or self.cursors[topic] >= upto:
-                if not self.live[topic] and self.cursors[topic] >= upto:
+                # Only at the head: under "strong", records past the durable head wait for
+                # their WAL flush, whose mark_durable wakes this stream again.
+                if not self.live[topic] and self.cursors[topic] >= upto >= head:
                     self.live[topic] = True
                     await self._send(topic, "caught-up", frames.caught_up_data(topic, upto),
                                      self.cursors[topic])

@@ -1,0 +1,35 @@
+"""Fixtures for the authorization-data surfaces: a service with the SpiceDB gRPC surface on,
+and the official clients (``permify`` REST, ``authzed`` gRPC) pointed at it."""
+from __future__ import annotations
+
+import dataclasses
+
+import permify
+import pytest
+from authzed.api.v1 import InsecureClient
+
+from watch_service.settings import Settings
+
+from ..support import InProcessService, free_port
+from .clients import GRPC_KEY
+
+
+@pytest.fixture(scope="session")
+async def authz_service(pg_url, base_settings: Settings):
+    """A dev-mode HTTP service (Permify REST open) with gRPC on, key ``GRPC_KEY``."""
+    settings = dataclasses.replace(base_settings, grpc_port=free_port(), grpc_key=GRPC_KEY,
+                                   spicedb_checkpoint_ms=200)
+    svc = await InProcessService(settings, pg_url).start()
+    svc.grpc_target = f"127.0.0.1:{settings.grpc_port}"
+    yield svc
+    await svc.stop()
+
+
+@pytest.fixture(scope="session")
+def permify_api(authz_service) -> permify.ApiClient:
+    return permify.ApiClient(permify.Configuration(host=authz_service.url))
+
+
+@pytest.fixture(scope="session")
+def spicedb(authz_service) -> InsecureClient:
+    return InsecureClient(authz_service.grpc_target, GRPC_KEY)

@@ -1,0 +1,3 @@
+"""Compatibility surfaces for authorization data: Permify REST (``permify_rest``,
+``permify_watch``) and SpiceDB gRPC (``spicedb_grpc``), translated onto ``store.authz`` and
+the shared topic tailer (``follow``)."""

@@ -1,0 +1,85 @@
+"""Follow one change topic from a seq: the delivery engine under the Permify and SpiceDB
+watches, the same one the SSE watch uses (the process's shared ``Tailer``, woken by NOTIFY).
+
+``follow`` yields pages of records in seq order, each record exactly once, and an empty page
+whenever nothing arrived for ``idle_s`` (the caller's chance to send a checkpoint or notice a
+gone client). It never skips: a cursor behind the topic's retention raises ``HistoryLost``,
+a deleted topic raises ``TopicGone``.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from psycopg_pool import AsyncConnectionPool
+
+from ..protocol.records import Record
+from ..server.tailer import Hub
+from ..store import topics as store
+
+PAGE = 256
+_FLAGS = (True, True, True)
+_MAX_BYTES = 1 << 30  # pages are bounded by count; the cache is in memory anyway
+
+
+class HistoryLost(Exception):
+    """The cursor is before the retained history: seqs gap_from..gap_to are gone."""
+
+    def __init__(self, gap_from: int, gap_to: int, earliest: int) -> None:
+        super().__init__(f"changes {gap_from}..{gap_to} are no longer retained")
+        self.gap_from, self.gap_to, self.earliest = gap_from, gap_to, earliest
+
+
+class TopicGone(Exception):
+    """The change topic (its tenant) was deleted."""
+
+
+async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
+                 idle_s: float) -> AsyncIterator[list[Record]]:
+    wake = asyncio.Event()
+
+    def on_wake(_topic: str) -> None:
+        wake.set()
+
+    tailer = hub.subscribe(topic, on_wake)
+    try:
+        while True:
+            wake.clear()  # before reading: a wake-up during the read is kept, not lost
+            page = None
+            if not tailer.deleted and after >= tailer.earliest - 1:
+                cached = tailer.cached(after, PAGE, _MAX_BYTES, _FLAGS, tailer.head)
+                if cached is not None:
+                    page = [rec for rec, _ in cached]
+            if page is None:
+                page = await _read(pool, topic, after)
+            if page:
+                after = page[-1].seq
+                yield page
+                continue
+            try:
+                await asyncio.wait_for(wake.wait(), idle_s)
+            except asyncio.TimeoutError:
+                yield []
+    finally:
+        hub.unsubscribe(topic, on_wake)
+
+
+async def _read(pool: AsyncConnectionPool, topic: str, after: int) -> list[Record]:
+    async with pool.connection() as conn:
+        tail = await store.read_tail(conn, topic, after, PAGE)
+    if tail is None or tail.deleted:
+        raise TopicGone(topic)
+    if after + 1 < tail.earliest_seq:
+        raise HistoryLost(after + 1, tail.earliest_seq - 1, tail.earliest_seq)
+    return tail.records
+
+
+async def check_start(pool: AsyncConnectionPool, topic: str, after: int) -> int:
+    """Raise HistoryLost/TopicGone for a start cursor that cannot be served; else the head."""
+    async with pool.connection() as conn:
+        info = await store.get_topic(conn, topic)
+    if info is None:
+        raise TopicGone(topic)
+    if after + 1 < info.earliest_seq:
+        raise HistoryLost(after + 1, info.earliest_seq - 1, info.earliest_seq)
+    return info.head_seq
