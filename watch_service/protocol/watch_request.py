@@ -43,11 +43,15 @@ class WatchDefinition:
     def to_json(self) -> dict:
         doc = dataclasses.asdict(self)
         doc["topics"] = {t: dataclasses.asdict(s) for t, s in self.topics.items()}
+        # jsonb keeps no key order; the session's topic order (that of cursor ids) is kept here.
+        doc["topic_order"] = list(self.topics)
         return doc
 
     @classmethod
     def from_json(cls, doc: dict) -> "WatchDefinition":
-        topics = {t: TopicStart(**s) for t, s in doc["topics"].items()}
+        doc = dict(doc)
+        order = doc.pop("topic_order", None) or list(doc["topics"])
+        topics = {t: TopicStart(**doc["topics"][t]) for t in order}
         return cls(**{**doc, "topics": topics})
 
     @property
