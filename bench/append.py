@@ -1,0 +1,299 @@
+"""Append throughput: records/s through the HTTP API against raw ``COPY`` into the same server.
+
+Starts its own throwaway PostgreSQL (the project's embedded cluster code, a temp folder, a free
+loopback port) and ``auditsync serve`` as a separate process, then measures, each as the median
+of several repeats on a fresh topic:
+
+* HTTP, single-record requests, from CLIENTS concurrent clients (one connection each);
+* HTTP, 100-record batches, from CLIENTS concurrent clients, to one topic (the target figure),
+  then spread over CLIENTS topics, then against a twin service with synchronous_commit=off;
+* psycopg ``COPY`` of the same rows into a scratch table shaped like ``records``.
+
+Prints the figures, the CPU each part (service, PostgreSQL, this client) spent per record, the
+fdatasync latency of the disk (a topic's appends commit one after another, so it bounds one
+topic), the ratio of each HTTP figure to COPY, and whether batched HTTP append meets the target
+(>= 50,000 records/s and >= 25 % of COPY). Bounded to TIME_LIMIT_S; stops what it started by PID.
+Not a test: it reports, it does not assert. ``python bench/append.py [--repeats N] [--quick]``
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+import orjson  # noqa: E402
+import psycopg  # noqa: E402
+import uvloop  # noqa: E402
+
+from tests.support import ServiceProcess, free_port  # noqa: E402
+from watch_service.embedded_pg import EmbeddedPostgres  # noqa: E402
+from watch_service.store.migrate import migrate  # noqa: E402
+
+CLIENTS = 8
+BATCH = 100
+TARGET_RPS = 50_000
+TARGET_COPY_SHARE = 0.25
+TIME_LIMIT_S = 110
+
+
+def record(i: int) -> dict:
+    """A typical audit record: ~120 bytes of data plus a little meta."""
+    return {"data": {"actor": f"user-{i % 97}", "action": "update", "object": f"doc-{i}",
+                     "fields": ["title", "body"], "n": i},
+            "meta": {"ip": "10.0.0.1"}, "tag": "update", "node": f"node-{i % 4}"}
+
+
+class CpuMeter:
+    """CPU seconds used by the service process, the PostgreSQL server (postmaster and its live
+    children) and this process: where the time goes, robust to a busy machine."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, service_pids: dict[str, int], postmaster_pid: int) -> None:
+        self.service_pids, self.postmaster_pid = service_pids, postmaster_pid
+        self.service = "sync"  # which service the current stage drives
+
+    @classmethod
+    def _stat(cls, pid: int) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return []
+
+    @classmethod
+    def _cpu(cls, pid: int) -> float:
+        fields = cls._stat(pid)  # fields[11], [12] are utime, stime (after pid and comm)
+        return (int(fields[11]) + int(fields[12])) / cls.TICK if fields else 0.0
+
+    def sample(self) -> tuple[float, float, float]:
+        pg = self._cpu(self.postmaster_pid)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                fields = self._stat(int(entry))
+                if fields and int(fields[1]) == self.postmaster_pid:
+                    pg += self._cpu(int(entry))
+        own = os.times()
+        return self._cpu(self.service_pids[self.service]), pg, own.user + own.system
+
+
+class Bench:
+    def __init__(self, services: dict[str, str], db_url: str, repeats: int, scale: float,
+                 cpu: CpuMeter) -> None:
+        self.services, self.db_url, self.repeats, self.cpu = services, db_url, repeats, cpu
+        self.url = services["sync"]
+        self.cpu_per_record: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self.single_requests = int(2000 * scale)   # per repeat, across all clients
+        self.batched_records = int(60_000 * scale)
+        self.copy_rows = int(200_000 * scale)
+        self.topic_no = 0
+
+    async def new_topic(self, session: aiohttp.ClientSession) -> str:
+        self.topic_no += 1
+        name = f"bench-{os.getpid()}-{self.topic_no}"
+        async with session.put(f"{self.url}/v0/topics/{name}", json={}) as r:
+            assert r.status == 201, await r.text()
+        return name
+
+    async def http_append(self, per_request: int, total_records: int, topics: int = 1,
+                          service: str = "sync") -> float:
+        """records/s with CLIENTS clients, each on its own connection, posting pre-encoded bodies
+        to one topic (or spread over ``topics`` topics)."""
+        self.url, self.cpu.service = self.services[service], service
+        requests_per_client = max(1, total_records // per_request // CLIENTS)
+        bodies = [orjson.dumps({"records": [record(i * per_request + j) for j in range(per_request)]})
+                  for i in range(64)]
+        sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
+                    for _ in range(CLIENTS)]
+        try:
+            names = [await self.new_topic(sessions[0]) for _ in range(topics)]
+            headers = {"Content-Type": "application/json"}
+
+            async def client(session: aiohttp.ClientSession, c: int) -> None:
+                url = f"{self.url}/v0/topics/{names[c % topics]}/records"
+                for k in range(requests_per_client):
+                    async with session.post(url, data=bodies[(c + k) % len(bodies)],
+                                            headers=headers) as r:
+                        if r.status != 200:
+                            raise RuntimeError(f"append failed: {r.status} {await r.text()}")
+                        await r.read()
+
+            async def touch(session: aiohttp.ClientSession) -> None:
+                async with session.get(f"{self.url}/healthz") as r:
+                    await r.read()
+
+            await asyncio.gather(*(touch(s) for s in sessions))  # connect before the clock starts
+            cpu_before = self.cpu.sample()
+            started = time.perf_counter()
+            await asyncio.gather(*(client(s, c) for c, s in enumerate(sessions)))
+            elapsed = time.perf_counter() - started
+            self.note_cpu(cpu_before, requests_per_client * CLIENTS * per_request)
+            head = 0
+            for name in names:
+                async with sessions[0].get(f"{self.url}/v0/topics/{name}") as r:
+                    head += (await r.json())["head_seq"]
+            expected = requests_per_client * CLIENTS * per_request
+            if head != expected:
+                raise RuntimeError(f"{names}: {head} records appended, expected {expected}")
+            return expected / elapsed
+        finally:
+            for s in sessions:
+                await s.close()
+
+    async def copy(self, rows: int) -> float:
+        """rows/s of one COPY (one transaction) into a fresh table shaped like ``records``."""
+        table = f"bench_copy_{self.topic_no}"
+        self.topic_no += 1
+        encoded = [(orjson.dumps(r["data"]).decode(), orjson.dumps(r["meta"]).decode(),
+                    r["tag"], r["node"]) for r in map(record, range(1024))]
+        ts = time.time_ns() // 1_000_000
+        self.cpu.service = "sync"  # idle during COPY: shows as ~0
+        async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
+            await conn.execute(f"CREATE TABLE {table} (LIKE records INCLUDING ALL)")
+            try:
+                cpu_before = self.cpu.sample()
+                started = time.perf_counter()
+                async with conn.transaction():
+                    async with conn.cursor() as cur:
+                        async with cur.copy(
+                                f"COPY {table} (topic, seq, ts, tag, node, meta, data) FROM STDIN"
+                        ) as cp:
+                            for seq in range(1, rows + 1):
+                                data, meta, tag, node = encoded[seq % 1024]
+                                await cp.write_row(("bench-copy", seq, ts, tag, node, meta, data))
+                elapsed = time.perf_counter() - started
+                self.note_cpu(cpu_before, rows)
+            finally:
+                await conn.execute(f"DROP TABLE {table}")
+        return rows / elapsed
+
+    def note_cpu(self, before: tuple[float, float, float], records: int) -> None:
+        after = self.cpu.sample()
+        self.cpu_per_record = tuple((a - b) / records * 1e6 for a, b in zip(after, before))
+
+    async def measure(self, name: str, fn: Callable[[], Awaitable[float]]) -> float:
+        await fn()  # warm-up: connections, plans, caches
+        runs, cpu = [], []
+        for _ in range(self.repeats):
+            runs.append(await fn())
+            cpu.append(self.cpu_per_record)
+        median = statistics.median(runs)
+        spread = ", ".join(f"{r:,.0f}" for r in runs)
+        service, pg, own = (statistics.median(c[i] for c in cpu) for i in range(3))
+        print(f"  {name:<34} {median:>10,.0f} records/s   (runs: {spread})\n"
+              f"  {'':<34} CPU per record: service {service:.1f} us, PostgreSQL {pg:.1f} us, "
+              f"bench {own:.1f} us", flush=True)
+        return median
+
+    async def run(self) -> dict[str, float]:
+        return {
+            "single": await self.measure(f"HTTP single-record x{CLIENTS} clients",
+                                         lambda: self.http_append(1, self.single_requests)),
+            "batched": await self.measure(f"HTTP {BATCH}-record batches x{CLIENTS} clients",
+                                          lambda: self.http_append(BATCH, self.batched_records)),
+            # the same over CLIENTS topics: how much the per-topic head lock (L1) costs
+            "batched_spread": await self.measure(
+                f"  same, over {CLIENTS} topics", lambda: self.http_append(
+                    BATCH, self.batched_records, topics=CLIENTS)),
+            "batched_async": await self.measure(
+                "  same, synchronous_commit=off", lambda: self.http_append(
+                    BATCH, self.batched_records, service="async")),
+            "copy": await self.measure("psycopg COPY (one connection)",
+                                       lambda: self.copy(self.copy_rows)),
+        }
+
+
+def report(results: dict[str, float]) -> bool:
+    copy = results["copy"]
+    print(f"  ratio to COPY: single {results['single'] / copy:.1%}, "
+          f"batched {results['batched'] / copy:.1%}, "
+          f"batched over {CLIENTS} topics {results['batched_spread'] / copy:.1%}, "
+          f"batched with synchronous_commit=off {results['batched_async'] / copy:.1%}")
+    ok = results["batched"] >= TARGET_RPS and results["batched"] >= TARGET_COPY_SHARE * copy
+    print(f"  target (batched >= {TARGET_RPS:,}/s and >= {TARGET_COPY_SHARE:.0%} of COPY): "
+          f"{'met' if ok else 'NOT met'}")
+    return ok
+
+
+def fsync_latency_ms(folder: Path, rounds: int = 50) -> float:
+    """Median fdatasync of an 8 KiB write: what every synchronous commit waits for."""
+    path = folder / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    times = []
+    try:
+        for _ in range(rounds):
+            os.write(fd, b"\0" * 8192)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(times) * 1000
+
+
+def _out_of_time(signum, frame) -> None:
+    raise TimeoutError(f"append benchmark: over its {TIME_LIMIT_S} s bound")
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(143)  # unwinds through main's finally: the servers are stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the work (smoke run)")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.signal(signal.SIGTERM, _terminated)
+    signal.alarm(TIME_LIMIT_S)
+    base = Path(tempfile.mkdtemp(prefix="auditsync-bench-append-"))
+    base.chmod(0o755)  # as root the server runs as "postgres", which must reach the folder
+    cluster = EmbeddedPostgres(base / "pg", free_port())
+    services: list[ServiceProcess] = []
+    began = time.monotonic()
+    try:
+        url = cluster.start()
+        migrate(url)
+        for commit in ("on", "off"):
+            services.append(ServiceProcess(url, log_path=base / f"service-{commit}.log", env={
+                "AUDITSYNC_RETENTION_INTERVAL_S": "3600",
+                "AUDITSYNC_SYNCHRONOUS_COMMIT": commit}).start())
+        sync, async_ = services
+        print(f"append benchmark: PostgreSQL :{cluster.port}, service {sync.url} "
+              f"(pid {sync.proc.pid}; synchronous_commit=off twin pid {async_.proc.pid}), "
+              f"{os.cpu_count()} CPUs")
+        fsync_ms = fsync_latency_ms(base)
+        print(f"  fdatasync in the data folder: p50 {fsync_ms:.2f} ms. One topic's appends commit "
+              f"one after another (L1), so a topic tops out near {BATCH} records / "
+              f"(fsync + statement) = {BATCH / (fsync_ms + 0.7) * 1000:,.0f}/s here")
+        postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+        bench = Bench({"sync": sync.url, "async": async_.url}, url, args.repeats,
+                      0.1 if args.quick else 1.0, CpuMeter({"sync": sync.proc.pid, "async": async_.proc.pid}, postmaster))
+        results = uvloop.run(bench.run())
+        report(results)
+        print(f"  ({time.monotonic() - began:.1f} s in all)")
+        return 0
+    finally:
+        signal.alarm(0)
+        for service in services:
+            service.stop()
+        cluster.destroy()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

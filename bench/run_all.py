@@ -1,0 +1,59 @@
+"""Run every benchmark in ``bench/`` one after another (``make bench``).
+
+Each ``bench/*.py`` other than this file runs as its own process with this interpreter, so one
+benchmark's servers and memory are gone before the next starts. Extra arguments are passed to
+every benchmark (e.g. ``--quick``). Exits non-zero if any benchmark failed or overran.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TIMEOUT_S = 300  # each benchmark bounds itself; this is the backstop
+
+
+def benchmarks() -> list[Path]:
+    return sorted(p for p in HERE.glob("*.py")
+                  if p.name != Path(__file__).name and not p.name.startswith("_"))
+
+
+def main(argv: list[str]) -> int:
+    failed: list[str] = []
+    found = benchmarks()
+    if not found:
+        print("no benchmarks in bench/", file=sys.stderr)
+        return 1
+    for path in found:
+        print(f"== {path.name}", flush=True)
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, str(path), *argv], cwd=HERE.parent)
+        try:
+            code = proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # SIGTERM: the benchmark stops what it started
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            code = "timeout"
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise
+        elapsed = time.monotonic() - started
+        print(f"== {path.name}: {'ok' if code == 0 else f'FAILED ({code})'} in {elapsed:.1f} s\n",
+              flush=True)
+        if code != 0:
+            failed.append(path.name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
