@@ -118,6 +118,17 @@ class EmbeddedPostgres:
                 + (f"\n--- {self.log_file} ---\n{tail}" if tail else ""))
         return proc.stdout
 
+    def _check_reachable(self) -> None:
+        """As root the server runs as another user, who must be able to reach base_dir."""
+        for parent in reversed(self.base_dir.parents):
+            probe = subprocess.run(["runuser", "-u", self.run_as, "--", "test", "-x", str(parent)],
+                                   capture_output=True)
+            if probe.returncode != 0:
+                raise EmbeddedPgError(
+                    f"user {self.run_as!r} (who runs the embedded server, since initdb refuses "
+                    f"root) cannot enter {parent}; put the project (or AUDITSYNC_HOME) under a "
+                    f"directory others may traverse, or `chmod o+x {parent}`")
+
     def _initdb(self, bindir: Path) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(exist_ok=True)
@@ -132,6 +143,7 @@ class EmbeddedPostgres:
             for path in (self.base_dir, self.data_dir, self.run_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
             self.data_dir.chmod(0o700)
+            self._check_reachable()
         self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
                    "--auth=trust", "-E", "UTF8", "--locale=C", "--no-instructions"],
                   what="initdb")

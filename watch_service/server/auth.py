@@ -49,6 +49,12 @@ class KeyRing:
             raise KeyFileError(f"AUDITSYNC_KEYS_FILE: cannot read {path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path} is not valid TOML: {exc}") from None
+        unknown_tables = set(doc) - {"keys"}
+        if unknown_tables:  # a typo like [[key]] must not silently mean "dev mode, all open"
+            raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path}: unknown table(s) "
+                               f"{sorted(unknown_tables)} (expected [[keys]] entries)")
+        if not isinstance(doc.get("keys", []), list):
+            raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path}: keys must be an array of tables ([[keys]])")
         keys: dict[str, Key] = {}
         for i, entry in enumerate(doc.get("keys", [])):
             where = f"AUDITSYNC_KEYS_FILE: {path}: keys[{i}]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..store.migrate import latest_version
-from .context import METRICS, POOL
+from .context import METRICS, POOL, SETTINGS
 from .topics_routes import json_response
 
 routes = web.RouteTableDef()
@@ -19,7 +19,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     problems = []
     try:
-        async with request.app[POOL].connection(timeout=2.0) as conn:
+        timeout = min(2.0, request.app[SETTINGS].pool_timeout_s)
+        async with request.app[POOL].connection(timeout=timeout) as conn:
             cur = await conn.execute(
                 "SELECT current_setting('track_commit_timestamp'), "
                 "(SELECT coalesce(max(version), 0) FROM schema_migrations)")
