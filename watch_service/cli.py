@@ -93,14 +93,6 @@ _DELEGATED = (
 )
 
 
-def _delegate(module: str):
-    def run(args, settings: Settings) -> int:
-        import importlib
-
-        return importlib.import_module(module).main(args.rest)
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="auditsync", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,11 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also serve the SpiceDB-compatible gRPC API (default port 50051)")
     serve.set_defaults(func=_serve)
 
-    # Subcommands implemented in their own modules, which parse their own flags.
-    for name, target, help_text in _DELEGATED:
-        sp = sub.add_parser(name, help=help_text, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=_delegate(target))
+    # Subcommands implemented in their own modules, which parse their own flags; main()
+    # hands them their argv before this parser sees it. Listed here for --help.
+    for name, _, help_text in _DELEGATED:
+        sub.add_parser(name, help=help_text, add_help=False)
 
     ret = sub.add_parser("retention", help="apply topic retention (cap / ttl)")
     ret.add_argument("action", choices=["run"])
@@ -134,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    delegated = {name: module for name, module, _ in _DELEGATED}
+    if argv and argv[0] in delegated:
+        import importlib
+
+        return importlib.import_module(delegated[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

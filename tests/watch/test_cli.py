@@ -56,8 +56,6 @@ def test_frame_lines_and_flags():
         ("a,b", True, 3, "http://127.0.0.1:8400")
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py hands the delegated subcommands an "
-                   "argparse.REMAINDER, which rejects a leading --flag ('unrecognized arguments')")
 async def test_auditsync_watch_delegates(api, service):
     topic = await api.topic()
     code, lines, err = await finish(await run_cli(

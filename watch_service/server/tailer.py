@@ -52,6 +52,7 @@ class Tailer:
         self.cache: list[CachedRecord] = []
         self.cache_after: int | None = None  # cache holds seqs cache_after+1 .. cache_end
         self.subs: set[Wake] = set()
+        self.strong_subs = 0  # subscribers with consistency "strong"
         self._task: asyncio.Task | None = None
         self._again = False
 
@@ -66,8 +67,10 @@ class Tailer:
             return None
         out: list[tuple[Record, str]] = []
         size = 0
-        for item in self.cache[after - self.cache_after:]:
-            if item.rec.seq > upto or len(out) >= limit:
+        cache = self.cache
+        for i in range(after - self.cache_after, min(len(cache), after - self.cache_after + limit)):
+            item = cache[i]
+            if item.rec.seq > upto:
                 break
             enc = item.encoded(flags)
             if out and size + len(enc) > max_bytes:
@@ -157,17 +160,20 @@ class Hub:
         self._flush_waits: list[tuple[Tailer, int, int]] = []
         self._flush_task: asyncio.Task | None = None
 
-    def subscribe(self, topic: str, wake: Wake) -> Tailer:
+    def subscribe(self, topic: str, wake: Wake, strong: bool = False) -> Tailer:
         tailer = self.tailers.get(topic)
         if tailer is None:
             tailer = self.tailers[topic] = Tailer(self, topic)
             tailer.kick()
         tailer.subs.add(wake)
+        tailer.strong_subs += strong
         return tailer
 
-    def unsubscribe(self, topic: str, wake: Wake) -> None:
+    def unsubscribe(self, topic: str, wake: Wake, strong: bool = False) -> None:
         tailer = self.tailers.get(topic)
         if tailer is not None:
+            if wake in tailer.subs:
+                tailer.strong_subs -= strong
             tailer.subs.discard(wake)
             if not tailer.subs:
                 del self.tailers[topic]
@@ -191,9 +197,13 @@ class Hub:
 
     async def _wait_flush(self) -> None:
         while self._flush_waits:
-            await asyncio.sleep(0.002)  # polling the flush LSN: PostgreSQL has no flush event
+            force = any(t.strong_subs for t, _, _ in self._flush_waits)
+            if not force:
+                await asyncio.sleep(0.005)  # nobody waits: let the WAL writer flush on its own
             async with self.pool.connection() as conn:
-                flushed = await store.flush_lsn(conn)
+                # A strong watcher waits: flush now (one fsync covers every pending commit)
+                # rather than wait for the WAL writer's next round (wal_writer_delay).
+                flushed = await (store.force_flush(conn) if force else store.flush_lsn(conn))
             pending = []
             for tailer, lsn, head in self._flush_waits:
                 if flushed >= lsn:

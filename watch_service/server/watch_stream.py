@@ -39,6 +39,7 @@ class WatchStream:
         self.last_write = time.monotonic()
         self.dirty_cursors = False
         self.closed = False
+        self.strong = definition.consistency == "strong"
 
     # -- wiring ----------------------------------------------------------------------------
     def wake(self, topic: str) -> None:
@@ -49,13 +50,13 @@ class WatchStream:
     async def run(self) -> None:
         await self._write(frames.retry(2000))
         for topic in self.cursors:
-            self.active[topic] = self.hub.subscribe(topic, self.wake)
+            self.active[topic] = self.hub.subscribe(topic, self.wake, self.strong)
             self.dirty.add(topic)
         try:
             await self._loop()
         finally:
             for topic in list(self.active):
-                self.hub.unsubscribe(topic, self.wake)
+                self.hub.unsubscribe(topic, self.wake, self.strong)
             self.active.clear()
 
     async def _loop(self) -> None:
@@ -74,8 +75,9 @@ class WatchStream:
                 self.metrics.frames.inc(1, "heartbeat")
                 continue
             try:
-                await asyncio.wait_for(self.wake_event.wait(), remaining)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(remaining):
+                    await self.wake_event.wait()
+            except TimeoutError:
                 pass
 
     # -- one topic ---------------------------------------------------------------------------
@@ -120,7 +122,7 @@ class WatchStream:
                 head = page.head_seq if page else after
                 await self._send(topic, "topic-deleted", frames.topic_deleted_data(topic, head),
                                  max(after, head))
-                self.hub.unsubscribe(topic, self.wake)
+                self.hub.unsubscribe(topic, self.wake, self.strong)
                 del self.active[topic]
                 return None
             missed = missed_range(after, page.earliest_seq)
@@ -169,5 +171,6 @@ class WatchStream:
         self.metrics.frames.inc(1, event)
 
     async def _write(self, data: bytes) -> None:
-        await asyncio.wait_for(self.resp.write(data), self.write_timeout_s)
+        async with asyncio.timeout(self.write_timeout_s):
+            await self.resp.write(data)
         self.last_write = time.monotonic()

@@ -303,6 +303,17 @@ async def read_tail(conn: AsyncConnection, name: str, after: int, limit: int) ->
     return TailRead(head, earliest, deleted, int(insert_lsn), int(flush_lsn), records)
 
 
+async def force_flush(conn: AsyncConnection) -> int:
+    """Make every commit so far durable (a synchronous commit flushes the WAL before it);
+    returns the flush LSN after."""
+    async with conn.transaction():
+        await conn.execute("SET LOCAL synchronous_commit = on")
+        # A commit flushes only if its transaction wrote WAL: a transactional logical message
+        # is the smallest such write (wal_level=logical is required of the server anyway).
+        await conn.execute("SELECT pg_logical_emit_message(true, 'auditsync.flush', '')")
+    return await flush_lsn(conn)
+
+
 async def flush_lsn(conn: AsyncConnection) -> int:
     cur = await conn.execute("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
     return int((await cur.fetchone())[0])

@@ -1,0 +1,129 @@
+"""The environment Airflow runs in for this project, computed in one place.
+
+Airflow is configured by environment variables only (``AIRFLOW__SECTION__KEY``,
+``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*``), so ``make airflow``, the tests and a deployment all get
+the same answer from :func:`airflow_env`: a pure function of the project's :class:`Settings` and
+a few ``AUDITSYNC_*`` overrides passed in explicitly (it never reads ``os.environ`` itself).
+
+``python -m watch_service.airflow_env`` prints the variables as shell ``export`` lines;
+``python -m watch_service.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
+standalone``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from .settings import PROJECT_ROOT, Settings, SettingsError
+from .store.database import database_url
+
+DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_USERS = "admin:admin"
+DEFAULT_SCHEDULE = "*/15 * * * *"
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+
+# Overrides this module honours (all optional), with what they set.
+OVERRIDES = {
+    "AUDITSYNC_SPARK_MASTER": "spark_default connection host (local[*], spark://host:7077, …)",
+    "AUDITSYNC_WATCH_URL": "auditsync_watch connection (default http://<AUDITSYNC_HOST>:<PORT>)",
+    "AUDITSYNC_SINK_KEY": "bearer key the sensor presents to the watch service",
+    "AUDITSYNC_LANDING": "landing zone root (default <AUDITSYNC_HOME>/landing)",
+    "AUDITSYNC_WAREHOUSE": "pipeline outputs root (default <AUDITSYNC_HOME>/warehouse)",
+    "AUDITSYNC_CONSUMERS": "comma-separated sink consumers to wait for (default: all found)",
+    "AUDITSYNC_SCHEDULE": f"audit_sync cron schedule (default {DEFAULT_SCHEDULE!r})",
+    "AUDITSYNC_AIRFLOW_USERS": f"simple auth manager users (default {DEFAULT_USERS!r})",
+    "AUDITSYNC_SENSOR_TIMEOUT_S": "how long the sink-cursor sensor waits before failing",
+}
+
+
+def connection_json(url: str, conn_type: str, **extra: str) -> str:
+    """An Airflow connection as the JSON ``AIRFLOW_CONN_*`` accepts, from a URL."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        raise SettingsError(f"{conn_type} connection: expected scheme://host[:port]/…, got {url!r}")
+    doc: dict[str, object] = {"conn_type": conn_type, "host": parts.hostname}
+    if parts.port:
+        doc["port"] = parts.port
+    if parts.username:
+        doc["login"] = unquote(parts.username)
+    if parts.password:
+        doc["password"] = unquote(parts.password)
+    if conn_type == "http":
+        doc["schema"] = parts.scheme
+    elif parts.path.strip("/"):
+        doc["schema"] = parts.path.strip("/")
+    if extra:
+        doc["extra"] = extra
+    return json.dumps(doc, sort_keys=True)
+
+
+def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, *,
+                project_root: Path = PROJECT_ROOT, python: str = sys.executable) -> dict[str, str]:
+    """Every variable Airflow (and the Spark jobs it submits) needs for this project."""
+    over = {k: v for k, v in (overrides or {}).items() if k in OVERRIDES and v != ""}
+    local = Path(settings.local_dir)
+    home = local / "airflow"
+    bin_dir = Path(python).parent
+    watch_url = over.get("AUDITSYNC_WATCH_URL", f"http://{settings.host}:{settings.port}")
+    watch_conn = json.loads(connection_json(watch_url, "http"))
+    if "AUDITSYNC_SINK_KEY" in over:
+        watch_conn["password"] = over["AUDITSYNC_SINK_KEY"]
+    spark_conn = {"conn_type": "spark", "host": over.get("AUDITSYNC_SPARK_MASTER",
+                                                         DEFAULT_SPARK_MASTER)}
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(project_root / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(project_root / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": over.get("AUDITSYNC_AIRFLOW_USERS",
+                                                             DEFAULT_USERS),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn, sort_keys=True),
+        "AIRFLOW_CONN_AUDITSYNC_WATCH": json.dumps(watch_conn, sort_keys=True),
+        "AIRFLOW_CONN_AUDITSYNC_PG": connection_json(database_url(settings), "postgres"),
+        "AIRFLOW_VAR_AUDITSYNC_LANDING": over.get("AUDITSYNC_LANDING", str(local / "landing")),
+        "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": over.get("AUDITSYNC_WAREHOUSE",
+                                                    str(local / "warehouse")),
+        "AIRFLOW_VAR_AUDITSYNC_GX_ROOT": str(local / "gx"),
+        "AIRFLOW_VAR_AUDITSYNC_CONSUMERS": over.get("AUDITSYNC_CONSUMERS", ""),
+        "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
+        "AUDITSYNC_JDBC_JAR": JDBC_JAR,
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
+    }
+    for name in ("AUDITSYNC_SCHEDULE", "AUDITSYNC_SENSOR_TIMEOUT_S"):
+        if name in over:
+            env[name] = over[name]
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import settings as settings_mod
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        env = airflow_env(settings_mod.load(), os.environ)
+    except SettingsError as exc:
+        print(f"auditsync airflow-env: {exc}", file=sys.stderr)
+        return 2
+    if not argv:
+        print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
+        return 0
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)
+    merged = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    os.execvpe(argv[0], argv, merged)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

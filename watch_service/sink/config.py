@@ -1,0 +1,125 @@
+"""The sink's flags and its one frozen configuration object.
+
+``build_parser`` defines ``auditsync sink``'s flags; ``config_from_args`` validates them into a
+:class:`SinkConfig`, failing with the flag's name in the message.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+from ..protocol.errors import ApiError
+from ..protocol.names import TOPIC_RE, check_node
+from .faults import FaultPolicy
+
+KEY_ENV = "AUDITSYNC_SINK_KEY"
+_CONSUMER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class ConfigError(ValueError):
+    """A flag is missing or malformed; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkConfig:
+    url: str
+    topics: tuple[str, ...]
+    consumer: str
+    landing: Path
+    node: str | None = None
+    from_seq: int = 0
+    tail: bool = False
+    key: str | None = None
+    heartbeat_ms: int = 15_000
+    watchdog_slack_ms: int = 5_000
+    flush_rows: int = 5_000
+    flush_ms: int = 500
+    progress_s: float = 5.0
+    backoff_cap_ms: int = 30_000
+    index_url: str | None = None
+    faults: FaultPolicy = FaultPolicy()
+
+    @property
+    def consumer_dir(self) -> Path:
+        return self.landing / self.consumer
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The ``auditsync sink`` flags, on ``parser`` (e.g. a subcommand's) or a new parser."""
+    p = parser or argparse.ArgumentParser(
+        prog="auditsync sink", description="Subscribe to topics over SSE and keep the landing "
+        "zone and the search index in sync. The bearer key comes from " + KEY_ENV + ".")
+    p.add_argument("--url", required=True, help="the watch service, e.g. http://127.0.0.1:8400")
+    p.add_argument("--topics", required=True, help="comma-separated topic names")
+    p.add_argument("--consumer", required=True, help="this sink's name: <landing>/<consumer>/")
+    p.add_argument("--landing", required=True, type=Path, help="landing zone root folder")
+    p.add_argument("--node", help="node filter: never receive records written by this node")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from-seq", type=int, default=0,
+                       help="first session only: deliver seqs above this (default 0: all)")
+    start.add_argument("--tail", action="store_true",
+                       help="first session only: start at each topic's current head")
+    p.add_argument("--heartbeat-ms", type=int, default=15_000)
+    p.add_argument("--watchdog-slack-ms", type=int, default=5_000,
+                   help="watchdog = 2 x heartbeat + this")
+    p.add_argument("--flush-rows", type=int, default=5_000, help="rows per segment, at most")
+    p.add_argument("--flush-ms", type=int, default=500, help="oldest buffered frame age, at most")
+    p.add_argument("--progress-s", type=float, default=5.0, help="progress log interval")
+    p.add_argument("--backoff-cap-ms", type=int, default=30_000)
+    index = p.add_mutually_exclusive_group()
+    index.add_argument("--database-url", help="search index PostgreSQL "
+                       "(default: the service's DATABASE_URL or the embedded cluster)")
+    index.add_argument("--no-index", action="store_true", help="do not keep a search index")
+    p.add_argument("--fault-drop-fraction", type=float, default=0.0,
+                   help="TESTS/DEMOS ONLY: silently drop this fraction of records")
+    p.add_argument("--fault-corrupt", type=int, default=0,
+                   help="TESTS/DEMOS ONLY: corrupt this many record payloads")
+    p.add_argument("--fault-seed", type=int, default=0)
+    return p
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"--{name}: must be > 0, got {value!r}")
+
+
+def config_from_args(args: argparse.Namespace, key: str | None,
+                     default_index_url: str | None) -> SinkConfig:
+    if not re.fullmatch(r"https?://[^/\s]+/?", args.url):
+        raise ConfigError(f"--url: expected http(s)://host:port, got {args.url!r}")
+    topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
+    if not topics:
+        raise ConfigError("--topics: name at least one topic")
+    for t in topics:
+        if not TOPIC_RE.fullmatch(t):
+            raise ConfigError(f"--topics: {t!r} is not a valid topic name")
+    if len(set(topics)) != len(topics):
+        raise ConfigError(f"--topics: a topic is named twice in {args.topics!r}")
+    if not _CONSUMER_RE.fullmatch(args.consumer):
+        raise ConfigError(f"--consumer: {args.consumer!r} must be 1-128 of A-Z a-z 0-9 . _ -, "
+                          "starting with a letter or digit")
+    if args.node is not None:
+        try:
+            check_node(args.node, "--node")
+        except ApiError as exc:
+            raise ConfigError(exc.message) from None
+    if args.from_seq < 0:
+        raise ConfigError(f"--from-seq: must be >= 0, got {args.from_seq}")
+    for name in ("heartbeat_ms", "flush_rows", "flush_ms", "progress_s", "backoff_cap_ms"):
+        _positive(name.replace("_", "-"), getattr(args, name))
+    if args.watchdog_slack_ms < 0:
+        raise ConfigError(f"--watchdog-slack-ms: must be >= 0, got {args.watchdog_slack_ms}")
+    try:
+        faults = FaultPolicy(args.fault_drop_fraction, args.fault_corrupt, args.fault_seed)
+    except ValueError as exc:
+        raise ConfigError(f"--fault-*: {exc}") from None
+    return SinkConfig(
+        url=args.url.rstrip("/"), topics=topics, consumer=args.consumer,
+        landing=args.landing.resolve(), node=args.node, from_seq=args.from_seq, tail=args.tail,
+        key=key or None, heartbeat_ms=args.heartbeat_ms, watchdog_slack_ms=args.watchdog_slack_ms,
+        flush_rows=args.flush_rows, flush_ms=args.flush_ms, progress_s=args.progress_s,
+        backoff_cap_ms=args.backoff_cap_ms,
+        index_url=None if args.no_index else (args.database_url or default_index_url),
+        faults=faults)

@@ -1,0 +1,122 @@
+"""The search index: PostgreSQL full text over delivered records (migration 004).
+
+Schema, shared with the Spark backfill, which writes into the same table::
+
+    search_documents(doc_key    text PRIMARY KEY,
+                     topic      text NOT NULL,
+                     seq        bigint NOT NULL,
+                     ts         bigint NOT NULL,
+                     tag        text,
+                     data       jsonb NOT NULL,
+                     body       tsvector NOT NULL,      -- GIN index search_documents_body
+                     updated_at timestamptz DEFAULT now())
+
+* ``doc_key`` = ``topic + '/' + tag`` when the record has a ``$tag``, else
+  ``topic + '/' + str(seq)`` (:func:`doc_key`).
+* ``body`` = ``to_tsvector('simple', data::text)`` with ``data`` the jsonb value.
+* Every write is :data:`UPSERT`'s ``INSERT … ON CONFLICT (doc_key) DO UPDATE … WHERE
+  excluded.seq >= search_documents.seq``: the newest seq per key wins and replaying a batch
+  changes nothing, so the sink (after a crash) and the backfill may both write any record
+  any number of times. One statement per batch, arrays unnested server-side; a batch must not
+  name a key twice (:func:`documents` keeps the newest per key).
+
+The sink upserts a segment's records only after the segment is durable, and records how far
+the index has got (``indexed_frame_no`` in the sink state), so a crash or an unreachable
+database is caught up from the landing segments later.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import psycopg
+
+log = logging.getLogger("auditsync.sink.index")
+
+IndexRecord = tuple[str, int, int, str | None, str]  # (topic, seq, ts, tag, data JSON text)
+Doc = tuple[str, str, int, int, str | None, str]      # (doc_key, topic, seq, ts, tag, data)
+
+UPSERT = """
+INSERT INTO search_documents AS d (doc_key, topic, seq, ts, tag, data, body)
+SELECT u.doc_key, u.topic, u.seq, u.ts, u.tag, u.data::jsonb,
+       to_tsvector('simple', u.data::jsonb::text)
+  FROM unnest(%(keys)s::text[], %(topics)s::text[], %(seqs)s::bigint[], %(ts)s::bigint[],
+              %(tags)s::text[], %(datas)s::text[]) AS u(doc_key, topic, seq, ts, tag, data)
+ON CONFLICT (doc_key) DO UPDATE
+   SET topic = excluded.topic, seq = excluded.seq, ts = excluded.ts, tag = excluded.tag,
+       data = excluded.data, body = excluded.body, updated_at = now()
+ WHERE excluded.seq >= d.seq
+"""
+
+
+def doc_key(topic: str, tag: str | None, seq: int) -> str:
+    return f"{topic}/{tag}" if tag is not None else f"{topic}/{seq}"
+
+
+def documents(records: Iterable[IndexRecord]) -> list[Doc]:
+    """One document per key, the newest seq winning, in first-seen key order."""
+    newest: dict[str, Doc] = {}
+    for topic, seq, ts, tag, data in records:
+        key = doc_key(topic, tag, seq)
+        held = newest.get(key)
+        if held is None or seq >= held[2]:
+            newest[key] = (key, topic, seq, ts, tag, data)
+    return list(newest.values())
+
+
+def _params(docs: list[Doc]) -> dict[str, list]:
+    keys, topics, seqs, ts, tags, datas = (list(c) for c in zip(*docs))
+    return {"keys": keys, "topics": topics, "seqs": seqs, "ts": ts, "tags": tags, "datas": datas}
+
+
+class SearchIndex:
+    """One connection, opened lazily and dropped when it fails, so the next call reconnects."""
+
+    def __init__(self, url: str, connect_timeout_s: int = 3) -> None:
+        self.url = url
+        self.connect_timeout_s = connect_timeout_s
+        self._conn: psycopg.AsyncConnection | None = None
+        self.rejected = 0
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s)
+        return self._conn
+
+    async def upsert(self, records: Iterable[IndexRecord]) -> int:
+        """Upsert the newest document per key; returns how many documents were sent.
+
+        Raises ``psycopg.OperationalError`` when the database cannot be reached (the caller
+        retries later). A document PostgreSQL refuses (e.g. a ``\\u0000`` that jsonb cannot
+        hold) is logged, counted in ``rejected`` and skipped, so it cannot wedge the index.
+        """
+        docs = documents(records)
+        if not docs:
+            return 0
+        try:
+            conn = await self._connection()
+            try:
+                async with conn.transaction():
+                    await conn.execute(UPSERT, _params(docs))
+            except psycopg.DataError:
+                await self._one_by_one(conn, docs)
+        except psycopg.OperationalError:
+            await self.close()
+            raise
+        return len(docs)
+
+    async def _one_by_one(self, conn: psycopg.AsyncConnection, docs: list[Doc]) -> None:
+        for doc in docs:
+            try:
+                async with conn.transaction():
+                    await conn.execute(UPSERT, _params([doc]))
+            except psycopg.DataError as exc:
+                self.rejected += 1
+                log.error("search index refused %s (seq %d): %s", doc[0], doc[2],
+                          str(exc).strip())
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
