@@ -19,7 +19,8 @@ from ..store import topics as store
 from ..store.database import database_url
 from . import health_routes, topics_routes, watch_routes
 from .auth import KeyRing
-from .context import DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from .appender import Appender
+from .context import APPENDER, DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from .errors import MAX_BODY, error_middleware
 from .metrics import Metrics
 from .tailer import Hub
@@ -50,6 +51,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
                                kwargs=connection_kwargs(settings), name="auditsync")
     await pool.open(wait=False)
     app[POOL] = pool
+    app[APPENDER] = Appender(pool)
     yield
     await pool.close()
 

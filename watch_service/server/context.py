@@ -7,6 +7,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..settings import Settings
 from .auth import KeyRing
 from .metrics import Metrics
+from .appender import Appender
 from .tailer import Hub
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -15,6 +16,7 @@ KEYS = web.AppKey("keys", KeyRing)
 METRICS = web.AppKey("metrics", Metrics)
 DB_URL = web.AppKey("db_url", str)
 HUB = web.AppKey("hub", Hub)
+APPENDER = web.AppKey("appender", Appender)
 STREAMS = web.AppKey("streams", set)  # open SSE WatchStreams (cursor flusher)
 # Tasks of every open streaming response (SSE, Permify watch): shutdown cancels them.
 STREAM_TASKS = web.AppKey("stream_tasks", set)

@@ -10,7 +10,7 @@ from ..protocol.names import check_topic
 from ..protocol.records import encode_list
 from ..store import topics as store
 from .auth import authorize
-from .context import KEYS, METRICS, POOL, SETTINGS
+from .context import APPENDER, KEYS, METRICS, POOL, SETTINGS
 
 routes = web.RouteTableDef()
 
@@ -81,8 +81,7 @@ async def append_records(request: web.Request) -> web.Response:
     name = check_topic(request.match_info["topic"])
     caller(request, "write", name)
     records = rq.new_records(await read_body(request), request.app[SETTINGS].max_record_bytes)
-    async with request.app[POOL].connection() as conn:
-        result = await store.append(conn, name, records)
+    result = await request.app[APPENDER].append(name, records)
     if result is None:
         raise topic_not_found(name)
     metrics = request.app[METRICS]

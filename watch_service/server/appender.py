@@ -1,0 +1,112 @@
+"""Group commit for appends: concurrent requests to one topic share a statement.
+
+Appends to a topic serialise on its row lock (invariant L1), so each costs a lock hold and a
+WAL flush. While one append to a topic is in flight, later requests for that topic queue here;
+the next statement carries all of them, and each request gets back its own consecutive seq
+range. A merged statement that fails is retried one request at a time, so a bad request fails
+alone and every request stays all-or-nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ..protocol.requests import NewRecord
+from ..store import topics as store
+
+MAX_GROUP_RECORDS = 5000
+MAX_GROUP_BYTES = 16 * 1024 * 1024
+
+
+@dataclasses.dataclass
+class _Pending:
+    records: list[NewRecord]
+    size: int
+    future: asyncio.Future
+
+
+class Appender:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+        self.queues: dict[str, list[_Pending]] = {}
+
+    async def append(self, topic: str, records: list[NewRecord]) -> store.AppendResult | None:
+        size = sum(len(r.data) + len(r.meta or "") for r in records)
+        pending = _Pending(records, size, asyncio.get_running_loop().create_future())
+        queue = self.queues.get(topic)
+        if queue is None:
+            self.queues[topic] = [pending]
+            asyncio.create_task(self._drain(topic), name=f"append:{topic}")
+        else:
+            queue.append(pending)
+        return await pending.future
+
+    async def _drain(self, topic: str) -> None:
+        try:
+            while self.queues[topic]:
+                group = _take_group(self.queues[topic])
+                await self._commit(topic, group)
+        finally:
+            leftover = self.queues.pop(topic, [])
+            for p in leftover:  # only on cancellation: fail them rather than hang
+                if not p.future.done():
+                    p.future.set_exception(asyncio.CancelledError())
+
+    async def _commit(self, topic: str, group: list[_Pending]) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                if len(group) == 1:
+                    _settle(group[0], await store.append(conn, topic, group[0].records))
+                    return
+                merged = [r for p in group for r in p.records]
+                try:
+                    result = await store.append(conn, topic, merged)
+                except psycopg.DatabaseError as exc:
+                    if isinstance(exc, psycopg.OperationalError):
+                        raise
+                    for p in group:  # find the culprit: each request alone
+                        try:
+                            _settle(p, await store.append(conn, topic, p.records))
+                        except psycopg.DatabaseError as one:
+                            if isinstance(one, psycopg.OperationalError):
+                                raise
+                            p.future.set_exception(one)
+                    return
+                _split(group, result)
+        except Exception as exc:
+            for p in group:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+
+
+def _take_group(queue: list[_Pending]) -> list[_Pending]:
+    group, records, size = [], 0, 0
+    while queue:
+        nxt = queue[0]
+        if group and (records + len(nxt.records) > MAX_GROUP_RECORDS
+                      or size + nxt.size > MAX_GROUP_BYTES):
+            break
+        group.append(queue.pop(0))
+        records += len(nxt.records)
+        size += nxt.size
+    return group
+
+
+def _settle(p: _Pending, result: store.AppendResult | None) -> None:
+    if not p.future.done():
+        p.future.set_result(result)
+
+
+def _split(group: list[_Pending], result: store.AppendResult | None) -> None:
+    if result is None:  # the topic does not exist: the same answer for everyone
+        for p in group:
+            _settle(p, None)
+        return
+    first = result.first_seq
+    for p in group:
+        last = first + len(p.records) - 1
+        _settle(p, store.AppendResult(result.topic, first, last, result.head_seq, result.ts))
+        first = last + 1
