@@ -48,6 +48,7 @@ class Settings:
     permify_watch_enabled: bool = True
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
+    sink_key: str | None = None           # bearer key the sink presents to the service
 
     @property
     def embedded(self) -> bool:
@@ -76,6 +77,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
+    "AUDITSYNC_SINK_KEY": ("sink_key", str),
 }
 
 _POSITIVE = {"pg_port", "port", "max_body_bytes", "max_record_bytes", "pool_max",

@@ -3,12 +3,29 @@ and the search index (PostgreSQL full text) in sync with a set of topics.
 
 Pure parts: ``sse`` (the SSE parser), ``rows`` (frames → landing rows), ``faults``,
 ``backoff``, ``progress``; composite ids come from ``protocol.cursor``. I/O: ``client``
-(HTTP), ``durable`` and ``landing`` (files), ``search_index`` (PostgreSQL), ``spool`` (buffer
-and durable commit), ``consumer`` (the connection loop), ``command`` (the CLI).
+(HTTP), ``durable`` and ``landing`` (files), ``search_index`` and ``indexer`` (PostgreSQL),
+``spool`` (buffer and durable commit), ``consumer`` (the connection loop), ``command`` (the
+CLI). ``main`` and ``build_parser`` import the heavy parts lazily, so importing a pure module
+(``watch_service.sink.sse``, ``.search_index``) does not pull in aiohttp, pyarrow or uvloop.
 """
 from __future__ import annotations
 
-from .command import main
-from .config import build_parser
+import argparse
+from collections.abc import Mapping
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """``auditsync sink``: run until SIGTERM/SIGINT; returns the exit status."""
+    from .command import main as run
+
+    return run(argv, environ)
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The ``auditsync sink`` flags (on ``parser`` if given)."""
+    from .config import build_parser as build
+
+    return build(parser)
+
 
 __all__ = ["build_parser", "main"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ import uvloop
 from .. import settings as settings_mod
 from ..settings import SettingsError
 from ..store.database import database_url
-from .config import KEY_ENV, ConfigError, SinkConfig, build_parser, config_from_args
+from .config import ConfigError, SinkConfig, build_parser, config_from_args
 from .consumer import Sink
 from .landing import Landing, LandingError
 from .search_index import SearchIndex
@@ -44,12 +43,12 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    env = os.environ if environ is None else environ
     try:
+        settings = settings_mod.load(environ)
         default_index = None
         if not args.no_index and not args.database_url:
-            default_index = database_url(settings_mod.load(env))
-        cfg = config_from_args(args, env.get(KEY_ENV), default_index)
+            default_index = database_url(settings)
+        cfg = config_from_args(args, settings.sink_key, default_index)
         landing = Landing(cfg.landing, cfg.consumer)
         landing.open()
     except (ConfigError, SettingsError, LandingError, OSError) as exc:

@@ -1,0 +1,88 @@
+"""The composite id as the sink reads it (the shared protocol.cursor), backoff and the
+watchdog, progress lines, flag validation."""
+import argparse
+from pathlib import Path
+
+import pytest
+
+from watch_service.protocol import cursor as cursor_codec
+from watch_service.sink.backoff import backoff_ms, watchdog_s
+from watch_service.sink.config import ConfigError, build_parser, config_from_args
+from watch_service.sink.progress import Stats, lags, progress_line
+
+pytestmark = pytest.mark.unit
+
+
+def test_cursor_id_matches_the_seed_example():
+    wire = "eyJvcmRlcnMiOjUyMTAsIm5vdGlmaWNhdGlvbnMiOjg4MTMwfQ"
+    assert cursor_codec.decode(wire) == {"orders": 5210, "notifications": 88130}
+    assert cursor_codec.encode({"orders": 5210, "notifications": 88130}) == wire
+
+
+@pytest.mark.parametrize("cursors", [{}, {"a": 0}, {"a.b:c@d-e_f": 2**53, "z": 1}])
+def test_cursor_id_round_trip_unpadded(cursors):
+    encoded = cursor_codec.encode(cursors)
+    assert "=" not in encoded and "+" not in encoded and "/" not in encoded
+    assert cursor_codec.decode(encoded) == cursors
+
+
+@pytest.mark.parametrize("opaque", ["", "ckpt_123", "!!!", cursor_codec.encode({"a": -1}),
+                                    "WzEsMl0", "eyJhIjp0cnVlfQ", "eyJhIjoiMSJ9"])
+def test_cursor_id_opaque_tokens_decode_to_none(opaque):
+    assert cursor_codec.decode(opaque) is None
+
+
+def test_backoff_grows_caps_and_jitters():
+    assert backoff_ms(0, 2000, 30_000, 0.0) == 1000
+    assert backoff_ms(0, 2000, 30_000, 0.999999) == pytest.approx(2000, abs=0.01)
+    assert backoff_ms(2, 2000, 30_000, 0.5) == 6000
+    assert backoff_ms(10, 2000, 30_000, 0.0) == 15_000
+    assert backoff_ms(10_000, 2000, 30_000, 0.0) == 15_000
+    assert backoff_ms(3, 0, 30_000, 0.7) == 0
+    with pytest.raises(ValueError):
+        backoff_ms(0, 2000, 30_000, 1.0)
+
+
+def test_watchdog_is_twice_the_clamped_heartbeat_plus_slack():
+    assert watchdog_s(15_000, 5_000) == 35.0
+    assert watchdog_s(10, 100) == 2.1
+    assert watchdog_s(600_000, 0) == 120.0
+
+
+def test_progress_line_rates_and_lag():
+    before = Stats(frames=10, records=100)
+    now = Stats(frames=30, records=500, duplicates=3, reconnects=1, heads={"b": 50, "a": 9},
+                cursors={"a": 9, "b": 20})
+    assert lags(now) == {"a": 0, "b": 30}
+    line = progress_line(before, now, 2.0)
+    assert line.startswith("frames/s=10 records/s=200 lag[a=0 b=30] ")
+    assert "duplicates=3" in line and "reconnects=1" in line and "FAULTS" not in line
+    assert "FAULTS dropped=2 corrupted=0" in progress_line(before, Stats(dropped=2), 1.0)
+
+
+def _args(*extra: str) -> argparse.Namespace:
+    return build_parser().parse_args(["--url", "http://127.0.0.1:8400/", "--topics", "a, b",
+                                      "--consumer", "c1", "--landing", "/tmp/x", *extra])
+
+
+def test_config_from_flags():
+    cfg = config_from_args(_args("--node", "n1", "--fault-corrupt", "3"), "k", "postgresql://x")
+    assert cfg.url == "http://127.0.0.1:8400" and cfg.topics == ("a", "b")
+    assert cfg.consumer_dir == Path("/tmp/x/c1") and cfg.key == "k" and cfg.node == "n1"
+    assert cfg.index_url == "postgresql://x" and cfg.faults.corrupt == 3 and cfg.faults.enabled
+    assert config_from_args(_args("--no-index"), None, "postgresql://x").index_url is None
+    assert config_from_args(_args(), "", None).key is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--topics", "bad name"], "--topics"),
+    (["--topics", "a,a"], "--topics"),
+    (["--consumer", "../up"], "--consumer"),
+    (["--url", "ftp://x"], "--url"),
+    (["--flush-ms", "0"], "--flush-ms"),
+    (["--node", "has space"], "--node"),
+    (["--fault-drop-fraction", "1.5"], "--fault"),
+])
+def test_config_names_the_bad_flag(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_args(_args(*extra), None, None)
