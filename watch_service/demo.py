@@ -1,14 +1,16 @@
-"""``make demo`` (``python -m watch_service.demo``): the log end to end on this machine.
+"""``make demo`` (``python -m watch_service.demo``): the whole product end to end on this machine.
 
-Starts the project's embedded PostgreSQL in ``.local/`` (or uses ``DATABASE_URL``), migrates,
-runs ``auditsync serve`` as a child process on a free loopback port, creates three topics (one
-capped), appends a few hundred records in batches, reads them back through the Records API
-checking that seqs are contiguous and payloads intact, prints a line per step and a summary,
-then stops the service by its PID and the cluster if this run started it.
+The log half: the project's embedded PostgreSQL in ``.local/`` (or ``DATABASE_URL``), migrated;
+``auditsync serve`` as a child process on a free loopback port; three topics (one capped), a
+few hundred records appended in batches and read back through the Records API (contiguous seqs,
+intact payloads, the cap's tombstone); a tenant with authorization writes through the Permify
+API. The pipeline half (``demo_pipeline.py``): a sink with a little loud fault injection, more
+writes while it runs, ``airflow dags test audit_sync`` (compact, reconcile, backfill, verify,
+Great Expectations), and a summary of what was written, delivered, found and repaired, with the
+path of the Data Docs. It prints a line per step and stops everything it started.
 
-Each step is one function taking the shared ``Demo`` state, so later issues add steps (the SSE
-watch, the sink, the pipeline) without reshaping the ones here. Exit 0 when every check passed,
-1 when a check failed, 2 when the demo could not set up.
+``--log-only`` runs the log half alone. Exit 0 when every check passed, 1 when a check failed,
+2 when the demo could not set up.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import aiohttp
 
+from . import demo_pipeline as pipeline
 from . import settings as settings_mod
 from .embedded_pg import EmbeddedPgError
 from .settings import PROJECT_ROOT, Settings, SettingsError
@@ -52,6 +55,21 @@ class Demo:
     written: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     summary: list[str] = dataclasses.field(default_factory=list)
     began: float = dataclasses.field(default_factory=time.monotonic)
+    # the pipeline half (watch_service/demo_pipeline.py)
+    tenant: str = ""
+    sink: subprocess.Popen | None = None
+    landing: Path = Path()
+    heads: dict[str, int] = dataclasses.field(default_factory=dict)  # short name -> head_seq
+    gx_root: Path = Path()
+    pipeline_run: str = ""
+    airflow_ok: bool = False
+
+    @property
+    def work_dir(self) -> Path:
+        return self.log_dir / self.run_id
+
+    def check(self, ok: bool, message: str) -> None:
+        _check(ok, message)
 
     @property
     def log_dir(self) -> Path:
@@ -163,6 +181,7 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
 
 
 def stop(demo: Demo) -> None:
+    pipeline.stop_sink(demo)
     if demo.service is not None and demo.service.poll() is None:
         demo.service.send_signal(signal.SIGTERM)
         try:
@@ -182,9 +201,20 @@ async def api_steps(demo: Demo) -> None:
         await create_topics(demo, http)
         await write_records(demo, http)
         await read_back(demo, http)
+        await pipeline.create_tenant(demo, http)
+        await pipeline.write_authz(demo, http, 0)
 
 
-def main() -> int:
+async def live_steps(demo: Demo) -> dict[str, int]:
+    """With the sink running: more authorization writes, then every topic's head."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await pipeline.write_authz(demo, http, pipeline.AUTHZ_WRITES)
+        return await pipeline.read_heads(demo, http)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    log_only = "--log-only" in argv  # the log half only (fast; what tests/test_demo.py runs)
     try:
         demo = Demo(settings_mod.load())
     except SettingsError as exc:
@@ -195,6 +225,11 @@ def main() -> int:
         start_database(demo)
         start_service(demo)
         asyncio.run(api_steps(demo))
+        if not log_only:
+            pipeline.start_sink(demo)
+            pipeline.wait_for_sink(demo, asyncio.run(live_steps(demo)))
+            pipeline.run_airflow(demo)
+            demo.summary = pipeline.summarize(demo)
         print("\nsummary")
         for line in demo.summary:
             print(f"  {line}")
