@@ -2,6 +2,7 @@
 
     auditsync pipeline run --landing DIR --work DIR [--run-id ID] [--database-url URL]
                            [--master local[2]] [--driver-memory 2g] [--num-partitions 4]
+                           [--conf KEY=VALUE ...]
 
 Runs compact -> reconcile -> backfill -> verify, each job's ``main.py`` through the venv's
 ``spark-submit`` (the same mains Airflow's SparkSubmitOperator runs), printing one progress
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psycopg
 
 STEPS = ("compact", "reconcile", "backfill", "verify")
 EXIT_FAILED_GATE = 1
@@ -58,13 +61,14 @@ class Layout:
         }[step]
 
 
-def submit_command(step: str, args: list[str], master: str, driver_memory: str) -> list[str]:
+def submit_command(step: str, args: list[str], master: str, driver_memory: str,
+                   conf: list[str] = ()) -> list[str]:
     from spark_jobs.common.session import submit_flags
 
     spark_submit = Path(sys.executable).parent / "spark-submit"
+    confs = [x for kv in ["spark.ui.enabled=false", *conf] for x in ("--conf", kv)]
     return [str(spark_submit), "--master", master, "--driver-memory", driver_memory,
-            *submit_flags(), "--conf", "spark.ui.enabled=false",
-            str(JOBS_DIR / step / "main.py"), *args]
+            *submit_flags(), *confs, str(JOBS_DIR / step / "main.py"), *args]
 
 
 def run_step(step: str, command: list[str], log_path: Path) -> tuple[int, dict | None, list[str]]:
@@ -99,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--driver-memory", default="2g")
     run.add_argument("--num-partitions", type=int, default=4,
                      help="parallel JDBC queries per source table read")
+    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="extra Spark setting for every step (repeatable), e.g. for small "
+                          "runs: spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1")
     return parser
 
 
@@ -121,13 +128,18 @@ def run(args: argparse.Namespace) -> int:
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     layout = Layout(args.landing.resolve(), args.work.resolve(), run_id)
     layout.run_dir.mkdir(parents=True, exist_ok=True)
-    url = _database_url(args.database_url)
-    results.start_run(url, run_id)
+    try:
+        url = _database_url(args.database_url)
+        results.start_run(url, run_id)
+    except psycopg.OperationalError as exc:
+        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
+        return EXIT_STEP_ERROR
     print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
     started = time.monotonic()
     try:
         commands = {step: submit_command(step, layout.step_args(step, url, args.num_partitions),
-                                         args.master, args.driver_memory) for step in STEPS}
+                                         args.master, args.driver_memory, args.conf)
+                    for step in STEPS}
     except JdbcDriverMissing as exc:
         results.mark_failed(url, run_id)
         print(f"[pipeline] {exc}", file=sys.stderr, flush=True)

@@ -1,0 +1,1 @@
+"""backfill: the audit log and search index, repaired from PostgreSQL."""

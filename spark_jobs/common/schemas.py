@@ -1,0 +1,72 @@
+"""Explicit schemas of every table the jobs read or write.
+
+``LANDING`` is built from ``watch_service.protocol.landing.COLUMNS`` (the sink's row shape),
+so the two sides cannot drift. Partition columns are listed last where a table is written
+partitioned.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, DataType, DateType, LongType, StringType,
+                               StructField, StructType)
+
+from watch_service.protocol.landing import COLUMNS
+
+_NOT_NULL = {"consumer", "frame_no", "received_ms", "kind", "topic"}
+_TYPES: dict[str, DataType] = {"string": StringType(), "int64": LongType()}
+
+
+def _fields(*pairs: tuple[str, DataType], nullable: bool = True) -> list[StructField]:
+    return [StructField(name, kind, nullable) for name, kind in pairs]
+
+
+LANDING = StructType([StructField(name, _TYPES[kind], name not in _NOT_NULL)
+                      for name, kind in COLUMNS])
+
+# One row per delivered frame item: the landing columns plus ``cursor_before``, the frame's
+# topic cursor in the consumer's previous frame id (null when unknown).
+DELIVERIES = StructType(LANDING.fields + _fields(("cursor_before", LongType())))
+
+# records as read over JDBC: meta and data are the PostgreSQL json columns as text.
+SOURCE_RECORDS = StructType(
+    _fields(("topic", StringType()), ("seq", LongType()), ("ts", LongType()), nullable=False)
+    + _fields(("tag", StringType()), ("node", StringType()), ("meta", StringType()))
+    + _fields(("data", StringType()), nullable=False))
+
+GAPS = StructType(_fields(("topic", StringType()), ("gap_from", LongType()),
+                          ("gap_to", LongType()), ("reason", StringType()), nullable=False))
+
+# One row per (consumer, topic, seq) in scope. ``delivered_hash`` is set only where it adds to
+# ``source_hash``: a mismatch's copy, and copies of seqs with no source row.
+DETAIL = StructType(
+    _fields(("consumer", StringType()), ("topic", StringType()), ("seq", LongType()),
+            ("status", StringType()), nullable=False)
+    + _fields(("source_hash", StringType()), ("delivered_hash", StringType()))
+    + _fields(("copies", LongType()), nullable=False))
+
+SUMMARY = StructType(_fields(("run_id", StringType()), ("consumer", StringType()),
+                             ("topic", StringType()), ("status", StringType()),
+                             ("count", LongType()), nullable=False))
+
+AUDIT_LOG = StructType(
+    _fields(("topic", StringType()), ("seq", LongType()), ("ts", LongType()), nullable=False)
+    + _fields(("tag", StringType()), ("node", StringType()), ("meta", StringType()))
+    + _fields(("data", StringType()), ("data_sha256", StringType()), ("origin", StringType()),
+              ("date", DateType()), nullable=False))
+
+# Defects left after backfill, with a few example seqs each (verify's output).
+REMAINING = StructType(
+    _fields(("consumer", StringType()), ("topic", StringType()), ("status", StringType()),
+            ("found", LongType()), ("remaining", LongType()), nullable=False)
+    + _fields(("example_seqs", ArrayType(LongType()))))
+
+
+def columns(schema: StructType) -> list[str]:
+    return [f.name for f in schema.fields]
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """Select exactly ``schema``'s columns, in order, cast to its types: a transform's
+    schema contract at its start or end."""
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])

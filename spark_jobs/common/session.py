@@ -1,0 +1,78 @@
+"""Building the SparkSession, and finding the PostgreSQL JDBC driver for it.
+
+JDBC driver discovery, first hit wins:
+1. ``AUDITSYNC_JDBC_JAR`` — a path to the driver jar;
+2. ``/usr/share/java/postgresql.jar`` — Debian's ``libpostgresql-jdbc-java``;
+3. ``spark.jars.packages=org.postgresql:postgresql:42.7.4`` — only when
+   ``AUDITSYNC_SPARK_MAVEN=1`` says Maven Central is reachable from here.
+Otherwise ``JdbcDriverMissing`` says how to get one. This is the only place the Spark jobs read
+the environment; everything else arrives as command-line arguments. Importing this module does
+not import pyspark (the pipeline runner uses the discovery to build ``spark-submit`` flags).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JAR_ENV = "AUDITSYNC_JDBC_JAR"
+MAVEN_ENV = "AUDITSYNC_SPARK_MAVEN"
+DEBIAN_JAR = Path("/usr/share/java/postgresql.jar")
+MAVEN_PACKAGE = "org.postgresql:postgresql:42.7.4"
+
+# Semantics, not tuning: dates in the audit log's partitions are UTC days.
+BASE_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+class JdbcDriverMissing(RuntimeError):
+    """No PostgreSQL JDBC driver could be found; the message says how to get one."""
+
+
+def jdbc_driver(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """``("jar", path)`` or ``("package", maven_coordinates)`` for the PostgreSQL driver."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(JAR_ENV, "").strip()
+    if explicit:
+        if not Path(explicit).is_file():
+            raise JdbcDriverMissing(f"{JAR_ENV}={explicit!r}: no such file")
+        return "jar", explicit
+    if DEBIAN_JAR.is_file():
+        return "jar", str(DEBIAN_JAR)
+    if env.get(MAVEN_ENV, "") == "1":
+        return "package", MAVEN_PACKAGE
+    raise JdbcDriverMissing(
+        "no PostgreSQL JDBC driver found: install it with `apt-get install "
+        f"libpostgresql-jdbc-java` (gives {DEBIAN_JAR}), or set {JAR_ENV} to a postgresql "
+        f"jar, or set {MAVEN_ENV}=1 to fetch {MAVEN_PACKAGE} from Maven Central")
+
+
+def jdbc_conf(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    kind, where = jdbc_driver(environ)
+    return {"spark.jars": where} if kind == "jar" else {"spark.jars.packages": where}
+
+
+def submit_flags(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``spark-submit`` flags that put the driver on the classpath."""
+    kind, where = jdbc_driver(environ)
+    return ["--jars", where] if kind == "jar" else ["--packages", where]
+
+
+def build_session(app_name: str, master: str | None = None,
+                  conf: Mapping[str, str] | None = None) -> "SparkSession":
+    """The session for a job. ``master`` only outside ``spark-submit`` (which sets its own);
+    ``conf`` adds or overrides settings (tests: shuffle partitions, UI off)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    for key, value in {**BASE_CONF, **jdbc_conf(), **(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,1 @@
+"""compact: landing-zone segments -> the deliveries table."""

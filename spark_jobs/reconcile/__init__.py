@@ -1,0 +1,1 @@
+"""reconcile: source records and gaps (PostgreSQL) against deliveries, one status per seq."""

@@ -1,0 +1,108 @@
+"""Per consumer and topic: which seqs are due (the scope), and which ranges the consumer was
+told it will never get (signalled loss). Both come from the deliveries alone and are small:
+one row per consumer and topic (scope), one per merged range (signalled).
+
+Scope of (consumer, topic) is ``start_seq < seq <= watermark``:
+
+- ``watermark`` = the highest cursor the consumer reached for the topic: max over its items of
+  ``cursor`` (the topic's cursor in the frame id), falling back to the item's own position when
+  ``cursor`` is null (a record's seq, a tombstone's gap_to, a caught-up's head_seq); a
+  ``topic-deleted`` item reaches its ``head_seq``. Seqs above it are not yet due.
+- ``start_seq`` = the topic's cursor just before the consumer's first frame for the topic: its
+  ``cursor_before`` (the topic's entry in the previous frame id, which holds the session's
+  starting cursor for every watched topic), else what the first frame itself shows: a record
+  frame ``min(seq) - 1``, a tombstone ``gap_from - 1``, caught-up / topic-deleted ``cursor``.
+  Seqs at or below it were never owed: the consumer subscribed after them (``from_seq``,
+  ``tail``). A consumer that started at 0 has ``start_seq = 0`` and everything is in scope.
+  (Without a previous frame id, records node-filtered at the very start of the consumer's
+  first frame fall at or below ``min(seq) - 1``: out of scope instead of ``filtered``, which
+  is no defect either way.)
+- ``filter_node`` = the consumer's node filter (the one on most of its items, if it changed).
+- ``scope_id`` = a small number for the (consumer, topic), the key of reconcile's shuffles.
+
+Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a delivered
+``topic-deleted`` signals ``[cursor_before + 1, head_seq]`` (everything after the cursor it had
+up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
+adjacent ranges are merged, so each seq falls in at most one range.
+"""
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from watch_service.protocol.landing import (KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
+                                            KIND_TOPIC_DELETED)
+
+from ..common.schemas import DELIVERIES, conform
+
+SCOPE = StructType([StructField("scope_id", IntegerType(), False),
+                    StructField("consumer", StringType(), False),
+                    StructField("topic", StringType(), False),
+                    StructField("start_seq", LongType(), True),
+                    StructField("watermark", LongType(), True),
+                    StructField("filter_node", StringType(), True)])
+SIGNALLED = StructType([StructField("consumer", StringType(), False),
+                        StructField("topic", StringType(), False),
+                        StructField("range_from", LongType(), False),
+                        StructField("range_to", LongType(), False)])
+
+
+def _kind(name: str) -> Column:
+    return F.col("kind") == F.lit(name)
+
+
+def consumer_scope(deliveries: DataFrame) -> DataFrame:
+    """One row per (consumer, topic): ``start_seq``, ``watermark``, ``filter_node``."""
+    d = conform(deliveries, DELIVERIES)
+    first_view = (F.when(_kind(KIND_RECORD), F.col("seq") - 1)
+                  .when(_kind(KIND_TOMBSTONE), F.col("gap_from") - 1)
+                  .otherwise(F.col("cursor")))
+    start = F.coalesce(F.col("cursor_before"), first_view)
+    own_position = (F.when(_kind(KIND_RECORD), F.col("seq"))
+                    .when(_kind(KIND_TOMBSTONE), F.col("gap_to"))
+                    .when(_kind(KIND_CAUGHT_UP), F.col("head_seq")))
+    reach = F.when(_kind(KIND_TOPIC_DELETED), F.greatest("cursor", "head_seq")).otherwise(
+        F.coalesce(F.col("cursor"), own_position))
+    # Per frame first (hash aggregation on longs), then per topic: the first frame's start.
+    per_frame = d.groupBy("consumer", "topic", "frame_no").agg(
+        F.min(start).alias("start"), F.max(reach).alias("reach"))
+    per_topic = per_frame.groupBy("consumer", "topic").agg(
+        F.min_by("start", "frame_no").alias("start_seq"), F.max("reach").alias("watermark"))
+    # Count first so the string column is only ever a grouping key (hash aggregation).
+    nodes = (d.filter(F.col("filter_node").isNotNull())
+             .groupBy("consumer", "filter_node").agg(F.count(F.lit(1)).alias("items"))
+             .groupBy("consumer").agg(F.max_by("filter_node", "items").alias("filter_node")))
+    # A small dense id per (consumer, topic) keys the big shuffle instead of two strings; the
+    # table is tiny, so numbering it in one partition is free.
+    scope_id = F.row_number().over(Window.partitionBy(F.lit(0)).orderBy("consumer", "topic"))
+    return conform(per_topic.join(nodes, on="consumer", how="left")
+                   .withColumn("scope_id", scope_id), SCOPE)
+
+
+def signalled_ranges(deliveries: DataFrame) -> DataFrame:
+    """Merged ``[range_from, range_to]`` per (consumer, topic) the consumer was told it lost."""
+    d = conform(deliveries, DELIVERIES)
+    tombstones = d.filter(_kind(KIND_TOMBSTONE)).select(
+        "consumer", "topic", F.col("gap_from").alias("range_from"),
+        F.col("gap_to").alias("range_to"))
+    deleted = d.filter(_kind(KIND_TOPIC_DELETED)).select(
+        "consumer", "topic", (F.col("cursor_before") + 1).alias("range_from"),
+        F.col("head_seq").alias("range_to"))
+    ranges = (tombstones.unionByName(deleted)
+              .filter(F.col("range_from").isNotNull() & F.col("range_to").isNotNull()
+                      & (F.col("range_from") <= F.col("range_to")))
+              .distinct())
+    return conform(merge_ranges(ranges), SIGNALLED)
+
+
+def merge_ranges(ranges: DataFrame) -> DataFrame:
+    """Union of inclusive ranges per (consumer, topic): overlapping or adjacent ones merge."""
+    order = Window.partitionBy("consumer", "topic").orderBy("range_from", "range_to")
+    reached = F.max("range_to").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    starts_group = F.when(reached.isNull() | (F.col("range_from") > reached + 1), 1).otherwise(0)
+    grouped = (ranges.withColumn("starts", starts_group)
+               .withColumn("group", F.sum("starts").over(
+                   order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
+    return grouped.groupBy("consumer", "topic", "group").agg(
+        F.min("range_from").alias("range_from"), F.max("range_to").alias("range_to"))

@@ -1,0 +1,1 @@
+"""verify: defects left after backfill; the pipeline's quality gate."""

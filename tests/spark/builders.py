@@ -1,0 +1,75 @@
+"""Literal landing / source rows for the spark tests: a tiny frame-by-frame stream writer."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD,
+                                            KIND_TOMBSTONE, KIND_TOPIC_DELETED)
+
+
+def frame_id(cursors: dict[str, int]) -> str:
+    """A composite cursor id as the service writes it (base64url, unpadded, compact JSON)."""
+    raw = json.dumps(cursors, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def payload(seq: int, topic: str = "t") -> str:
+    return json.dumps({"n": seq, "topic": topic}, separators=(",", ":"))
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Stream:
+    """One consumer's received frames, as landing rows (tuples in ``COLUMN_NAMES`` order).
+
+    ``cursors`` is the session's starting cursor map; every frame advances its topic's entry
+    and carries the whole map as its id, as the service does.
+    """
+
+    def __init__(self, consumer: str, cursors: dict[str, int], filter_node: str | None = None):
+        self.consumer, self.filter_node = consumer, filter_node
+        self.cursors = dict(cursors)
+        self.frame_no = 0
+        self.rows: list[tuple] = []
+
+    def _frame(self, topic: str, cursor: int, items: list[dict[str, Any]]) -> None:
+        self.frame_no += 1
+        self.cursors[topic] = cursor
+        fid = frame_id(self.cursors)
+        for item in items:
+            row = {"consumer": self.consumer, "filter_node": self.filter_node,
+                   "frame_no": self.frame_no, "frame_id": fid, "received_ms": 1_000 + self.frame_no,
+                   "topic": topic, "cursor": cursor, **item}
+            self.rows.append(tuple(row.get(c) for c in COLUMN_NAMES))
+
+    def records(self, topic: str, seqs: list[int], cursor: int | None = None,
+                data: dict[int, str] | None = None,
+                nodes: dict[int, str] | None = None) -> "Stream":
+        items = []
+        for s in seqs:
+            text = (data or {}).get(s, payload(s, topic))
+            items.append({"kind": KIND_RECORD, "seq": s, "ts": 1_700_000_000_000 + s,
+                          "node": (nodes or {}).get(s), "data": text, "data_sha256": sha(text),
+                          "head_seq": max(seqs)})
+        self._frame(topic, max(seqs) if cursor is None else cursor, items)
+        return self
+
+    def tombstone(self, topic: str, gap_from: int, gap_to: int, reason: str = "cap") -> "Stream":
+        self._frame(topic, gap_to, [{"kind": KIND_TOMBSTONE, "reason": reason,
+                                     "gap_from": gap_from, "gap_to": gap_to}])
+        return self
+
+    def caught_up(self, topic: str, head: int) -> "Stream":
+        self._frame(topic, max(head, self.cursors.get(topic, 0)),
+                    [{"kind": KIND_CAUGHT_UP, "head_seq": head}])
+        return self
+
+    def topic_deleted(self, topic: str, head: int) -> "Stream":
+        self._frame(topic, max(head, self.cursors.get(topic, 0)),
+                    [{"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}])
+        return self
