@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: setup system-deps venv demo test bench clean
+.PHONY: setup system-deps venv demo test bench airflow clean
 
 setup: system-deps venv
 
@@ -48,6 +48,13 @@ demo: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# Airflow's UI with this project's DAGs and plugin on http://127.0.0.1:8080 (user admin; the
+# generated password is in .local/airflow/passwords.json). Stop with Ctrl-C.
+airflow: setup
+	$(PY) -m watch_service.cli db start
+	$(PY) -m watch_service.cli migrate
+	$(PY) -m watch_service.airflow_env airflow standalone
 
 clean:
 	-$(PY) -m watch_service.cli db stop

@@ -1,0 +1,142 @@
+"""Great Expectations suites over the pipeline's outputs, built in code, and the checkpoint run.
+
+Datasets (each a Spark DataFrame handed in by the operator):
+
+* ``deliveries`` — the compacted landing zone, one row per delivered frame item;
+* ``reconciliation`` — the run's per (consumer, topic, status) counts;
+* ``remaining`` — defects left after backfill (verify's output, one row per seq): none;
+* ``audit_log`` — the repaired audit log: ``(topic, seq)`` unique, no nulls where a record
+  must have values, timestamps in range.
+
+The context is file-backed under ``<root>/gx`` (suites, checkpoints and Data Docs survive
+between runs); suites and checkpoints are re-declared with ``add_or_update`` each run, so the
+code here is the only definition. One checkpoint per dataset (a dataframe checkpoint validates
+the one dataframe it is given), each with an ``UpdateDataDocsAction``.
+
+This module imports Great Expectations at the top: only the operator's ``execute`` imports it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.expectations.row_conditions import Column
+
+DATASOURCE = "auditsync"
+DOCS_SITE = "local_site"
+MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
+RECORD_KINDS = ("record", "tombstone", "caught-up", "topic-deleted")
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """Timestamps (ms) a row may carry: from MIN_TS_MS to when the check runs, plus slack."""
+    max_ts_ms: int
+    min_ts_ms: int = MIN_TS_MS
+
+
+def _not_null(*cols: str, **kw: Any) -> list:
+    return [gxe.ExpectColumnValuesToNotBeNull(column=c, **kw) for c in cols]
+
+
+def suites(bounds: Bounds, summary_statuses: tuple[str, ...],
+           defects: tuple[str, ...], origins: tuple[str, ...]) -> dict[str, list]:
+    """Expectations per dataset. Statuses and origins come from ``spark_jobs.common.statuses``."""
+    is_record = Column("kind") == "record"
+    ts_range = {"min_value": bounds.min_ts_ms, "max_value": bounds.max_ts_ms}
+    return {
+        "deliveries": [
+            *_not_null("consumer", "frame_no", "received_ms", "kind", "topic"),
+            gxe.ExpectColumnValuesToBeInSet(column="kind", value_set=list(RECORD_KINDS)),
+            *_not_null("seq", "ts", "data", "data_sha256", row_condition=is_record),
+            gxe.ExpectColumnValuesToBeBetween(column="seq", min_value=1, row_condition=is_record),
+            gxe.ExpectColumnValuesToBeBetween(column="received_ms", **ts_range),
+            gxe.ExpectColumnValuesToBeBetween(column="ts", row_condition=is_record, **ts_range),
+        ],
+        "reconciliation": [
+            *_not_null("run_id", "consumer", "topic", "status", "count"),
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(summary_statuses)),
+            gxe.ExpectColumnValuesToBeBetween(column="count", min_value=0),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["run_id", "consumer", "topic",
+                                                             "status"]),
+        ],
+        "remaining": [
+            # verify's output: one row per defect left after backfill. The gate: none may
+            # survive (the failure lists which statuses did).
+            gxe.ExpectColumnValuesToNotBeInSet(column="status", value_set=list(defects)),
+            gxe.ExpectTableRowCountToEqual(value=0),
+        ],
+        "audit_log": [
+            *_not_null("topic", "seq", "ts", "data", "data_sha256", "origin"),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["topic", "seq"]),
+            gxe.ExpectColumnValuesToBeBetween(column="seq", min_value=1),
+            gxe.ExpectColumnValuesToBeBetween(column="ts", **ts_range),
+            gxe.ExpectColumnValuesToBeInSet(column="origin", value_set=list(origins)),
+        ],
+    }
+
+
+def context(root: Path):
+    """The file-backed context in ``<root>/gx``, created on first use; no progress bars in
+    task logs and no usage statistics sent anywhere."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    ctx = gx.get_context(mode="file", project_root_dir=str(root))
+    quiet = ProgressBarsConfig(globally=False, metric_calculations=False)
+    if ctx.variables.progress_bars != quiet or ctx.variables.analytics_enabled is not False:
+        ctx.variables.progress_bars = quiet
+        ctx.variables.analytics_enabled = False
+        ctx.variables.save()
+    return ctx
+
+
+def docs_index(root: Path) -> Path:
+    return Path(root) / "gx" / "uncommitted" / "data_docs" / DOCS_SITE / "index.html"
+
+
+def _checkpoint(ctx, name: str, expectations: list):
+    try:
+        source = ctx.data_sources.get(DATASOURCE)
+    except (KeyError, ValueError):
+        source = ctx.data_sources.add_spark(DATASOURCE)
+    try:
+        asset = source.get_asset(name)
+    except LookupError:
+        asset = source.add_dataframe_asset(name)
+    try:
+        batch = asset.get_batch_definition(name)
+    except (KeyError, ValueError, LookupError):
+        batch = asset.add_batch_definition_whole_dataframe(name)
+    suite = ctx.suites.add_or_update(gx.ExpectationSuite(name=name, expectations=expectations))
+    vd = ctx.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=name, data=batch, suite=suite))
+    return ctx.checkpoints.add_or_update(gx.Checkpoint(
+        name=f"audit_sync_{name}", validation_definitions=[vd],
+        actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+        result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5}))
+
+
+def run(root: Path, frames: Mapping[str, Any], run_name: str, bounds: Bounds,
+        summary_statuses: tuple[str, ...], defects: tuple[str, ...],
+        origins: tuple[str, ...]) -> list[dict]:
+    """Validate each given dataset; returns each validation result as a JSON dict (what
+    ``summary.summarize`` reads). Data Docs are rebuilt as part of each checkpoint run."""
+    ctx = context(root)
+    defined = suites(bounds, summary_statuses, defects, origins)
+    results = []
+    for name, df in frames.items():
+        checkpoint = _checkpoint(ctx, name, defined[name])
+        outcome = checkpoint.run(batch_parameters={"dataframe": df},
+                                 run_id=RunIdentifier(run_name=run_name))
+        for result in outcome.run_results.values():
+            doc = result.to_json_dict()
+            doc["dataset"] = name
+            results.append(doc)
+    return results

@@ -1,0 +1,76 @@
+"""Wait until every sink's cursor has passed the end of the run's data interval.
+
+Deferrable by default (the wait happens in the triggerer, see ``triggers.py``); with
+``deferrable=False`` it is an ordinary sensor (use ``mode="reschedule"``), re-reading the heads
+at each poke. Either way a timeout fails the task with the lagging consumers and topics named.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from .hooks import DEFAULT_CONN_ID, WatchServiceHook
+from .sink_cursors import decide, read_positions, split_consumers
+
+
+class SinkCursorSensor(BaseSensorOperator):
+    """``landing``: the landing zone root; ``consumers``: comma-separated names, empty = every
+    consumer folder with a ``state.json``."""
+
+    template_fields: Sequence[str] = ("landing", "consumers")
+    ui_color = "#e8f4ff"
+
+    def __init__(self, *, landing: str, consumers: str = "",
+                 watch_conn_id: str = DEFAULT_CONN_ID, deferrable: bool = True,
+                 poll_s: float = 2.0, **kwargs: Any) -> None:
+        kwargs.setdefault("timeout", 30 * 60)
+        kwargs.setdefault("poke_interval", poll_s)
+        super().__init__(**kwargs)
+        self.landing = landing
+        self.consumers = consumers
+        self.watch_conn_id = watch_conn_id
+        self.deferrable = deferrable
+        self.poll_s = poll_s
+        self._last_reason = ""
+
+    def _interval_end_s(self, context) -> float:
+        end = context.get("data_interval_end") or context["logical_date"]
+        return end.timestamp()
+
+    def poke(self, context) -> bool:
+        end_s = self._interval_end_s(context)
+        now = time.time()
+        heads = WatchServiceHook(self.watch_conn_id).get_heads() if now >= end_s else None
+        positions, missing = read_positions(Path(self.landing), split_consumers(self.consumers))
+        decision = decide(now, end_s, positions, missing, heads)
+        self._last_reason = decision.reason
+        self.log.info("%s", decision.reason)
+        return decision.ready
+
+    def execute(self, context) -> None:
+        if not self.deferrable:
+            super().execute(context)
+            return
+        if self.poke(context):
+            return
+        from .triggers import SinkCursorTrigger
+
+        self.defer(trigger=SinkCursorTrigger(
+            landing=str(self.landing), consumers=split_consumers(self.consumers),
+            interval_end_s=self._interval_end_s(context), deadline_s=time.time() + self.timeout,
+            watch_conn_id=self.watch_conn_id, poll_s=self.poll_s),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout + 120))
+
+    def execute_complete(self, context, event: dict[str, Any]) -> None:
+        if event.get("status") != "ready":
+            raise AirflowFailException(
+                f"the sinks did not pass the end of the data interval within "
+                f"{self.timeout:.0f}s: {event.get('reason')}")
+        self.log.info("%s", event.get("reason"))

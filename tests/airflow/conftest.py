@@ -1,0 +1,279 @@
+"""Shared setup of the Airflow layer, built once per session because every piece is slow:
+
+* the plugin on ``sys.path`` (as Airflow puts it) for the in-process pure tests;
+* ``airflow_home``: an Airflow home with the environment ``airflow_env`` computes for this
+  project (embedded defaults: SQLite metadata, Spark ``local[2]``), migrated once;
+* ``landing``: the real watch service (its own process) with three topics — one capped and
+  trimmed by the ``retention`` DAG, so the sink sees a tombstone — and the real sink (its own
+  process, with fault injection: dropped and corrupted records) writing a landing zone until
+  its cursors reach the heads;
+* ``runs``: the audit_sync DAG run with ``airflow dags test`` on that landing zone, which the
+  e2e, Spark-cluster and browser tests all read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from watch_service.airflow_env import airflow_env
+from watch_service.settings import Settings
+
+from ..support import ServiceProcess, unique
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "plugins") not in sys.path:
+    sys.path.insert(0, str(ROOT / "plugins"))
+
+BIN = Path(sys.executable).parent
+CONSUMER = "primary"
+FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed", "11"]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def http_json(method: str, url: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@dataclasses.dataclass
+class AirflowHome:
+    local: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, timeout: float = 300, extra_env: dict | None = None,
+            check: bool = False) -> subprocess.CompletedProcess:
+        out = subprocess.run([str(BIN / "airflow"), *args], env={**self.env, **(extra_env or {})},
+                             capture_output=True, text=True, timeout=timeout, cwd=self.local)
+        if check and out.returncode != 0:
+            raise AssertionError(f"airflow {' '.join(args)} exited {out.returncode}:\n"
+                                 f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+        return out
+
+    @property
+    def landing(self) -> Path:
+        return Path(self.env["AIRFLOW_VAR_AUDITSYNC_LANDING"])
+
+    @property
+    def warehouse(self) -> Path:
+        return Path(self.env["AIRFLOW_VAR_AUDITSYNC_WAREHOUSE"])
+
+    @property
+    def gx_root(self) -> Path:
+        return Path(self.env["AIRFLOW_VAR_AUDITSYNC_GX_ROOT"])
+
+
+@pytest.fixture(scope="session")
+def watch_service(pg_url, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("watch-log")
+    # Retention only when the retention DAG runs it, so the test controls when trims happen.
+    svc = ServiceProcess(pg_url, env={"AUDITSYNC_RETENTION_INTERVAL_S": "3600"},
+                         log_path=logs / "serve.log").start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_home(pg_url, watch_service, tmp_path_factory) -> AirflowHome:
+    local = tmp_path_factory.mktemp("airflow-local")
+    env = airflow_env(Settings(local_dir=local, database_url=pg_url), {
+        "AUDITSYNC_WATCH_URL": watch_service.url, "AUDITSYNC_SPARK_MASTER": "local[2]",
+        "AUDITSYNC_SENSOR_TIMEOUT_S": "120"})
+    full = {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"}
+    home = AirflowHome(local, full)
+    home.run("db", "migrate", check=True, timeout=180)
+    return home
+
+
+@dataclasses.dataclass
+class Landing:
+    topics: dict[str, int]          # topic -> head_seq when the sink caught up
+    capped: str
+    retention_output: str
+    faults: dict[str, int]
+
+
+def _append(url: str, topic: str, count: int, batch: int = 100) -> None:
+    for start in range(0, count, batch):
+        n = min(batch, count - start)
+        http_json("POST", f"{url}/v0/topics/{topic}/records", {"records": [
+            {"data": {"n": start + i, "text": f"{topic} record {start + i}"},
+             "tag": f"k{(start + i) % 37}", "meta": {"writer": "e2e"}} for i in range(n)]})
+
+
+@pytest.fixture(scope="session")
+def landing(airflow_home, watch_service, pg_url) -> Landing:
+    url = watch_service.url
+    plain, other, capped = unique("orders"), unique("payments"), unique("capped")
+    for topic, cfg in ((plain, {}), (other, {}), (capped, {"max_records": 50})):
+        http_json("PUT", f"{url}/v0/topics/{topic}", cfg)
+    _append(url, plain, 400)
+    _append(url, other, 300)
+    _append(url, capped, 120)
+    # The retention DAG trims the capped topic to its last 50 and records the gap [1, 70].
+    out = airflow_home.run("dags", "test", "retention", "2025-06-01T12:00:00+00:00",
+                           timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    heads = {t["topic"]: t["head_seq"] for t in http_json("GET", f"{url}/v0/topics")["topics"]}
+    assert http_json("GET", f"{url}/v0/topics/{capped}")["earliest_seq"] == 71
+
+    root = airflow_home.landing
+    sink_log = open(airflow_home.local / "sink.log", "wb")
+    sink = subprocess.Popen(
+        [sys.executable, "-m", "watch_service.sink", "--url", url,
+         "--topics", f"{plain},{other},{capped}", "--consumer", CONSUMER,
+         "--landing", str(root), "--database-url", pg_url, "--heartbeat-ms", "1000",
+         "--flush-ms", "100", "--flush-rows", "150", *FAULTS],
+        stdout=sink_log, stderr=subprocess.STDOUT, cwd=ROOT)
+    state = root / CONSUMER / "state.json"
+    wanted = {t: heads[t] for t in (plain, other, capped)}
+
+    def caught_up() -> bool:
+        if sink.poll() is not None:
+            raise AssertionError(f"sink exited {sink.returncode}: "
+                                 f"{(airflow_home.local / 'sink.log').read_text()[-2000:]}")
+        try:
+            cursors = json.loads(state.read_text()).get("cursors", {})
+        except (OSError, ValueError):
+            return False
+        return all(cursors.get(t, 0) >= h for t, h in wanted.items())
+
+    try:
+        wait_until(caught_up, 60, "the sink to reach every topic's head")
+    finally:
+        sink.send_signal(signal.SIGTERM)
+        assert sink.wait(20) == 0
+        sink_log.close()
+    faults = {"drop": 0, "corrupt": 0}
+    for line in (root / CONSUMER / "faults.jsonl").read_text().splitlines():
+        faults[json.loads(line)["kind"]] += 1
+    assert faults["drop"] > 0 and faults["corrupt"] > 0, faults
+    return Landing(wanted, capped, out.stdout, faults)
+
+
+# -- the audit_sync DAG, run with `airflow dags test` -------------------------------------------
+FAULT_DATE = "2025-06-01T12:05:00+00:00"     # interval [11:45, 12:00)
+PHANTOM_DATE = "2025-06-01T12:20:00+00:00"   # interval [12:00, 12:15)
+
+
+def pipeline_run_id(start: str, end: str) -> str:
+    return f"audit_sync_{start}_{end}"
+
+
+@dataclasses.dataclass
+class DagTest:
+    returncode: int
+    output: str
+    seconds: float
+    run_id: str
+    states: dict[str, str]
+    warehouse: Path
+    landing: Path
+    facts: dict = dataclasses.field(default_factory=dict)
+
+
+def task_states(home: AirflowHome) -> dict[str, str]:
+    """Task states of the newest audit_sync DAG run, from Airflow's metadata DB."""
+    import sqlite3
+
+    with sqlite3.connect(home.local / "airflow" / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = 'audit_sync' AND run_id = "
+            "(SELECT run_id FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1)")
+        return dict(rows.fetchall())
+
+
+def dags_test(home: AirflowHome, date: str, run_id: str, *, landing: Path | None = None,
+              warehouse: Path | None = None, extra_env: dict | None = None,
+              extra_args: tuple[str, ...] = ()) -> DagTest:
+    landing = landing or home.landing
+    warehouse = warehouse or home.warehouse
+    env = {"AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
+           "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(warehouse), **(extra_env or {})}
+    started = time.monotonic()
+    out = home.run("dags", "test", "audit_sync", date, *extra_args, extra_env=env, timeout=900)
+    output = out.stdout + out.stderr
+    (home.local / f"dags-test-{run_id}-{int(started)}.log").write_text(output)
+    return DagTest(out.returncode, output, time.monotonic() - started, run_id,
+                   task_states(home), warehouse, landing)
+
+
+def pg_rows(pg_url: str, sql: str, *params) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+SUMMARY_SQL = """SELECT consumer, topic, status, count, remaining, example_seqs
+                   FROM reconcile_summary WHERE run_id = %s ORDER BY 1, 2, 3"""
+
+
+@pytest.fixture(scope="session")
+def fault_run(airflow_home, landing, pg_url) -> DagTest:
+    """The DAG on the faulty landing zone: finds the drops and corruptions, backfills them,
+    passes verify and the checkpoint, publishes."""
+    run = dags_test(airflow_home, FAULT_DATE,
+                    pipeline_run_id("20250601T114500Z", "20250601T120000Z"))
+    run.facts["summary"] = pg_rows(pg_url, SUMMARY_SQL, run.run_id)
+    return run
+
+
+def write_phantom(consumer_dir: Path, topic: str, seq: int) -> None:
+    """Append a landing segment holding a delivery of ``seq``, which was never written, in a
+    frame whose cursor claims the topic reached it (as a lying or buggy server would)."""
+    import pyarrow.parquet as pq
+
+    from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD, payload_hash
+    from watch_service.sink.landing import Landing, rows_table
+
+    last = Landing(consumer_dir.parent, consumer_dir.name).segments()[-1].last_frame_no
+    data = '{"phantom":true}'
+    row = {"consumer": consumer_dir.name, "frame_no": last + 1, "received_ms":
+           int(time.time() * 1000), "kind": KIND_RECORD, "topic": topic, "cursor": seq,
+           "seq": seq, "ts": int(time.time() * 1000), "data": data,
+           "data_sha256": payload_hash(data)}
+    table = rows_table([tuple(row.get(c) for c in COLUMN_NAMES)])
+    pq.write_table(table, consumer_dir / f"part-{last + 1:012d}-{last + 1:012d}.parquet")
+
+
+@pytest.fixture(scope="session")
+def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
+    """A copy of the landing zone plus one delivery of a seq that never existed: a defect no
+    backfill can repair, so verify fails the run."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("phantom") / "landing"
+    shutil.copytree(airflow_home.landing, root, ignore=shutil.ignore_patterns(".lock"))
+    topic = next(iter(landing.topics))
+    phantom_seq = landing.topics[topic] + 7
+    write_phantom(root / CONSUMER, topic, phantom_seq)
+    run = dags_test(airflow_home, PHANTOM_DATE,
+                    pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
+                    landing=root, warehouse=root.parent / "warehouse")
+    run.facts["phantom"] = (topic, phantom_seq)
+    return run

@@ -1,0 +1,62 @@
+"""The DAG files parse without errors, fast, and without touching the network, a database or
+heavy libraries; the plugin loads; the wiring is what the design says."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from watch_service.airflow_env import airflow_env
+from watch_service.settings import Settings
+
+pytestmark = pytest.mark.airflow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory) -> dict:
+    home = tmp_path_factory.mktemp("parse-home")
+    env = {**os.environ, **airflow_env(
+        Settings(local_dir=home, database_url="postgresql://nobody@127.0.0.1:1/none"),
+        {"AUDITSYNC_WATCH_URL": "http://127.0.0.1:1"})}
+    # A metadata DB that cannot exist: any parse-time Variable/Connection lookup would fail.
+    env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = "sqlite:////nonexistent/dir/airflow.db"
+    out = subprocess.run([sys.executable, str(Path(__file__).with_name("parse_probe.py")),
+                          str(ROOT / "dags")], env=env, capture_output=True, text=True,
+                         timeout=180, cwd=home)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_no_import_errors_and_both_dags(parsed):
+    assert parsed["import_errors"] == {}
+    assert parsed["dags"] == ["audit_sync", "retention"]
+    assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
+
+
+def test_parsing_does_no_io_and_no_heavy_imports(parsed):
+    assert parsed["network_attempts"] == []
+    assert parsed["heavy_imports"] == []
+    # The UI app is built only when the API server asks for it.
+    assert parsed["fastapi_imported_by_plugin_load"] is False
+    assert parsed["parse_s"] < 10, parsed["parse_s"]
+
+
+def test_the_pipeline_wiring(parsed):
+    backfill = ["backfill_audit_log", "backfill_search_index"]
+    assert parsed["tasks"] == {
+        "wait_for_sinks": ["start_run"], "start_run": ["compact"], "compact": ["reconcile"],
+        "reconcile": backfill, **{b: ["verify"] for b in backfill},
+        "verify": ["quality"], "quality": ["publish"], "publish": []}
+    assert parsed["catchup"] is False and parsed["doc_md"]
+    assert parsed["schedule"] == ["CronDataIntervalTimetable", "*/15 * * * *"]
+    spark_submit = str(Path(sys.executable).with_name("spark-submit"))
+    for task, (conn_id, binary, jars) in parsed["spark"].items():
+        assert (conn_id, binary, jars) == ("spark_default", spark_submit,
+                                           "/usr/share/java/postgresql.jar"), task
+    assert parsed["outlets"] == ["auditsync_audit_log", "auditsync_quality_report",
+                                 "auditsync_reconciliation", "auditsync_search_index"]

@@ -1,0 +1,106 @@
+"""`airflow dags test audit_sync` end to end on the embedded defaults: real PostgreSQL, the
+real service and sink (with injected faults) writing the landing zone, Spark local[2]."""
+from __future__ import annotations
+
+import collections
+import json
+import sqlite3
+
+import pyarrow.dataset as ds
+import pytest
+
+from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
+
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
+BACKFILL = ["backfill_audit_log", "backfill_search_index"]
+TASKS = {"wait_for_sinks", "start_run", "compact", "reconcile", *BACKFILL, "verify",
+         "quality", "publish"}
+
+
+def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:
+    counts: collections.Counter = collections.Counter()
+    for line in (landing_dir / CONSUMER / "faults.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        counts[(entry["kind"], entry["topic"])] += 1
+    return counts
+
+
+def test_the_retention_dag_ran_auditsync_retention(landing, pg_url):
+    assert "retention: " in landing.retention_output
+    assert "gap(s) written" in landing.retention_output
+    assert pg_rows(pg_url, "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s",
+                   landing.capped) == [(1, 70, "cap")]
+
+
+def test_faults_are_found_backfilled_and_the_checkpoint_passes(fault_run, landing, pg_url):
+    assert fault_run.returncode == 0, fault_run.output[-5000:]
+    assert fault_run.states == dict.fromkeys(TASKS, "success")
+    assert "data quality PASSED" in fault_run.output
+    counts = {(t, s): (n, left) for _, t, s, n, left, _ in fault_run.facts["summary"]}
+    faults = faults_by_topic(fault_run.landing)
+    for topic in landing.topics:
+        drops, corrupt = faults[("drop", topic)], faults[("corrupt", topic)]
+        assert counts.get((topic, "silent_gap"), (0, 0)) == (drops, 0), topic
+        assert counts.get((topic, "mismatch"), (0, 0)) == (corrupt, 0), topic
+    assert counts[(landing.capped, "tombstoned")][0] == 70
+    [(status, found, remaining)] = pg_rows(
+        pg_url, "SELECT status, defects_found, defects_remaining FROM pipeline_runs "
+        "WHERE run_id = %s", fault_run.run_id)
+    assert (status, remaining) == ("passed", 0)
+    assert found == sum(landing.faults.values())
+
+
+def test_the_audit_log_is_complete_and_unique(fault_run, landing):
+    table = ds.dataset(fault_run.warehouse / "audit_log", format="parquet",
+                       partitioning="hive").to_table(columns=["topic", "seq"])
+    seqs = collections.defaultdict(set)
+    for topic, seq in zip(table["topic"].to_pylist(), table["seq"].to_pylist()):
+        seqs[topic].add(seq)
+    assert table.num_rows == sum(len(s) for s in seqs.values())  # (topic, seq) unique
+    for topic, head in landing.topics.items():
+        first = 71 if topic == landing.capped else 1
+        assert seqs[topic] == set(range(first, head + 1)), topic
+
+
+def test_the_search_index_is_repaired(fault_run, landing, pg_url):
+    topics = list(landing.topics)
+    newest = pg_rows(pg_url, "SELECT topic, tag, max(seq) FROM records WHERE topic = ANY(%s) "
+                     "GROUP BY 1, 2 ORDER BY 1, 2", topics)
+    indexed = pg_rows(pg_url, "SELECT topic, tag, seq FROM search_documents "
+                      "WHERE topic = ANY(%s) ORDER BY 1, 2", topics)
+    assert indexed == newest
+
+
+def test_quality_report_and_asset_events(fault_run, airflow_home):
+    docs = airflow_home.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
+    assert (docs / "index.html").is_file()
+    assert list((docs / "validations").rglob("*.html"))
+    with sqlite3.connect(airflow_home.local / "airflow" / "airflow.db") as db:
+        events = db.execute("SELECT a.name, e.extra FROM asset_event e JOIN asset a "
+                            "ON a.id = e.asset_id ORDER BY e.id").fetchall()
+    published = {name: json.loads(extra) for name, extra in events}
+    assert set(published) == {"auditsync_audit_log", "auditsync_search_index",
+                              "auditsync_reconciliation", "auditsync_quality_report"}
+    assert {e["run_id"] for e in published.values()} == {fault_run.run_id}
+    assert all(e["status"] == "passed" and e["defects_remaining"] == 0
+               for e in published.values())
+
+
+def test_a_phantom_delivery_fails_verify_with_a_readable_message(phantom_run, pg_url):
+    topic, seq = phantom_run.facts["phantom"]
+    assert phantom_run.returncode != 0
+    assert phantom_run.states["verify"] == "failed"
+    assert all(phantom_run.states[b] == "success" for b in BACKFILL)
+    assert phantom_run.states["quality"] == phantom_run.states["publish"] == "upstream_failed"
+    # The verdict is in the task log and ends the failure message itself.
+    failure = phantom_run.output[phantom_run.output.index("Cannot execute:"):]
+    verdict = failure[failure.index("Last spark-submit output:"):]
+    assert "defects remain after backfill" in verdict
+    line = next(x for x in verdict.splitlines() if "phantom" in x)
+    assert topic in line and f"e.g. seq {seq}" in line
+    rows = pg_rows(pg_url, SUMMARY_SQL, phantom_run.run_id)
+    assert [(t, s, left, ex) for _, t, s, _, left, ex in rows if left] == [
+        (topic, "phantom", 1, [seq])]
+    [(status,)] = pg_rows(pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s",
+                          phantom_run.run_id)
+    assert status == "failed"

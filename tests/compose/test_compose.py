@@ -1,0 +1,148 @@
+"""docker-compose.yml cannot run here (no Docker engine), so it is checked by construction:
+the services and their start order, PostgreSQL's settings, the Spark master URL the DAG
+submits to, Airflow's configuration matching what ``airflow_env`` computes locally, and no
+secret written into the file."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from watch_service.airflow_env import airflow_env
+from watch_service.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_MASTER = "spark://spark-master:7077"
+AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer")
+SECRET_NAME = re.compile(r"(PASSWORD|SECRET|TOKEN|_KEY)$")
+REQUIRED_VAR = re.compile(r"^\$\{[A-Z_]+:\?[^}]*\}$")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict:
+    return compose["services"]
+
+
+def depends(service: dict) -> dict[str, str]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return {d: "service_started" for d in deps}
+    return {name: spec.get("condition", "service_started") for name, spec in deps.items()}
+
+
+def command(service: dict) -> str:
+    cmd = service.get("command", "")
+    return " ".join(cmd) if isinstance(cmd, list) else cmd
+
+
+def test_every_part_of_the_deployment_is_there(services):
+    expected = {"postgres", "migrate", "watch", "sink", "spark-master", "spark-worker-1",
+                "spark-worker-2", "airflow-db", "airflow-init", *AIRFLOW_SERVICES}
+    assert expected <= set(services)
+    workers = [n for n, s in services.items() if "deploy.worker.Worker" in command(s)]
+    assert sorted(workers) == ["spark-worker-1", "spark-worker-2"]
+
+
+def test_postgres_15_with_logical_wal_and_commit_timestamps(services):
+    pg = services["postgres"]
+    assert pg["image"].startswith("postgres:15")
+    assert command(pg).split() == ["postgres", "-c", "wal_level=logical",
+                                   "-c", "track_commit_timestamp=on"]
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+
+
+def test_start_order(services):
+    assert depends(services["migrate"]) == {"postgres": "service_healthy"}
+    assert command(services["migrate"]) == "auditsync migrate"
+    assert depends(services["watch"]) == {"migrate": "service_completed_successfully"}
+    assert "--no-migrate" in command(services["watch"])
+    assert depends(services["sink"]) == {"watch": "service_healthy"}
+    assert depends(services["airflow-init"]) == {"airflow-db": "service_healthy"}
+    assert command(services["airflow-init"]) == "airflow db migrate"
+    for name in AIRFLOW_SERVICES:
+        deps = depends(services[name])
+        assert deps["airflow-init"] == "service_completed_successfully", name
+        assert deps["migrate"] == "service_completed_successfully", name
+        assert command(services[name]).startswith(f"airflow {name.removeprefix('airflow-')}")
+    assert depends(services["airflow-scheduler"])["spark-master"] == "service_started"
+    for name in ("spark-worker-1", "spark-worker-2"):
+        assert depends(services[name]) == {"spark-master": "service_started"}
+
+
+def test_the_dag_submits_to_the_spark_master(services):
+    master = services["spark-master"]
+    assert master["hostname"] == "spark-master"
+    assert "--host spark-master --port 7077" in command(master)
+    for name in ("spark-worker-1", "spark-worker-2"):
+        assert command(services[name]).split()[2] == SPARK_MASTER
+    for name in AIRFLOW_SERVICES:
+        conn = json.loads(services[name]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
+        assert conn == {"conn_type": "spark", "host": SPARK_MASTER}
+
+
+def test_processes_that_share_files_share_the_data_volume(compose, services):
+    assert "data" in compose["volumes"]
+    for name in ("sink", "spark-worker-1", "spark-worker-2", *AIRFLOW_SERVICES):
+        assert "data:/data" in services[name]["volumes"], name
+    assert "--landing /data/landing" in command(services["sink"])
+    env = services["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == "/data/landing"
+
+
+def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
+    """Every connection, variable and auditsync setting airflow_env gives a local Airflow is
+    also set for each Airflow service (with container values)."""
+    local = airflow_env(Settings(local_dir=tmp_path))
+    wanted = {k for k in local if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AUDITSYNC_",
+                                                "AIRFLOW__CORE__", "PYSPARK_"))}
+    for name in ("airflow-init", *AIRFLOW_SERVICES):
+        env = services[name]["environment"]
+        assert wanted - set(env) == set(), name
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(
+            "http://airflow-api-server:8080/")
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@airflow-db:5432/airflow")
+        watch = json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"])
+        assert (watch["host"], watch["port"]) == ("watch", 8400)
+
+
+def _walk_env(services):
+    for name, svc in services.items():
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(item.split("=", 1) for item in env)
+        for key, value in env.items():
+            yield name, key, str(value)
+
+
+def test_no_secret_is_written_in_the_file(services):
+    for name, key, value in _walk_env(services):
+        if SECRET_NAME.search(key):
+            # Required (no default) or explicitly empty (dev mode, e.g. no bearer keys).
+            assert REQUIRED_VAR.match(value) or re.fullmatch(r"\$\{[A-Z_]+:-\}", value), \
+                f"{name}: {key} must come from the environment, got {value!r}"
+        for user_pass in re.findall(r"://[^/@\s:]+:([^@\s]+)@", value):
+            assert REQUIRED_VAR.match(user_pass), f"{name}: {key} embeds a password"
+        for pw in re.findall(r'"password":\s*"([^"]*)"', value):
+            assert REQUIRED_VAR.match(pw), f"{name}: {key} embeds a password"
+
+
+def test_one_image_built_from_the_lock(services):
+    build = services["watch"]["build"]
+    inline = build["dockerfile_inline"]
+    assert "uv sync --frozen" in inline and "COPY pyproject.toml uv.lock" in inline
+    assert "libpostgresql-jdbc-java" in inline and "openjdk-17-jre-headless" in inline
+    for name, svc in services.items():
+        if not svc.get("image", "").startswith("postgres:"):
+            assert svc["image"] == "auditsync:dev", name
