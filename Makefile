@@ -54,6 +54,7 @@ bench: setup
 airflow: setup
 	$(PY) -m watch_service.cli db start
 	$(PY) -m watch_service.cli migrate
+	$(PY) -m watch_service.airflow_env airflow db migrate
 	$(PY) -m watch_service.airflow_env airflow standalone
 
 clean:
