@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,6 +15,18 @@ from watch_service.settings import Settings
 from watch_service.store.migrate import migrate
 
 from .support import InProcessService, free_port, unique
+
+
+def pytest_configure(config) -> None:
+    """Every Spark JVM this test process launches carries the PostgreSQL JDBC driver.
+
+    A driver JVM is started once per process and jars cannot join its classpath later, so
+    whichever test starts Spark first (the GX operator in tests/airflow, or the spark layer's
+    shared session) must start it with the driver, or later JDBC reads fail to find it.
+    """
+    from spark_jobs.common.session import submit_flags
+
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_flags(), "pyspark-shell"]))
 
 
 @pytest.fixture(scope="session")
