@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -182,13 +181,7 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
 
 def stop(demo: Demo) -> None:
     pipeline.stop_sink(demo)
-    if demo.service is not None and demo.service.poll() is None:
-        demo.service.send_signal(signal.SIGTERM)
-        try:
-            demo.service.wait(10)
-        except subprocess.TimeoutExpired:
-            demo.service.kill()
-            demo.service.wait()
+    if pipeline.terminate(demo.service, 10):
         demo.say("stop", f"service pid {demo.service.pid} stopped")
     if demo.started_cluster:
         embedded_cluster(demo.settings).stop()

@@ -196,12 +196,19 @@ def summarize(demo) -> list[str]:
     return lines
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float) -> bool:
+    """SIGTERM a child we started (by its PID), kill it after ``timeout``; whether it ran."""
+    if proc is None or proc.poll() is not None:
+        return False
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return True
+
+
 def stop_sink(demo) -> None:
-    if demo.sink is not None and demo.sink.poll() is None:
-        demo.sink.send_signal(signal.SIGTERM)
-        try:
-            demo.sink.wait(15)
-        except subprocess.TimeoutExpired:
-            demo.sink.kill()
-            demo.sink.wait()
+    if terminate(demo.sink, 15):
         demo.say("stop", f"sink pid {demo.sink.pid} stopped")
