@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import aiohttp
+import psycopg
 import pytest
 
 from watch_service.embedded_pg import EmbeddedPostgres
@@ -50,6 +51,13 @@ def pg_url(pg_cluster) -> str:
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory) -> Settings:
     return Settings(local_dir=tmp_path_factory.mktemp("local"), retention_interval_s=3600)
+
+
+@pytest.fixture
+async def db(pg_url):
+    """An autocommit connection to the session's database."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        yield conn
 
 
 @pytest.fixture

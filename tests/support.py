@@ -32,6 +32,12 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+async def call(http, method: str, url: str, **kw) -> tuple[int, dict]:
+    """One request; (status, JSON body)."""
+    async with http.request(method, url, **kw) as r:
+        return r.status, await r.json()
+
+
 async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0,
                    what: str = "condition") -> None:
     """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""

@@ -3,7 +3,6 @@ never a 500, and nothing written (head_seq unchanged, no topic created)."""
 from __future__ import annotations
 
 import orjson
-import psycopg
 import pytest
 from yarl import URL
 
@@ -21,12 +20,6 @@ def json_error(raw: bytes) -> str:
     except orjson.JSONDecodeError as exc:
         return f"body: malformed JSON ({exc})"
     raise AssertionError(f"{raw!r} is valid JSON")
-
-
-@pytest.fixture
-async def db(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        yield conn
 
 
 async def state(db, name: str):

@@ -10,20 +10,11 @@ import pytest
 from watch_service.protocol.requests import NewRecord
 from watch_service.store import topics as store
 
+from .support import call
+
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 READ_KEYS = {"topic", "records", "from_seq", "to_seq", "head_seq", "earliest_seq"}
-
-
-@pytest.fixture
-async def db(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        yield conn
-
-
-async def call(http, method: str, url: str, **kw) -> tuple[int, dict]:
-    async with http.request(method, url, **kw) as r:
-        return r.status, await r.json()
 
 
 @pytest.fixture

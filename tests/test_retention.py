@@ -8,28 +8,16 @@ import os
 import sys
 import time
 
-import psycopg
 import pytest
 
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.store import topics as store
 
-from .support import ROOT, wait_for
+from .support import ROOT, call, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 TTL = 60_000
-
-
-@pytest.fixture
-async def db(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        yield conn
-
-
-async def call(http, method: str, url: str, **kw) -> tuple[int, dict]:
-    async with http.request(method, url, **kw) as r:
-        return r.status, await r.json()
 
 
 class Topic:

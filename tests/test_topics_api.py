@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-import psycopg
 import pytest
 
-from .support import unique
+from .support import call, unique
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 TOPIC_KEYS = {"topic", "head_seq", "earliest_seq", "max_records", "ttl_ms", "created_at"}
-
-
-@pytest.fixture
-async def db(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        yield conn
-
-
-async def call(http, method: str, url: str, **kw) -> tuple[int, dict]:
-    async with http.request(method, url, **kw) as r:
-        return r.status, await r.json()
 
 
 async def append(http, service, topic: str, n: int) -> dict:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
-import psycopg
 import pytest
 
 from tests.support import unique
@@ -54,12 +53,6 @@ class Api:
 
     async def stream(self, wid: str, **kw) -> wire.Stream:
         return await wire.open_stream(self.http, self.url, wid, **kw)
-
-
-@pytest.fixture
-async def db(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-        yield conn
 
 
 @pytest.fixture
