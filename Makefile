@@ -44,7 +44,7 @@ test: setup
 	$(PY) -m pytest
 
 demo: setup
-	$(PY) -m watch_service.demo
+	$(PY) -m watch_service.tools.demo
 
 bench: setup
 	$(PY) bench/run_all.py
@@ -54,8 +54,8 @@ bench: setup
 airflow: setup
 	$(PY) -m watch_service.cli db start
 	$(PY) -m watch_service.cli migrate
-	$(PY) -m watch_service.airflow_env airflow db migrate
-	$(PY) -m watch_service.airflow_env airflow standalone
+	$(PY) -m watch_service.tools.airflow_env airflow db migrate
+	$(PY) -m watch_service.tools.airflow_env airflow standalone
 
 clean:
 	-$(PY) -m watch_service.cli db stop

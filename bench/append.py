@@ -38,7 +38,7 @@ import psycopg  # noqa: E402
 import uvloop  # noqa: E402
 
 from tests.support import ServiceProcess, free_port  # noqa: E402
-from watch_service.embedded_pg import EmbeddedPostgres  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 
 CLIENTS = 8

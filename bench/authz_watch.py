@@ -35,7 +35,7 @@ from authzed.api.v1 import (InsecureClient, ObjectReference, Relationship, Relat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from watch_service.embedded_pg import EmbeddedPostgres  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 

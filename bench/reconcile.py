@@ -50,7 +50,7 @@ from spark_jobs.compact.transforms import compact  # noqa: E402
 from spark_jobs.reconcile.main import held_locally  # noqa: E402
 from spark_jobs.reconcile.transforms import reconcile, summarize  # noqa: E402
 from tests.support import free_port  # noqa: E402
-from watch_service.embedded_pg import EmbeddedPostgres  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 
 TARGET_S = 120

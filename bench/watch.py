@@ -400,7 +400,7 @@ async def saturation(watchers: Watchers, http, url: str, topic: str,
 async def bench() -> None:
     import aiohttp
 
-    from watch_service.embedded_pg import EmbeddedPostgres
+    from watch_service.store.cluster import EmbeddedPostgres
     from watch_service.store.migrate import migrate
 
     # SIGTERM (run_all's overrun backstop) cancels the run, so the finally below still stops

@@ -15,7 +15,7 @@ from auditsync_plugin.sensors import SinkCursorSensor
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:
-# the DAG processor parses this file constantly). See watch_service/airflow_env.py.
+# the DAG processor parses this file constantly). See watch_service/tools/airflow_env.py.
 SCHEDULE = os.environ.get("AUDITSYNC_SCHEDULE", "*/15 * * * *")
 SPARK_SUBMIT = os.environ.get("AUDITSYNC_SPARK_SUBMIT",
                               str(Path(sys.executable).with_name("spark-submit")))

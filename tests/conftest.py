@@ -11,7 +11,7 @@ import aiohttp
 import psycopg
 import pytest
 
-from watch_service.embedded_pg import EmbeddedPostgres
+from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.settings import Settings
 from watch_service.store.migrate import migrate
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from watch_service.server.app import create_app
+from watch_service.app import create_app
 from watch_service.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.protocol.requests import NewRecord, TopicConfig
-from watch_service.server.appender import Appender
+from watch_service.engine.appender import Appender
 from watch_service.store import topics as store
 
 pytestmark = pytest.mark.pg

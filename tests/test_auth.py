@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from watch_service.server.auth import KeyFileError, KeyRing, hash_secret
+from watch_service.web.auth import KeyFileError, KeyRing, hash_secret
 
 from .support import ROOT, free_port, unique
 

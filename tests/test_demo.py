@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.pg]
 async def test_demo_passes(pg_url, tmp_path):
     env = {**os.environ, "DATABASE_URL": pg_url, "AUDITSYNC_HOME": str(tmp_path)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "watch_service.demo", "--log-only", cwd=ROOT, env=env,
+        sys.executable, "-m", "watch_service.tools.demo", "--log-only", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = out.decode()

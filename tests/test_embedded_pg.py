@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from watch_service import embedded_pg
-from watch_service.embedded_pg import EmbeddedPgError, EmbeddedPostgres, find_bindir
+from watch_service.store import cluster as embedded_pg
+from watch_service.store.cluster import EmbeddedPgError, EmbeddedPostgres, find_bindir
 
 from .support import ROOT, free_port
 

@@ -8,7 +8,7 @@ import orjson
 import psycopg
 import pytest
 
-from watch_service.server.auth import hash_secret
+from watch_service.web.auth import hash_secret
 
 from .support import InProcessService, free_port, unique
 

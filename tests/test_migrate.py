@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from watch_service.embedded_pg import EmbeddedPostgres
+from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import MigrationError, available, latest_version, migrate
 
 from .support import ROOT, free_port, unique

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from watch_service.store import retention
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.store import topics as store
 
@@ -99,23 +100,23 @@ async def test_ttl_trim_with_explicit_now(topic, db):
     await topic.create(ttl_ms=TTL)
     a = await topic.append(3)                              # seqs 1..3 at ts_a
     b = await topic.append_later(2, a["ts"])               # seqs 4..5, strictly later
-    assert await store.trim(db, topic.name, now_ms=a["ts"] + TTL) == []   # nothing expired yet
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL) == []   # nothing expired yet
     assert await topic.gaps() == []
 
-    assert await store.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 1, 3)]
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 1, 3)]
     assert await topic.gaps() == [(1, 3, "ttl")]
     assert await topic.bounds() == (4, 5)
     body = await topic.read(0)
     assert body["tombstone"] == {"reason": "ttl", "gap_from": 1, "gap_to": 3}
     assert [r["$seq"] for r in body["records"]] == [4, 5]
 
-    assert await store.trim(db, topic.name, now_ms=b["ts"] + TTL + 1) == [Tombstone("ttl", 4, 5)]
+    assert await retention.trim(db, topic.name, now_ms=b["ts"] + TTL + 1) == [Tombstone("ttl", 4, 5)]
     assert await topic.gaps() == [(1, 5, "ttl")]
     assert await topic.bounds() == (6, 5)                  # empty: earliest = head + 1
     body = await topic.read(2)
     assert body["tombstone"] == {"reason": "ttl", "gap_from": 3, "gap_to": 5}
     assert (body["records"], body["to_seq"]) == ([], 5)
-    assert await store.trim(db, topic.name, now_ms=b["ts"] + 10 * TTL) == []  # idempotent
+    assert await retention.trim(db, topic.name, now_ms=b["ts"] + 10 * TTL) == []  # idempotent
 
     c = await topic.append(1)                               # numbering continues
     assert c["first_seq"] == 6
@@ -127,7 +128,7 @@ async def test_ttl_then_cap_is_mixed(topic, db):
     a = await topic.append(3)                               # 1..3 at ts_a
     await topic.append_later(3, a["ts"])                    # 4..6: cap trims 1
     assert await topic.gaps() == [(1, 1, "cap")]
-    assert await store.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 2, 3)]
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 2, 3)]
     assert await topic.gaps() == [(1, 1, "cap"), (2, 3, "ttl")]
     assert await topic.bounds() == (4, 6)
     body = await topic.read(0)
@@ -142,7 +143,7 @@ async def test_ttl_and_cap_in_one_trim(topic, db):
     await topic.append_later(5, a["ts"])                    # 4..8
     # tighten the cap without trimming yet: one trim pass then removes by both rules
     await db.execute("UPDATE topics SET max_records = 2 WHERE name = %s", (topic.name,))
-    assert await store.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [
         Tombstone("ttl", 1, 3), Tombstone("cap", 4, 6)]
     assert await topic.gaps() == [(1, 3, "ttl"), (4, 6, "cap")]
     assert await topic.bounds() == (7, 8)

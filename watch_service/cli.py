@@ -8,12 +8,12 @@ import sys
 
 import psycopg
 
-from . import settings as settings_mod
-from .embedded_pg import EmbeddedPgError
-from .server.auth import KeyFileError
-from .settings import Settings, SettingsError
-from .store.database import database_url, embedded_cluster
-from .store.migrate import MigrationError, migrate
+from watch_service import settings as settings_mod
+from watch_service.store.cluster import EmbeddedPgError
+from watch_service.web.auth import KeyFileError
+from watch_service.settings import Settings, SettingsError
+from watch_service.store.database import database_url, embedded_cluster, ensure_database
+from watch_service.store.migrate import MigrationError, migrate
 
 log = logging.getLogger("auditsync")
 
@@ -36,16 +36,6 @@ def _db(args, settings: Settings) -> int:
     return 0
 
 
-def ensure_database(settings: Settings) -> str:
-    """Start the embedded cluster if it is the one in use, migrate, return the URL."""
-    if settings.embedded:
-        embedded_cluster(settings).start()
-    url = database_url(settings)
-    for name in migrate(url):
-        log.info("applied migration %s", name)
-    return url
-
-
 def _migrate(args, settings: Settings) -> int:
     url = database_url(settings)
     applied = migrate(url)
@@ -57,7 +47,7 @@ def _serve(args, settings: Settings) -> int:
     import uvloop
     from aiohttp import web
 
-    from .server.app import create_app
+    from watch_service.app import create_app
 
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     if settings.grpc_port is not None:
@@ -72,7 +62,7 @@ def _serve(args, settings: Settings) -> int:
 def _retention(args, settings: Settings) -> int:
     from psycopg_pool import AsyncConnectionPool
 
-    from .server.app import run_retention
+    from watch_service.store.retention import run_retention
 
     async def once() -> list:
         async with AsyncConnectionPool(database_url(settings), min_size=1, max_size=1,
@@ -89,7 +79,7 @@ def _retention(args, settings: Settings) -> int:
 _DELEGATED = (
     ("watch", "watch_service.watch_client", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
-    ("pipeline", "watch_service.pipeline", "run compact → reconcile → backfill → verify"),
+    ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
 )
 
 

@@ -23,7 +23,7 @@ import time
 
 import aiohttp
 
-from .sink.sse import Comment, Event, Retry, SseParser
+from watch_service.sink.sse import Comment, Event, Retry, SseParser
 
 FATAL = (400, 401, 403, 406)
 DEFAULT_RETRY_MS = 2000

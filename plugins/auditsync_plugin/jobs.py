@@ -1,6 +1,6 @@
 """The arguments each Spark job's ``main.py`` gets under Airflow.
 
-The flags and the folder layout are the pipeline runner's (``watch_service.pipeline.Layout``,
+The flags and the folder layout are the pipeline runner's (``spark_jobs.layout.Layout``,
 what ``auditsync pipeline run`` passes), so Airflow and the runner cannot drift apart. The DAG
 hands in Jinja templates as the roots, run id and database URL; the result is templated
 ``application_args`` that Airflow renders per run. Pure string building.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from watch_service.pipeline import STEPS, Layout
+from spark_jobs.layout import STEPS, Layout
 
 # The backfill main repairs both by default; ``--target`` makes it do one, so the DAG runs the
 # audit log and the search index repairs as parallel tasks.

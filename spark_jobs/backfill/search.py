@@ -1,6 +1,6 @@
 """Writing repaired records into the search index, from the driver (the backfill set is
 small). The table, the document key and the upsert statement are the sink's
-(``watch_service.sink.search_index``): one definition for both writers, so a record the sink
+(``watch_service.store.search_index``): one definition for both writers, so a record the sink
 indexed and the same record backfilled produce the same document. The upsert keeps the newest
 seq per document key and is idempotent (``WHERE excluded.seq >= search_documents.seq``).
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import psycopg
 
-from watch_service.sink.search_index import UPSERT, documents
+from watch_service.store.search_index import UPSERT, documents
 
 BATCH = 5_000
 Doc = tuple[str, str, int, int, str | None, str]

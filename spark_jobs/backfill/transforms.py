@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 
 from watch_service.protocol.landing import KIND_RECORD
 
-from ..common import statuses as st
-from ..common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SOURCE_RECORDS, columns, conform
+from spark_jobs.common import statuses as st
+from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SOURCE_RECORDS, columns, conform
 
 _RANK_EXISTING = 2
 _RANK_UNVERIFIED = 3

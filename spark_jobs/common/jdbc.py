@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
-from .schemas import GAPS, SOURCE_RECORDS, conform
+from spark_jobs.common.schemas import GAPS, SOURCE_RECORDS, conform
 
 DRIVER = "org.postgresql.Driver"
 FETCH_SIZE = 10_000

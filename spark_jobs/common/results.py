@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .statuses import DEFECTS
+from spark_jobs.common.statuses import DEFECTS
 
 START_RUN = """
 INSERT INTO pipeline_runs (run_id) VALUES (%(run_id)s)

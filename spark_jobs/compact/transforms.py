@@ -14,8 +14,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..common.cursors import topic_cursor
-from ..common.schemas import DELIVERIES, LANDING, conform
+from spark_jobs.common.cursors import topic_cursor
+from spark_jobs.common.schemas import DELIVERIES, LANDING, conform
 
 
 def with_cursor_before(items: DataFrame) -> DataFrame:

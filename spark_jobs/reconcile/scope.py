@@ -34,7 +34,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from watch_service.protocol.landing import (KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
                                             KIND_TOPIC_DELETED)
 
-from ..common.schemas import DELIVERIES, conform
+from spark_jobs.common.schemas import DELIVERIES, conform
 
 SCOPE = StructType([StructField("scope_id", IntegerType(), False),
                     StructField("consumer", StringType(), False),

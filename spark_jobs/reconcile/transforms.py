@@ -38,9 +38,9 @@ from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, S
 
 from watch_service.protocol.landing import KIND_RECORD
 
-from ..common import statuses as st
-from ..common.schemas import DELIVERIES, DETAIL, GAPS, SOURCE_RECORDS, SUMMARY, conform
-from .scope import SCOPE, SIGNALLED, consumer_scope, signalled_ranges
+from spark_jobs.common import statuses as st
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, GAPS, SOURCE_RECORDS, SUMMARY, conform
+from spark_jobs.reconcile.scope import SCOPE, SIGNALLED, consumer_scope, signalled_ranges
 
 KEY = ["scope_id", "seq"]
 _ID, _SEQ = StructField("scope_id", IntegerType(), False), StructField("seq", LongType(), False)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..common import statuses as st
-from ..common.schemas import AUDIT_LOG, DETAIL, REMAINING, conform
+from spark_jobs.common import statuses as st
+from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, REMAINING, conform
 
 GROUP = ["consumer", "topic", "status"]
 

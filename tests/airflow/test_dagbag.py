@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watch_service.airflow_env import airflow_env
+from watch_service.tools.airflow_env import airflow_env
 from watch_service.settings import Settings
 
 pytestmark = pytest.mark.airflow

@@ -15,7 +15,7 @@ from auditsync_plugin.sink_cursors import (Lag, SinkPosition, decide, parse_stat
 from auditsync_plugin.summary import summarize
 from auditsync_plugin.ui.app import resolve_doc
 from auditsync_plugin.ui.runs import pivot, render_page
-from watch_service.airflow_env import airflow_env, connection_json
+from watch_service.tools.airflow_env import airflow_env, connection_json
 from watch_service.settings import Settings
 
 pytestmark = pytest.mark.unit

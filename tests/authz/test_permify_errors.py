@@ -13,9 +13,10 @@ import psycopg
 import pytest
 from permify.exceptions import ApiException
 
-from watch_service.embedded_pg import EmbeddedPostgres
+from watch_service.store import retention
+from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.protocol import authz as pa
-from watch_service.server.context import POOL
+from watch_service.web.app_keys import POOL
 from watch_service.store import topics
 from watch_service.store.migrate import migrate
 
@@ -167,7 +168,7 @@ async def test_snap_token_before_the_history_window(permify_api, authz_service, 
     _, first = await post(http, f"{url}/relationships/write", {"tuples": [tuple_doc()]})
     await post(http, f"{url}/relationships/write", {"tuples": [tuple_doc(entity_id="2")]})
     async with authz_service.app[POOL].connection() as conn:
-        await topics.trim(conn, pa.change_topic(tenant), now_ms=2**62)
+        await retention.trim(conn, pa.change_topic(tenant), now_ms=2**62)
     status, body = await post(http, f"{url}/watch", {"snap_token": first["snap_token"]})
     grpc_error(status, body, 3, 400)
     assert "before the retained history" in body["message"]

@@ -11,8 +11,9 @@ from authzed.api.v1.permission_service_pb2 import ImportBulkRelationshipsRequest
 from authzed.api.v1.watch_service_pb2 import WATCH_KIND_INCLUDE_CHECKPOINTS
 from google.protobuf.json_format import MessageToDict
 
+from watch_service.store import retention
 from watch_service.protocol import authz as pa
-from watch_service.server.context import POOL
+from watch_service.web.app_keys import POOL
 from watch_service.store import topics
 
 from .clients import unique_type
@@ -142,7 +143,7 @@ async def test_history_window_error(spicedb, authz_service):
     await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:2", "owner", "user:a"))
     pool = authz_service.app[POOL]
     async with pool.connection() as conn:
-        gaps = await topics.trim(conn, pa.change_topic("t1"), now_ms=2**62)
+        gaps = await retention.trim(conn, pa.change_topic("t1"), now_ms=2**62)
     assert gaps and gaps[0].reason == "ttl"
     watch = WatchReader(spicedb, WatchRequest(optional_start_cursor=old.written_at))
     try:

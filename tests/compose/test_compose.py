@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from watch_service.airflow_env import airflow_env
+from watch_service.tools.airflow_env import airflow_env
 from watch_service.settings import Settings
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing
-from watch_service.sink.search_index import SearchIndex
+from watch_service.store.search_index import SearchIndex
 
 from ..support import ROOT, wait_for
 

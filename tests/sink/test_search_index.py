@@ -3,7 +3,7 @@ full-text search works, poison documents are skipped, an unreachable database is
 import psycopg
 import pytest
 
-from watch_service.sink.search_index import SearchIndex, doc_key, documents
+from watch_service.store.search_index import SearchIndex, doc_key, documents
 
 from ..support import free_port, unique
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from watch_service.protocol.landing import payload_hash
-from watch_service.sink.search_index import doc_key
+from watch_service.store.search_index import doc_key
 
 from ..support import unique, wait_for
 from . import harness as lv

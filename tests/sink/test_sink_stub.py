@@ -9,7 +9,7 @@ import pytest
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
 from watch_service.sink.landing import SCHEMA
-from watch_service.sink.search_index import SearchIndex
+from watch_service.store.search_index import SearchIndex
 
 from ..support import free_port, unique, wait_for
 from . import harness as lv

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from tests.support import wait_for
-from watch_service.server.context import STREAMS
+from watch_service.web.app_keys import STREAMS
 
 from .conftest import Api, session_row
 from .wire import RETRY, caught_up_frame, fields, record_frame

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.support import wait_for
+from watch_service.store import retention
 from watch_service.store import topics as store
 
 from .conftest import stream_closed_with
@@ -46,7 +47,7 @@ async def test_ttl(api, db):
     topic = await api.topic(ttl_ms=3_600_000)
     wid = await consume_then_close(api, db, topic, 3)
     await api.append(topic, 4, 5, 6)
-    assert [g.as_dict() for g in await store.trim(db, topic, now_ms=FUTURE_MS)] == [
+    assert [g.as_dict() for g in await retention.trim(db, topic, now_ms=FUTURE_MS)] == [
         {"reason": "ttl", "gap_from": 1, "gap_to": 6}]
     stream = await api.stream(wid)
     assert await stream.frame() == tombstone_frame(topic, "ttl", 4, 6, 7, 6, {topic: 3})
@@ -61,7 +62,7 @@ async def test_mixed(api, db):
     topic = await api.topic(max_records=3, ttl_ms=3_600_000)
     wid = await consume_then_close(api, db, topic, 1)
     await api.append(topic, *range(5))  # seqs 2..6; the cap drops 1..3
-    await store.trim(db, topic, now_ms=FUTURE_MS)  # ttl drops 4..6
+    await retention.trim(db, topic, now_ms=FUTURE_MS)  # ttl drops 4..6
     stream = await api.stream(wid)
     assert await stream.frame() == tombstone_frame(topic, "mixed", 2, 6, 7, 6, {topic: 1})
     assert await stream.frame() == caught_up_frame(topic, 6, {topic: 6})

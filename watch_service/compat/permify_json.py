@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from ..protocol import authz as pa
+from watch_service.protocol import authz as pa
 
 # gRPC status codes and the HTTP status grpc-gateway gives each.
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED = 3, 5, 6, 7

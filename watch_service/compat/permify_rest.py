@@ -15,12 +15,12 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from ..protocol import authz as pa
-from ..protocol.errors import ApiError
-from ..server.auth import authorize
-from ..server.context import KEYS, POOL, SETTINGS
-from ..store import authz as db
-from . import permify_json as pj
+from watch_service.protocol import authz as pa
+from watch_service.protocol.errors import ApiError
+from watch_service.web.auth import authorize
+from watch_service.web.app_keys import KEYS, POOL, SETTINGS
+from watch_service.store import authz as db
+from watch_service.compat import permify_json as pj
 
 log = logging.getLogger("auditsync.permify")
 routes = web.RouteTableDef()

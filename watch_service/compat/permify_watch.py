@@ -14,12 +14,13 @@ import logging
 
 from aiohttp import web
 
-from ..protocol import authz as pa
-from ..server.context import HUB, POOL, SETTINGS, STREAM_TASKS
-from ..store import authz as db
-from . import permify_json as pj
-from .follow import HistoryLost, TopicGone, follow
-from .permify_rest import json_body, permify_handler
+from watch_service.protocol import authz as pa
+from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
+from watch_service.store import authz as db
+from watch_service.store.server_state import commit_timestamps_on
+from watch_service.compat import permify_json as pj
+from watch_service.engine.follow import HistoryLost, TopicGone, follow
+from watch_service.compat.permify_rest import json_body, permify_handler
 
 log = logging.getLogger("auditsync.permify")
 routes = web.RouteTableDef()
@@ -38,8 +39,7 @@ async def watch(request: web.Request, tenant: str) -> web.StreamResponse:
                               "(AUDITSYNC_PERMIFY_WATCH=false)")
     topic = pa.change_topic(tenant)
     async with app[POOL].connection() as conn:
-        cur = await conn.execute("SHOW track_commit_timestamp")
-        if (await cur.fetchone())[0] != "on":
+        if not await commit_timestamps_on(conn):
             raise pj.PermifyError(pj.UNAVAILABLE, "PostgreSQL is not configured for watch: "
                                   "track_commit_timestamp is off (ALTER SYSTEM SET "
                                   "track_commit_timestamp = on; then restart it)")

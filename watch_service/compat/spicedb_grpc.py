@@ -25,11 +25,11 @@ from authzed.api.v1 import permission_service_pb2_grpc as ps_grpc
 from authzed.api.v1 import watch_service_pb2 as ws
 from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
-from ..protocol import authz as pa
-from ..server.context import HUB, POOL, SETTINGS
-from ..store import authz as db
-from . import spicedb_proto as sp
-from .follow import HistoryLost, TopicGone, follow
+from watch_service.protocol import authz as pa
+from watch_service.web.app_keys import HUB, POOL, SETTINGS
+from watch_service.store import authz as db
+from watch_service.compat import spicedb_proto as sp
+from watch_service.engine.follow import HistoryLost, TopicGone, follow
 
 log = logging.getLogger("auditsync.spicedb")
 TOPIC = pa.change_topic(sp.TENANT)

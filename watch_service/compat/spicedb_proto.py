@@ -10,7 +10,7 @@ import grpc
 from authzed.api.v1 import core_pb2, permission_service_pb2 as ps, watch_service_pb2 as ws
 from google.protobuf import json_format, struct_pb2
 
-from ..protocol import authz as pa
+from watch_service.protocol import authz as pa
 
 TENANT = "t1"  # the SpiceDB surface serves this one tenant (Permify's pre-inserted default)
 MAX_UPDATES = 1000

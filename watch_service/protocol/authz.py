@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .names import TENANT_RE, TOPIC_RE
+from watch_service.protocol.names import TENANT_RE, TOPIC_RE
 
 TOPIC_PREFIX = "authz."
 CHANGES_PER_RECORD = 1000

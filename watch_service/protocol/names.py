@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import invalid
+from watch_service.protocol.errors import invalid
 
 TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 TENANT_RE = re.compile(r"[a-zA-Z0-9_\-@\.:+]{1,128}|\*")

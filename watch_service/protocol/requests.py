@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from .errors import invalid, too_large
-from .names import check_node
+from watch_service.protocol.errors import invalid, too_large
+from watch_service.protocol.names import check_node
 
 MAX_BATCH = 1000
 MAX_READ_LIMIT = 10_000

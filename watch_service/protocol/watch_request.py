@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .errors import invalid
-from .names import check_node, check_topic
-from .requests import INT63, _object, check_int, parse_json, type_name
+from watch_service.protocol.errors import invalid
+from watch_service.protocol.names import check_node, check_topic
+from watch_service.protocol.requests import INT63, _object, check_int, parse_json, type_name
 
 MAX_TOPICS = 256
 DEFAULT_LIMIT = 256

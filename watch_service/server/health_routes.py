@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..store.migrate import latest_version
-from .context import METRICS, POOL, SETTINGS
-from .topics_routes import json_response
+from watch_service.store.migrate import latest_version
+from watch_service.store.server_state import readiness
+from watch_service.web.app_keys import METRICS, POOL, SETTINGS
+from watch_service.server.topic_routes import json_response
 
 routes = web.RouteTableDef()
 
@@ -21,11 +22,9 @@ async def readyz(request: web.Request) -> web.Response:
     try:
         timeout = min(2.0, request.app[SETTINGS].pool_timeout_s)
         async with request.app[POOL].connection(timeout=timeout) as conn:
-            cur = await conn.execute(
-                "SELECT current_setting('track_commit_timestamp'), "
-                "(SELECT coalesce(max(version), 0) FROM schema_migrations)")
-            commit_ts, version = await cur.fetchone()
-        if commit_ts != "on":
+            state = await readiness(conn)
+        version = state.schema_version
+        if not state.commit_timestamps:
             problems.append("track_commit_timestamp is off")
         if version < latest_version():
             problems.append(f"schema at migration {version}, need {latest_version()}: run `auditsync migrate`")

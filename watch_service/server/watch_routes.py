@@ -12,15 +12,15 @@ import time
 
 from aiohttp import web
 
-from ..protocol import cursor as cursor_codec
-from ..protocol import frames
-from ..protocol.errors import ApiError, not_found, throttled, topic_not_found, unauthorized
-from ..protocol.watch_request import WatchDefinition, watch_definition
-from ..store import sessions
-from .auth import authorize, hash_secret
-from .context import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
-from .topics_routes import json_response, read_body
-from .watch_stream import WatchStream
+from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol import frames
+from watch_service.protocol.errors import ApiError, not_found, throttled, topic_not_found, unauthorized
+from watch_service.protocol.watch_request import WatchDefinition, watch_definition
+from watch_service.store import sessions
+from watch_service.web.auth import authorize, hash_secret
+from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from watch_service.server.topic_routes import json_response, read_body
+from watch_service.server.watch_stream import WatchStream
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()

@@ -12,14 +12,15 @@ import time
 
 from aiohttp import web
 
-from ..protocol import cursor as cursor_codec
-from ..protocol import frames
-from ..protocol.records import encode
-from ..protocol.tombstones import missed_range
-from ..protocol.watch_request import WatchDefinition
-from ..store import topics as store
-from .metrics import Metrics
-from .tailer import Hub, Tailer
+from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol import frames
+from watch_service.protocol.records import encode
+from watch_service.protocol.tombstones import missed_range
+from watch_service.protocol.watch_request import WatchDefinition
+from watch_service.store import tail
+from watch_service.store import topics as store
+from watch_service.web.metrics import Metrics
+from watch_service.engine.tailer import Hub, Tailer
 
 FAIRNESS_PAGES = 4  # pages one topic may send before the others get a turn
 
@@ -117,7 +118,7 @@ class WatchStream:
         None: this topic has nothing more to do now."""
         tailer = self.active[topic]
         async with self.hub.pool.connection() as conn:
-            page = await store.read_tail(conn, topic, after, self.d.limit)
+            page = await tail.read_tail(conn, topic, after, self.d.limit)
             if page is None or page.deleted:
                 head = page.head_seq if page else after
                 await self._send(topic, "topic-deleted", frames.topic_deleted_data(topic, head),

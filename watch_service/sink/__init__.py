@@ -16,14 +16,14 @@ from collections.abc import Mapping
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """``auditsync sink``: run until SIGTERM/SIGINT; returns the exit status."""
-    from .command import main as run
+    from watch_service.sink.command import main as run
 
     return run(argv, environ)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The ``auditsync sink`` flags (on ``parser`` if given)."""
-    from .config import build_parser as build
+    from watch_service.sink.config import build_parser as build
 
     return build(parser)
 

@@ -1,6 +1,6 @@
 """``python -m watch_service.sink``: the same as ``auditsync sink``."""
 import sys
 
-from . import main
+from watch_service.sink import main
 
 sys.exit(main())

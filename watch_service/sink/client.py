@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 import aiohttp
 
-from .backoff import watchdog_s
-from .config import SinkConfig
-from .sse import Item, SseParser
+from watch_service.sink.backoff import watchdog_s
+from watch_service.sink.config import SinkConfig
+from watch_service.sink.sse import Item, SseParser
 
 FATAL_STATUSES = (400, 401, 403, 406)
 

@@ -10,9 +10,9 @@ import dataclasses
 import re
 from pathlib import Path
 
-from ..protocol.errors import ApiError
-from ..protocol.names import TOPIC_RE, check_node
-from .faults import FaultPolicy
+from watch_service.protocol.errors import ApiError
+from watch_service.protocol.names import TOPIC_RE, check_node
+from watch_service.sink.faults import FaultPolicy
 
 KEY_ENV = "AUDITSYNC_SINK_KEY"
 _CONSUMER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

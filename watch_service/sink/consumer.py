@@ -19,16 +19,16 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import orjson
 
-from .backoff import DEFAULT_RETRY_MS, backoff_ms
-from .client import Chunk, Connected, Disconnected, QueueItem, SessionError, create_session, pump
-from .config import SinkConfig
-from .indexer import Indexer
-from .landing import Landing
-from .progress import Stats, progress_line
-from .rows import DATA_KINDS
-from .search_index import SearchIndex
-from .spool import Spool
-from .sse import Event, Retry
+from watch_service.sink.backoff import DEFAULT_RETRY_MS, backoff_ms
+from watch_service.sink.client import Chunk, Connected, Disconnected, QueueItem, SessionError, create_session, pump
+from watch_service.sink.config import SinkConfig
+from watch_service.sink.indexer import Indexer
+from watch_service.sink.landing import Landing
+from watch_service.sink.progress import Stats, progress_line
+from watch_service.sink.rows import DATA_KINDS
+from watch_service.store.search_index import SearchIndex
+from watch_service.sink.spool import Spool
+from watch_service.sink.sse import Event, Retry
 
 log = logging.getLogger("auditsync.sink")
 

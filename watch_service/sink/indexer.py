@@ -16,9 +16,9 @@ import logging
 
 import psycopg
 
-from .landing import Landing, SinkState
-from .progress import Stats
-from .search_index import IndexRecord, SearchIndex
+from watch_service.sink.landing import Landing, SinkState
+from watch_service.sink.progress import Stats
+from watch_service.store.search_index import IndexRecord, SearchIndex
 
 log = logging.getLogger("auditsync.sink.index")
 

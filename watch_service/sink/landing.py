@@ -25,9 +25,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..protocol.landing import COLUMNS, KIND_RECORD
-from . import durable
-from .faults import KINDS, FaultKey
+from watch_service.protocol.landing import COLUMNS, KIND_RECORD
+from watch_service.sink import durable
+from watch_service.sink.faults import KINDS, FaultKey
 
 STATE_FILE = "state.json"
 FAULTS_FILE = "faults.jsonl"

@@ -23,15 +23,15 @@ import time
 
 import orjson
 
-from ..protocol import cursor as cursor_codec
-from ..protocol.landing import COLUMN_NAMES, KIND_RECORD
-from .config import SinkConfig
-from .faults import FaultBook
-from .indexer import Indexer
-from .landing import Landing, SinkState
-from .progress import Stats
-from .rows import FrameContext, frame_rows
-from .sse import Event
+from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
+from watch_service.sink.config import SinkConfig
+from watch_service.sink.faults import FaultBook
+from watch_service.sink.indexer import Indexer
+from watch_service.sink.landing import Landing, SinkState
+from watch_service.sink.progress import Stats
+from watch_service.sink.rows import FrameContext, frame_rows
+from watch_service.sink.sse import Event
 
 log = logging.getLogger("auditsync.sink")
 

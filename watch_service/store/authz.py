@@ -16,9 +16,9 @@ import time
 import orjson
 from psycopg import AsyncConnection, errors, sql
 
-from ..protocol import authz as pa
-from ..protocol.requests import NewRecord, TopicConfig
-from . import topics
+from watch_service.protocol import authz as pa
+from watch_service.protocol.requests import NewRecord, TopicConfig
+from watch_service.store import topics
 
 _T_COLS = ("entity_type", "entity_id", "relation", "subject_type", "subject_id",
            "subject_relation")

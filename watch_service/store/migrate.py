@@ -11,6 +11,8 @@ from importlib import resources
 
 import psycopg
 
+from watch_service.store.server_state import commit_timestamps_on_sync
+
 LOCK_KEY = 0x6175646974  # "audit"
 _FILE_RE = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
 
@@ -38,8 +40,7 @@ def latest_version() -> int:
 
 
 def check_server(conn: psycopg.Connection) -> None:
-    value = conn.execute("SHOW track_commit_timestamp").fetchone()[0]
-    if value != "on":
+    if not commit_timestamps_on_sync(conn):
         raise MigrationError(
             "track_commit_timestamp is off on this PostgreSQL server; auditsync needs it "
             "(commit timestamps back the Permify/SpiceDB watch). Fix: ALTER SYSTEM SET "

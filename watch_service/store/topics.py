@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import time
 
 from psycopg import AsyncConnection
 
-from ..protocol.records import Record
-from ..protocol.requests import NewRecord, TopicConfig
-from ..protocol.tombstones import Tombstone, consumer_reason, missed_range
+from watch_service.protocol.records import Record
+from watch_service.protocol.requests import NewRecord, TopicConfig
+from watch_service.protocol.tombstones import Tombstone, consumer_reason, missed_range
+from watch_service.store.retention import current_ms, record_gap, trim_locked
 
 CHANNEL = "auditsync"
 
@@ -131,7 +131,7 @@ async def put_topic(conn: AsyncConnection, name: str, cfg: TopicConfig) -> tuple
                     WHERE name = %s""", (cfg.max_records, cfg.ttl_ms, name))
         if created:
             await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"c 0 {name}"))
-        await _trim_locked(conn, name, _now_ms())
+        await trim_locked(conn, name, current_ms())
         topic = await get_topic(conn, name)
     assert topic is not None
     return topic, created
@@ -149,7 +149,7 @@ async def delete_topic(conn: AsyncConnection, name: str) -> int | None:
         head, earliest = row
         await conn.execute("DELETE FROM records WHERE topic = %s", (name,))
         if earliest <= head:
-            await _record_gap(conn, name, earliest, head, "deleted")
+            await record_gap(conn, name, earliest, head, "deleted")
         await conn.execute(
             "UPDATE topics SET deleted_at = now(), earliest_seq = head_seq + 1 WHERE name = %s",
             (name,))
@@ -175,7 +175,7 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     head, ts, earliest, max_records = row[:4]
     if max_records is not None and head - earliest + 1 > max_records:
         async with conn.transaction():
-            await _trim_locked(conn, name, _now_ms(), lock=True)
+            await trim_locked(conn, name, current_ms(), lock=True)
     return AppendResult(name, head - len(records) + 1, head, head, ts)
 
 
@@ -203,117 +203,3 @@ async def gap_reason(conn: AsyncConnection, name: str, gap_from: int, gap_to: in
         "SELECT DISTINCT reason FROM gaps WHERE topic = %s AND gap_to >= %s AND gap_from <= %s",
         (name, gap_from, gap_to))
     return consumer_reason(r for (r,) in await cur.fetchall())
-
-
-async def trim(conn: AsyncConnection, name: str, now_ms: int | None = None) -> list[Tombstone]:
-    """Apply a topic's retention now; returns the gaps written."""
-    async with conn.transaction():
-        return await _trim_locked(conn, name, _now_ms() if now_ms is None else now_ms, lock=True)
-
-
-async def retained_topics(conn: AsyncConnection) -> list[str]:
-    cur = await conn.execute(
-        "SELECT name FROM topics WHERE deleted_at IS NULL "
-        "AND (max_records IS NOT NULL OR ttl_ms IS NOT NULL) ORDER BY name")
-    return [n for (n,) in await cur.fetchall()]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-async def _trim_locked(conn: AsyncConnection, name: str, now_ms: int,
-                       lock: bool = False) -> list[Tombstone]:
-    """Inside a transaction: remove what retention no longer keeps, writing its gaps rows."""
-    cur = await conn.execute(
-        "SELECT head_seq, earliest_seq, max_records, ttl_ms FROM topics "
-        "WHERE name = %s AND deleted_at IS NULL" + (" FOR UPDATE" if lock else ""), (name,))
-    row = await cur.fetchone()
-    if row is None:
-        return []
-    head, earliest, max_records, ttl_ms = row
-    ttl_until = earliest  # first seq kept by ttl
-    if ttl_ms is not None and earliest <= head:
-        cur = await conn.execute(
-            "SELECT seq FROM records WHERE topic = %s AND seq >= %s AND ts >= %s ORDER BY seq LIMIT 1",
-            (name, earliest, now_ms - ttl_ms))
-        found = await cur.fetchone()
-        ttl_until = found[0] if found else head + 1
-    cap_until = earliest
-    if max_records is not None:
-        cap_until = max(earliest, head - max_records + 1)
-    new_earliest = max(ttl_until, cap_until)
-    if new_earliest <= earliest:
-        return []
-    written = []
-    if ttl_until > earliest:
-        written.append(await _record_gap(conn, name, earliest, ttl_until - 1, "ttl"))
-    if cap_until > max(earliest, ttl_until):
-        written.append(await _record_gap(conn, name, max(earliest, ttl_until), cap_until - 1, "cap"))
-    await conn.execute("DELETE FROM records WHERE topic = %s AND seq < %s", (name, new_earliest))
-    await conn.execute("UPDATE topics SET earliest_seq = %s WHERE name = %s", (new_earliest, name))
-    return written
-
-
-async def _record_gap(conn: AsyncConnection, name: str, gap_from: int, gap_to: int,
-                      reason: str) -> Tombstone:
-    """Write a gaps row, extending the previous row when it is contiguous with the same reason."""
-    cur = await conn.execute(
-        "UPDATE gaps SET gap_to = %s WHERE topic = %s AND gap_to = %s AND reason = %s RETURNING gap_from",
-        (gap_to, name, gap_from - 1, reason))
-    if await cur.fetchone() is None:
-        await conn.execute(
-            "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, %s, %s, %s)",
-            (name, gap_from, gap_to, reason))
-    return Tombstone(reason, gap_from, gap_to)
-
-
-_READ_TAIL = """
-SELECT t.head_seq, t.earliest_seq, t.deleted_at IS NOT NULL,
-       pg_current_wal_insert_lsn() - '0/0'::pg_lsn, pg_current_wal_flush_lsn() - '0/0'::pg_lsn,
-       r.seq, r.ts, r.tag, r.node, r.meta::text, r.data::text
-  FROM topics t
-  LEFT JOIN LATERAL (
-        SELECT seq, ts, tag, node, meta, data FROM records
-         WHERE topic = t.name AND seq > %(after)s
-         ORDER BY seq LIMIT %(limit)s) r ON true
- WHERE t.name = %(topic)s
- ORDER BY r.seq
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class TailRead:
-    head_seq: int
-    earliest_seq: int
-    deleted: bool
-    insert_lsn: int  # WAL insert position after the read: every visible commit is before it
-    flush_lsn: int
-    records: list[Record]
-
-
-async def read_tail(conn: AsyncConnection, name: str, after: int, limit: int) -> TailRead | None:
-    """Like ``read`` but for the shared tailer: includes deleted topics and WAL positions."""
-    cur = await conn.execute(_READ_TAIL, {"topic": name, "after": after, "limit": limit})
-    rows = await cur.fetchall()
-    if not rows:
-        return None
-    head, earliest, deleted, insert_lsn, flush_lsn = rows[0][:5]
-    records = [Record(*r[5:]) for r in rows if r[5] is not None]
-    return TailRead(head, earliest, deleted, int(insert_lsn), int(flush_lsn), records)
-
-
-async def force_flush(conn: AsyncConnection) -> int:
-    """Make every commit so far durable (a synchronous commit flushes the WAL before it);
-    returns the flush LSN after."""
-    async with conn.transaction():
-        await conn.execute("SET LOCAL synchronous_commit = on")
-        # A commit flushes only if its transaction wrote WAL: a transactional logical message
-        # is the smallest such write (wal_level=logical is required of the server anyway).
-        await conn.execute("SELECT pg_logical_emit_message(true, 'auditsync.flush', '')")
-    return await flush_lsn(conn)
-
-
-async def flush_lsn(conn: AsyncConnection) -> int:
-    cur = await conn.execute("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
-    return int((await cur.fetchone())[0])

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 
 from psycopg_pool import AsyncConnectionPool
 
-from ..protocol.records import Record
-from ..server.tailer import Hub
-from ..store import topics as store
+from watch_service.protocol.records import Record
+from watch_service.engine.tailer import Hub
+from watch_service.store import tail
 
 PAGE = 256
 _FLAGS = (True, True, True)
@@ -66,20 +66,10 @@ async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
 
 async def _read(pool: AsyncConnectionPool, topic: str, after: int) -> list[Record]:
     async with pool.connection() as conn:
-        tail = await store.read_tail(conn, topic, after, PAGE)
-    if tail is None or tail.deleted:
+        page = await tail.read_tail(conn, topic, after, PAGE)
+    if page is None or page.deleted:
         raise TopicGone(topic)
-    if after + 1 < tail.earliest_seq:
-        raise HistoryLost(after + 1, tail.earliest_seq - 1, tail.earliest_seq)
-    return tail.records
+    if after + 1 < page.earliest_seq:
+        raise HistoryLost(after + 1, page.earliest_seq - 1, page.earliest_seq)
+    return page.records
 
-
-async def check_start(pool: AsyncConnectionPool, topic: str, after: int) -> int:
-    """Raise HistoryLost/TopicGone for a start cursor that cannot be served; else the head."""
-    async with pool.connection() as conn:
-        info = await store.get_topic(conn, topic)
-    if info is None:
-        raise TopicGone(topic)
-    if after + 1 < info.earliest_seq:
-        raise HistoryLost(after + 1, info.earliest_seq - 1, info.earliest_seq)
-    return info.head_seq

@@ -9,7 +9,7 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from ..protocol.errors import ApiError
+from watch_service.protocol.errors import ApiError
 
 log = logging.getLogger("auditsync.server")
 

@@ -14,8 +14,8 @@ import dataclasses
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ..protocol.requests import NewRecord
-from ..store import topics as store
+from watch_service.protocol.requests import NewRecord
+from watch_service.store import topics as store
 
 MAX_GROUP_RECORDS = 5000
 MAX_GROUP_BYTES = 16 * 1024 * 1024

@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..protocol.errors import forbidden, unauthorized
+from watch_service.protocol.errors import forbidden, unauthorized
 
 SCOPES = frozenset({"read", "write", "admin"})
 

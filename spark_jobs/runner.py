@@ -19,7 +19,6 @@ remain after backfill, 2 when a step fails to run. Layout under ``--work``::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -29,36 +28,11 @@ from pathlib import Path
 
 import psycopg
 
-STEPS = ("compact", "reconcile", "backfill", "verify")
+from spark_jobs.layout import STEPS, Layout
+
 EXIT_FAILED_GATE = 1
 EXIT_STEP_ERROR = 2
 JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    landing: Path
-    work: Path
-    run_id: str
-
-    @property
-    def run_dir(self) -> Path:
-        return self.work / "runs" / self.run_id
-
-    def step_args(self, step: str, database_url: str, partitions: int) -> list[str]:
-        """The job's own flags: what Airflow would pass too."""
-        db = ["--database-url", database_url, "--run-id", self.run_id]
-        deliveries, detail = str(self.work / "deliveries"), str(self.run_dir / "detail")
-        audit_log = str(self.work / "audit_log")
-        return {
-            "compact": ["--landing", str(self.landing), "--out", deliveries, *db],
-            "reconcile": ["--deliveries", deliveries, "--out", str(self.run_dir), *db,
-                          "--num-partitions", str(partitions)],
-            "backfill": ["--deliveries", deliveries, "--detail", detail, "--audit-log", audit_log,
-                         *db, "--num-partitions", str(partitions)],
-            "verify": ["--detail", detail, "--audit-log", audit_log,
-                       "--out", str(self.run_dir / "remaining"), *db],
-        }[step]
 
 
 def submit_command(step: str, args: list[str], master: str, driver_memory: str,
@@ -111,12 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _database_url(given: str | None) -> str:
     if given:
-        from .store.migrate import migrate
+        from watch_service.store.migrate import migrate
 
         migrate(given)
         return given
-    from . import settings as settings_mod
-    from .cli import ensure_database
+    from watch_service import settings as settings_mod
+    from watch_service.store.database import ensure_database
 
     return ensure_database(settings_mod.load())
 

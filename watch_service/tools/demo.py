@@ -1,10 +1,10 @@
-"""``make demo`` (``python -m watch_service.demo``): the whole product end to end on this machine.
+"""``make demo`` (``python -m watch_service.tools.demo``): the whole product end to end on this machine.
 
 The log half: the project's embedded PostgreSQL in ``.local/`` (or ``DATABASE_URL``), migrated;
 ``auditsync serve`` as a child process on a free loopback port; three topics (one capped), a
 few hundred records appended in batches and read back through the Records API (contiguous seqs,
 intact payloads, the cap's tombstone); a tenant with authorization writes through the Permify
-API. The pipeline half (``demo_pipeline.py``): a sink with a little loud fault injection, more
+API. The pipeline half (``demo_airflow.py``): a sink with a little loud fault injection, more
 writes while it runs, ``airflow dags test audit_sync`` (compact, reconcile, backfill, verify,
 Great Expectations), and a summary of what was written, delivered, found and repaired, with the
 path of the Data Docs. It prints a line per step and stops everything it started.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import aiohttp
 
-from . import demo_pipeline as pipeline
-from . import settings as settings_mod
-from .embedded_pg import EmbeddedPgError
-from .settings import PROJECT_ROOT, Settings, SettingsError
-from .store.database import database_url, embedded_cluster
-from .store.migrate import MigrationError, migrate
+from watch_service.tools import demo_airflow as pipeline
+from watch_service import settings as settings_mod
+from watch_service.store.cluster import EmbeddedPgError
+from watch_service.settings import PROJECT_ROOT, Settings, SettingsError
+from watch_service.store.database import database_url, embedded_cluster
+from watch_service.store.migrate import MigrationError, migrate
 
 RECORDS_PER_TOPIC = 300
 BATCH = 50
@@ -54,7 +54,7 @@ class Demo:
     written: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     summary: list[str] = dataclasses.field(default_factory=list)
     began: float = dataclasses.field(default_factory=time.monotonic)
-    # the pipeline half (watch_service/demo_pipeline.py)
+    # the pipeline half (watch_service/tools/demo_airflow.py)
     tenant: str = ""
     sink: subprocess.Popen | None = None
     landing: Path = Path()

@@ -1,7 +1,7 @@
 """The pipeline half of ``make demo``: authorization writes, a sink with a little (loud) fault
 injection, ``airflow dags test audit_sync``, and the summary a reader wants at the end.
 
-Each step takes the demo's shared state (``watch_service.demo.Demo``); see that module for the
+Each step takes the demo's shared state (``watch_service.tools.demo.Demo``); see that module for the
 log half (database, service, topics, writer, read-back).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import aiohttp
 import psycopg
 
-from .airflow_env import airflow_env
-from .protocol.authz import change_topic
-from .settings import PROJECT_ROOT
+from watch_service.tools.airflow_env import airflow_env
+from watch_service.protocol.authz import change_topic
+from watch_service.settings import PROJECT_ROOT
 
 CONSUMER = "demo"
 FAULTS = ("--fault-drop-fraction", "0.01", "--fault-corrupt", "3", "--fault-seed", "7")

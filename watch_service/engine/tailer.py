@@ -16,8 +16,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ..protocol.records import Record, encode
-from ..store import topics as store
+from watch_service.protocol.records import Record, encode
+from watch_service.store import tail
+from watch_service.store.topics import CHANNEL
 
 log = logging.getLogger("auditsync.tailer")
 
@@ -116,13 +117,13 @@ class Tailer:
         after = self.cache_end if self.cache_after is not None else None
         async with self.hub.pool.connection() as conn:
             if after is None:
-                state = await store.read_tail(conn, self.topic, 2**62, 1)
+                state = await tail.read_tail(conn, self.topic, 2**62, 1)
                 if state is None:
                     return False
                 self.cache_after = state.head_seq
                 page = state
             else:
-                page = await store.read_tail(conn, self.topic, after, REFRESH_PAGE)
+                page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
                 if page is None:
                     return False
                 if page.records and page.records[0].seq != after + 1:
@@ -203,7 +204,7 @@ class Hub:
             async with self.pool.connection() as conn:
                 # A strong watcher waits: flush now (one fsync covers every pending commit)
                 # rather than wait for the WAL writer's next round (wal_writer_delay).
-                flushed = await (store.force_flush(conn) if force else store.flush_lsn(conn))
+                flushed = await (tail.force_flush(conn) if force else tail.flush_lsn(conn))
             pending = []
             for tailer, lsn, head in self._flush_waits:
                 if flushed >= lsn:
@@ -217,7 +218,7 @@ class Hub:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {store.CHANNEL}")
+                    await conn.execute(f"LISTEN {CHANNEL}")
                     for tailer in self.tailers.values():
                         tailer.kick()
                     async for note in conn.notifies():
@@ -236,9 +237,7 @@ class Hub:
                 continue
             with contextlib.suppress(Exception):
                 async with self.pool.connection() as conn:
-                    cur = await conn.execute(
-                        "SELECT name, head_seq FROM topics WHERE name = ANY(%s)",
-                        (list(self.tailers),))
-                    for name, head in await cur.fetchall():
+                    heads = await tail.topic_heads(conn, list(self.tailers))
+                    for name, head in heads.items():
                         if name in self.tailers and head > self.tailers[name].head:
                             self.tailers[name].kick(head)

@@ -5,8 +5,8 @@ Airflow is configured by environment variables only (``AIRFLOW__SECTION__KEY``,
 the same answer from :func:`airflow_env`: a pure function of the project's :class:`Settings` and
 a few ``AUDITSYNC_*`` overrides passed in explicitly (it never reads ``os.environ`` itself).
 
-``python -m watch_service.airflow_env`` prints the variables as shell ``export`` lines;
-``python -m watch_service.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
+``python -m watch_service.tools.airflow_env`` prints the variables as shell ``export`` lines;
+``python -m watch_service.tools.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
 standalone``).
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .settings import PROJECT_ROOT, Settings, SettingsError
-from .store.database import database_url
+from watch_service.settings import PROJECT_ROOT, Settings, SettingsError
+from watch_service.store.database import database_url
 
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_USERS = "admin:admin"
@@ -107,7 +107,7 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import settings as settings_mod
+    from watch_service import settings as settings_mod
 
     argv = sys.argv[1:] if argv is None else argv
     try:

@@ -4,13 +4,13 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from ..protocol import requests as rq
-from ..protocol.errors import too_large, topic_not_found
-from ..protocol.names import check_topic
-from ..protocol.records import encode_list
-from ..store import topics as store
-from .auth import authorize
-from .context import APPENDER, KEYS, METRICS, POOL, SETTINGS
+from watch_service.protocol import requests as rq
+from watch_service.protocol.errors import too_large, topic_not_found
+from watch_service.protocol.names import check_topic
+from watch_service.protocol.records import encode_list
+from watch_service.store import topics as store
+from watch_service.web.auth import authorize
+from watch_service.web.app_keys import APPENDER, KEYS, METRICS, POOL, SETTINGS
 
 routes = web.RouteTableDef()
 

@@ -1,4 +1,6 @@
-"""``create_app(settings)``: the aiohttp application and the resources it owns.
+"""The composition root: ``create_app(settings)`` builds the aiohttp application (and the gRPC
+server) from ``server/`` (the SSE watch and topic API), ``compat/`` (Permify, SpiceDB), the
+delivery ``engine/`` both use, and the ``store/``.
 
 Each resource (pool, retention loop, …) is one ``cleanup_ctx`` that cancels and awaits on
 exit, so shutdown is clean whichever way the process stops.
@@ -13,17 +15,19 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from ..compat import permify_rest, permify_watch, spicedb_grpc
-from ..settings import Settings
-from ..store import topics as store
-from ..store.database import database_url
-from . import health_routes, topics_routes, watch_routes
-from .auth import KeyRing
-from .appender import Appender
-from .context import APPENDER, DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
-from .errors import MAX_BODY, error_middleware
-from .metrics import Metrics
-from .tailer import Hub
+from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
+from watch_service.settings import Settings
+from watch_service.store.retention import run_retention
+from watch_service.store.database import database_url
+from watch_service.server import health_routes
+from watch_service.server import topic_routes
+from watch_service.server import watch_routes
+from watch_service.web.auth import KeyRing
+from watch_service.engine.appender import Appender
+from watch_service.web.app_keys import APPENDER, DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from watch_service.web.errors import MAX_BODY, error_middleware
+from watch_service.web.metrics import Metrics
+from watch_service.engine.tailer import Hub
 
 log = logging.getLogger("auditsync.server")
 
@@ -61,25 +65,11 @@ async def retention_loop(app: web.Application) -> None:
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
-            await run_retention(app[POOL], metrics)
+            await run_retention(app[POOL], lambda _topic, gap: metrics.trimmed.inc(1, gap.reason))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass is retried next interval, never fatal
             log.warning("retention pass failed: %s", exc)
-
-
-async def run_retention(pool: AsyncConnectionPool, metrics: Metrics | None = None) -> list:
-    """One retention pass over every topic with a cap or a ttl; returns the gaps written."""
-    written = []
-    async with pool.connection() as conn:
-        for name in await store.retained_topics(conn):
-            for gap in await store.trim(conn, name):
-                written.append((name, gap))
-                if metrics:
-                    metrics.trimmed.inc(1, gap.reason)
-                log.info("retention: %s trimmed [%d, %d] (%s)", name, gap.gap_from, gap.gap_to,
-                         gap.reason)
-    return written
 
 
 async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -124,7 +114,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.cleanup_ctx.append(_retention_ctx)
     app.cleanup_ctx.append(_watch_ctx)
     app.on_shutdown.append(_end_streams)
-    app.add_routes(topics_routes.routes)
+    app.add_routes(topic_routes.routes)
     app.add_routes(health_routes.routes)
     app.add_routes(watch_routes.routes)
     app.add_routes(permify_rest.routes)
