@@ -29,6 +29,8 @@ from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from great_expectations.expectations.row_conditions import Column
 
+from watch_service.protocol.landing import NOT_NULL as LANDING_NOT_NULL
+
 DATASOURCE = "auditsync"
 DOCS_SITE = "local_site"
 MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
@@ -53,7 +55,7 @@ def suites(bounds: Bounds, summary_statuses: tuple[str, ...],
     ts_range = {"min_value": bounds.min_ts_ms, "max_value": bounds.max_ts_ms}
     return {
         "deliveries": [
-            *_not_null("consumer", "frame_no", "received_ms", "kind", "topic"),
+            *_not_null(*sorted(LANDING_NOT_NULL)),
             gxe.ExpectColumnValuesToBeInSet(column="kind", value_set=list(RECORD_KINDS)),
             *_not_null("seq", "ts", "data", "data_sha256", row_condition=is_record),
             gxe.ExpectColumnValuesToBeBetween(column="seq", min_value=1, row_condition=is_record),

@@ -11,9 +11,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (ArrayType, DataType, DateType, LongType, StringType,
                                StructField, StructType)
 
-from watch_service.protocol.landing import COLUMNS
+from watch_service.protocol.landing import COLUMNS, NOT_NULL
 
-_NOT_NULL = {"consumer", "frame_no", "received_ms", "kind", "topic"}
 _TYPES: dict[str, DataType] = {"string": StringType(), "int64": LongType()}
 
 
@@ -21,7 +20,7 @@ def _fields(*pairs: tuple[str, DataType], nullable: bool = True) -> list[StructF
     return [StructField(name, kind, nullable) for name, kind in pairs]
 
 
-LANDING = StructType([StructField(name, _TYPES[kind], name not in _NOT_NULL)
+LANDING = StructType([StructField(name, _TYPES[kind], name not in NOT_NULL)
                       for name, kind in COLUMNS])
 
 # One row per delivered frame item: the landing columns plus ``cursor_before``, the frame's

@@ -38,6 +38,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("head_seq", "int64"),       # every kind that reports one
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
+# The columns every landing row has, whatever its kind: the sink's Arrow schema, the Spark
+# LANDING schema and the Great Expectations suites all take their nullability from here.
+NOT_NULL = frozenset({"consumer", "frame_no", "received_ms", "kind", "topic"})
 
 
 def payload_hash(data_json: str) -> str:

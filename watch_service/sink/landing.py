@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from watch_service.protocol.landing import COLUMNS, KIND_RECORD
+from watch_service.protocol.landing import COLUMNS, NOT_NULL, KIND_RECORD
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
 
@@ -35,8 +35,7 @@ LOCK_FILE = ".lock"
 META_KEY = b"auditsync.sink"
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
-_NOT_NULL = {"consumer", "frame_no", "received_ms", "kind", "topic"}
-SCHEMA = pa.schema([pa.field(name, _TYPES[kind], nullable=name not in _NOT_NULL)
+SCHEMA = pa.schema([pa.field(name, _TYPES[kind], nullable=name not in NOT_NULL)
                     for name, kind in COLUMNS])
 
 
