@@ -1,10 +1,12 @@
-"""Unit tests for the name rules of the contract (topics, nodes, Permify tenants)."""
+"""Unit tests for the name rules of the contract (topics, nodes, and the Permify tenant rule
+of ``protocol.authz``)."""
 from __future__ import annotations
 
 import pytest
 
+from watch_service.protocol.authz import AuthzInputError, check_tenant
 from watch_service.protocol.errors import ApiError
-from watch_service.protocol.names import check_node, check_tenant, check_topic
+from watch_service.protocol.names import check_node, check_topic
 
 pytestmark = pytest.mark.unit
 
@@ -61,8 +63,7 @@ def test_valid_tenants(tenant):
 
 @pytest.mark.parametrize("tenant", ["", "**", "a b", "x" * 129, "t/1", "é", None])
 def test_invalid_tenants(tenant):
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(AuthzInputError) as info:
         check_tenant(tenant)
-    assert info.value.status == 400
-    assert info.value.message == (
+    assert str(info.value) == (
         f"tenant_id: {tenant!r} does not match ^([a-zA-Z0-9_\\-@\\.:+]{{1,128}}|\\*)$")

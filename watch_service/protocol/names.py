@@ -1,4 +1,5 @@
-"""Name rules of the contract: topics, Permify tenants, nodes."""
+"""Name rules of the contract: topics and nodes (and the tenant pattern ``protocol.authz``
+checks Permify tenant ids against)."""
 from __future__ import annotations
 
 import re
@@ -25,8 +26,3 @@ def check_node(node: object, field: str = "node") -> str:
                       f"got {node!r}")
     return node
 
-
-def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
-        raise invalid(f"tenant_id: {tenant!r} does not match ^([a-zA-Z0-9_\\-@\\.:+]{{1,128}}|\\*)$")
-    return tenant
