@@ -1,5 +1,5 @@
-"""``store.authz`` against the test PostgreSQL: the SQL filter agrees with ``matches``, and a
-write is one transaction (change + record, or neither)."""
+"""``store.authz_reads`` and ``store.authz_writes`` against the test PostgreSQL: the SQL filter
+agrees with ``matches``, and a write is one transaction (change + record, or neither)."""
 from __future__ import annotations
 
 import itertools
@@ -8,7 +8,8 @@ import psycopg
 import pytest
 
 from watch_service.protocol import authz as pa
-from watch_service.store import authz as db
+from watch_service.store import authz_reads as reads
+from watch_service.store import authz_writes as db
 from watch_service.store import topics
 
 pytestmark = pytest.mark.pg
@@ -34,7 +35,7 @@ async def test_sql_filter_agrees_with_matches(conn):
                pa.TupleFilter(entity_id_prefix="b"), pa.TupleFilter(subject_relation=""),
                pa.TupleFilter(subject_type="team", subject_ids=("v",), subject_relation="member")]
     for f in filters:
-        got = await db.read_tuples(conn, tenant, f, None, 1000)
+        got = await reads.read_tuples(conn, tenant, f, None, 1000)
         assert got == sorted((t for t in tuples if pa.matches(f, t)), key=pa.Tuple.key), f
 
 
@@ -50,7 +51,7 @@ async def test_failed_write_leaves_nothing(conn):
         await db.apply(conn, tenant, "test", db.Write(
             [("touch", t2)], preconditions=[db.Precondition(True, pa.TupleFilter(relation="nope"))]),
             HISTORY_MS)
-    assert await db.read_tuples(conn, tenant, pa.TupleFilter(), None, 10) == [t1]
+    assert await reads.read_tuples(conn, tenant, pa.TupleFilter(), None, 10) == [t1]
     topic = await topics.get_topic(conn, pa.change_topic(tenant))
     assert topic.head_seq == first.seq == 1 and topic.ttl_ms == HISTORY_MS
     with pytest.raises(db.TenantNotFound):

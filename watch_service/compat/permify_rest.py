@@ -19,7 +19,8 @@ from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import ApiError
 from watch_service.web.auth import authorize
 from watch_service.web.app_keys import KEYS, POOL, SETTINGS
-from watch_service.store import authz as db
+from watch_service.store import authz_reads as reads
+from watch_service.store import authz_writes as db
 from watch_service.compat import permify_json as pj
 
 log = logging.getLogger("auditsync.permify")
@@ -116,7 +117,7 @@ async def tenants_list(request: web.Request, _: None) -> web.Response:
     if not isinstance(after, str):
         raise pj.invalid("continuous_token: expected a string")
     async with request.app[POOL].connection() as conn:
-        rows = await db.list_tenants(conn, after, size + 1)
+        rows = await reads.list_tenants(conn, after, size + 1)
     token = rows[size - 1][0] if len(rows) > size else ""
     return _ok({"tenants": [pj.tenant_body(r) for r in rows[:size]], "continuous_token": token})
 
@@ -146,9 +147,9 @@ async def schemas_read(request: web.Request, tenant: str) -> web.Response:
     meta = (await json_body(request, {"metadata"})).get("metadata") or {}
     version = meta.get("schema_version") or None if isinstance(meta, dict) else None
     async with request.app[POOL].connection() as conn:
-        if not await db.tenant_exists(conn, tenant):
+        if not await reads.tenant_exists(conn, tenant):
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
-        row = await db.read_schema(conn, tenant, version)
+        row = await reads.read_schema(conn, tenant, version)
     if row is None:
         raise pj.PermifyError(pj.NOT_FOUND, f"tenant {tenant!r} has no schema"
                               + (f" version {version!r}" if version else ""))
@@ -219,9 +220,9 @@ async def relationships_read(request: web.Request, tenant: str) -> web.Response:
     f = pj.parse_tuple_filter(doc.get("filter"), "filter", require_type=False)
     size, after = pj.page_size(doc), _after(doc.get("continuous_token"), 6)
     async with request.app[POOL].connection() as conn:
-        if not await db.tenant_exists(conn, tenant):
+        if not await reads.tenant_exists(conn, tenant):
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
-        rows = await db.read_tuples(conn, tenant, f, after, size + 1)
+        rows = await reads.read_tuples(conn, tenant, f, after, size + 1)
     page = rows[:size]
     return _ok({"tuples": [pj.tuple_body(t) for t in page],
                 "continuous_token": _next(page[-1].key() if page else (), len(rows) > size)})
@@ -234,9 +235,9 @@ async def attributes_read(request: web.Request, tenant: str) -> web.Response:
     f = pj.parse_attribute_filter(doc.get("filter"), "filter")
     size, after = pj.page_size(doc), _after(doc.get("continuous_token"), 3)
     async with request.app[POOL].connection() as conn:
-        if not await db.tenant_exists(conn, tenant):
+        if not await reads.tenant_exists(conn, tenant):
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
-        rows = await db.read_attributes(conn, tenant, f, after, size + 1)
+        rows = await reads.read_attributes(conn, tenant, f, after, size + 1)
     page = rows[:size]
     last = (page[-1].entity_type, page[-1].entity_id, page[-1].name) if page else ()
     return _ok({"attributes": [pj.attribute_body(a) for a in page],

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from watch_service.protocol import authz as pa
 from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
-from watch_service.store import authz as db
+from watch_service.store import authz_writes as db
 from watch_service.store.server_state import commit_timestamps_on
 from watch_service.compat import permify_json as pj
 from watch_service.engine.follow import HistoryLost, TopicGone, follow

@@ -4,7 +4,7 @@ service's own event loop on ``settings.grpc_port``, over tenant ``spicedb_proto.
 
 Auth: with ``settings.grpc_key`` set, every call must carry metadata
 ``authorization: Bearer <key>`` (UNAUTHENTICATED otherwise). Writes go through
-``store.authz.apply`` (one transaction, one change record); Watch follows the tenant's change
+``store.authz_writes.apply`` (one transaction, one change record); Watch follows the tenant's change
 topic, so a ZedToken is a position in it and ``changes_through`` is always resumable.
 """
 from __future__ import annotations
@@ -27,7 +27,8 @@ from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.protocol import authz as pa
 from watch_service.web.app_keys import HUB, POOL, SETTINGS
-from watch_service.store import authz as db
+from watch_service.store import authz_reads as reads
+from watch_service.store import authz_writes as db
 from watch_service.compat import spicedb_proto as sp
 from watch_service.engine.follow import HistoryLost, TopicGone, follow
 
@@ -124,7 +125,7 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
             while left is None or left > 0:
                 size = READ_PAGE if left is None else min(READ_PAGE, left)
                 async with self.app[POOL].connection() as conn:  # not held while streaming
-                    rows = await db.read_tuples(conn, sp.TENANT, f, after, size)
+                    rows = await reads.read_tuples(conn, sp.TENANT, f, after, size)
                 for t in rows:
                     yield ps.ReadRelationshipsResponse(
                         read_at=read_at, relationship=sp.to_relationship(t),

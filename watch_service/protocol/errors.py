@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 
-class ApiError(Exception):
+class AuditsyncError(Exception):
+    """The root of every exception the project defines."""
+
+
+class ApiError(AuditsyncError):
     def __init__(self, status: int, code: str, message: str,
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)

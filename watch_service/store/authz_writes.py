@@ -1,6 +1,7 @@
-"""Authorization data in PostgreSQL: tenants, tuples, attributes, schema text, and the one
-transaction per write that changes them and appends its change record(s) to the tenant's
-change topic (``protocol.authz.change_topic``).
+"""Writing authorization data to PostgreSQL: tenants, schema text, and the one transaction per
+write that changes tuples and attributes and appends its change record(s) to the tenant's
+change topic (``protocol.authz.change_topic``). Reads and the SQL filters live in
+``store.authz_reads``.
 
 Every write transaction first locks the change topic's row (``SELECT … FOR UPDATE``), the same
 lock ``topics.append`` takes. Writers to one tenant are therefore serialised: preconditions
@@ -17,15 +18,14 @@ import orjson
 from psycopg import AsyncConnection, errors, sql
 
 from watch_service.protocol import authz as pa
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics
-
-_T_COLS = ("entity_type", "entity_id", "relation", "subject_type", "subject_id",
-           "subject_relation")
-_T_SEL = sql.SQL(", ").join(map(sql.Identifier, _T_COLS))
+from watch_service.store.authz_reads import (TUPLE_SELECT, attribute_where, count_tuples,
+                                             tenant_exists, tuple_where)
 
 
-class AuthzStoreError(Exception):
+class AuthzStoreError(AuditsyncError):
     """A write could not be applied; nothing was written."""
 
 
@@ -76,7 +76,12 @@ class WriteResult:
     partial: bool = False  # delete_limit stopped the delete before every match was gone
 
 
-# -- tenants ---------------------------------------------------------------------------------
+_LOCK = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
+             AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
+_UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+
+
+# -- tenants and schema ----------------------------------------------------------------------
 async def create_tenant(conn: AsyncConnection, tenant: str, name: str,
                         history_ms: int) -> tuple[str, str, object]:
     async with conn.transaction():
@@ -88,12 +93,6 @@ async def create_tenant(conn: AsyncConnection, tenant: str, name: str,
             raise TenantExists(f"tenant {tenant!r} already exists")
         await topics.put_topic(conn, pa.change_topic(tenant), TopicConfig(None, history_ms))
     return row
-
-
-async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tuple]:
-    cur = await conn.execute("SELECT id, name, created_at FROM authz_tenants WHERE id > %s "
-                             "ORDER BY id LIMIT %s", (after, limit))
-    return await cur.fetchall()
 
 
 async def delete_tenant(conn: AsyncConnection, tenant: str) -> bool:
@@ -112,8 +111,7 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
     """The tenant's live change topic, created if missing. Raises TenantNotFound."""
     name = pa.change_topic(tenant)
     for _ in range(3):
-        cur = await conn.execute("SELECT 1 FROM authz_tenants WHERE id = %s", (tenant,))
-        if await cur.fetchone() is None:
+        if not await tenant_exists(conn, tenant):
             raise TenantNotFound(f"tenant {tenant!r} does not exist")
         info = await topics.get_topic(conn, name)
         if info is not None:
@@ -126,7 +124,6 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
     raise AuthzStoreError(f"could not create the change topic of tenant {tenant!r}")
 
 
-# -- schema ----------------------------------------------------------------------------------
 async def write_schema(conn: AsyncConnection, tenant: str, body: str) -> str:
     version = f"{time.time_ns() // 1000:x}{secrets.token_hex(3)}"
     try:
@@ -137,82 +134,7 @@ async def write_schema(conn: AsyncConnection, tenant: str, body: str) -> str:
     return version
 
 
-async def read_schema(conn: AsyncConnection, tenant: str, version: str | None) -> tuple | None:
-    """(version, body) of that version, or of the latest when version is None."""
-    cur = await conn.execute(
-        "SELECT version, body FROM authz_schemas WHERE tenant = %s AND (%s::text IS NULL OR "
-        "version = %s) ORDER BY created_at DESC, version DESC LIMIT 1", (tenant, version, version))
-    return await cur.fetchone()
-
-
-async def tenant_exists(conn: AsyncConnection, tenant: str) -> bool:
-    cur = await conn.execute("SELECT 1 FROM authz_tenants WHERE id = %s", (tenant,))
-    return await cur.fetchone() is not None
-
-
-# -- reads -----------------------------------------------------------------------------------
-def tuple_where(f: pa.TupleFilter) -> tuple[sql.Composable, list]:
-    """A SQL condition (no leading AND) and its parameters, equivalent to ``pa.matches``."""
-    parts: list[sql.Composable] = [sql.SQL("true")]
-    params: list = []
-    for col, value in (("entity_type", f.entity_type), ("relation", f.relation),
-                       ("subject_type", f.subject_type), ("subject_relation", f.subject_relation)):
-        if value is not None:
-            parts.append(sql.SQL("{} = %s").format(sql.Identifier(col)))
-            params.append(value)
-    for col, values in (("entity_id", f.entity_ids), ("subject_id", f.subject_ids)):
-        if values:
-            parts.append(sql.SQL("{} = ANY(%s)").format(sql.Identifier(col)))
-            params.append(list(values))
-    if f.entity_id_prefix is not None:
-        parts.append(sql.SQL("left(entity_id, %s) = %s"))
-        params += [len(f.entity_id_prefix), f.entity_id_prefix]
-    return sql.SQL(" AND ").join(parts), params
-
-
-async def read_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter,
-                      after: tuple[str, ...] | None, limit: int) -> list[pa.Tuple]:
-    """Matching tuples in key order, strictly after the key ``after`` (keyset paging)."""
-    where, params = tuple_where(f)
-    page = sql.SQL("true") if after is None else sql.SQL("({}) > ({})").format(
-        _T_SEL, sql.SQL(", ").join(sql.Placeholder() * len(_T_COLS)))
-    query = sql.SQL("SELECT {} FROM authz_tuples WHERE tenant = %s AND {} AND {} "
-                    "ORDER BY {} LIMIT %s").format(_T_SEL, where, page, _T_SEL)
-    cur = await conn.execute(query, [tenant, *params, *(after or ()), limit])
-    return [pa.Tuple(*row) for row in await cur.fetchall()]
-
-
-def _attr_where(f: pa.AttributeFilter) -> tuple[sql.Composable, list]:
-    parts, params = [sql.SQL("true")], []
-    if f.entity_type is not None:
-        parts.append(sql.SQL("entity_type = %s"))
-        params.append(f.entity_type)
-    if f.entity_ids:
-        parts.append(sql.SQL("entity_id = ANY(%s)"))
-        params.append(list(f.entity_ids))
-    if f.names:
-        parts.append(sql.SQL("attribute = ANY(%s)"))
-        params.append(list(f.names))
-    return sql.SQL(" AND ").join(parts), params
-
-
-async def read_attributes(conn: AsyncConnection, tenant: str, f: pa.AttributeFilter,
-                          after: tuple[str, str, str] | None, limit: int) -> list[pa.Attribute]:
-    where, params = _attr_where(f)
-    page = sql.SQL("(entity_type, entity_id, attribute) > (%s, %s, %s)") if after else sql.SQL("true")
-    query = sql.SQL("SELECT entity_type, entity_id, attribute, value FROM authz_attributes "
-                    "WHERE tenant = %s AND {} AND {} ORDER BY entity_type, entity_id, attribute "
-                    "LIMIT %s").format(where, page)
-    cur = await conn.execute(query, [tenant, *params, *(after or ()), limit])
-    return [pa.Attribute(*row) for row in await cur.fetchall()]
-
-
-# -- the write transaction -----------------------------------------------------------------
-_LOCK = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
-             AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
-_UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
-
-
+# -- the write transaction -------------------------------------------------------------------
 async def apply(conn: AsyncConnection, tenant: str, source: str, w: Write,
                 history_ms: int) -> WriteResult:
     """Apply ``w`` as one transaction that also appends its change record(s); raises an
@@ -241,7 +163,8 @@ async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq
     changes += await _write_attributes(conn, tenant, w.attributes)
     deleted, partial = 0, False
     if w.delete_tuples is not None and w.delete_limit:
-        partial = await count_tuples(conn, tenant, w.delete_tuples, w.delete_limit + 1) > w.delete_limit
+        matching = await count_tuples(conn, tenant, w.delete_tuples, w.delete_limit + 1)
+        partial = matching > w.delete_limit
         if partial and not w.allow_partial:
             raise PreconditionFailed(f"more than optional_limit={w.delete_limit} relationships "
                                      "match and optional_allow_partial_deletions is false")
@@ -250,7 +173,7 @@ async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq
         deleted = len(gone)
         changes += [pa.Change("delete", tuple=t) for t in gone]
     if w.delete_attributes is not None:
-        where, params = _attr_where(w.delete_attributes)
+        where, params = attribute_where(w.delete_attributes)
         cur = await conn.execute(sql.SQL(
             "DELETE FROM authz_attributes WHERE tenant = %s AND {} "
             "RETURNING entity_type, entity_id, attribute, value").format(where), [tenant, *params])
@@ -276,14 +199,14 @@ async def _tuple_ops(conn: AsyncConnection, tenant: str,
     if upserts:
         cur = await conn.execute(sql.SQL(
             "INSERT INTO authz_tuples (tenant, {}) SELECT %s, * FROM " + _UNNEST6 +
-            " ON CONFLICT DO NOTHING RETURNING {}").format(_T_SEL, _T_SEL),
+            " ON CONFLICT DO NOTHING RETURNING {}").format(TUPLE_SELECT, TUPLE_SELECT),
             [tenant, *_columns(upserts)])
         inserted = {tuple(r) for r in await cur.fetchall()}
     removed: set[tuple] = set()
     if deletes:
         cur = await conn.execute(sql.SQL(
             "DELETE FROM authz_tuples WHERE tenant = %s AND ({}) IN (SELECT * FROM " + _UNNEST6 +
-            ") RETURNING {}").format(_T_SEL, _T_SEL), [tenant, *_columns(deletes)])
+            ") RETURNING {}").format(TUPLE_SELECT, TUPLE_SELECT), [tenant, *_columns(deletes)])
         removed = {tuple(r) for r in await cur.fetchall()}
     changes = []
     for op, t in ops:
@@ -317,17 +240,9 @@ async def _delete_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter,
     where, params = tuple_where(f)
     if limit:
         where = sql.SQL("{} AND ({}) IN (SELECT {} FROM authz_tuples WHERE tenant = %s AND {} "
-                        "ORDER BY {} LIMIT %s)").format(where, _T_SEL, _T_SEL, where, _T_SEL)
+                        "ORDER BY {} LIMIT %s)").format(where, TUPLE_SELECT, TUPLE_SELECT, where,
+                                                        TUPLE_SELECT)
         params = [*params, tenant, *params, limit]
     cur = await conn.execute(sql.SQL("DELETE FROM authz_tuples WHERE tenant = %s AND {} "
-                                     "RETURNING {}").format(where, _T_SEL), [tenant, *params])
+                                     "RETURNING {}").format(where, TUPLE_SELECT), [tenant, *params])
     return sorted((pa.Tuple(*r) for r in await cur.fetchall()), key=pa.Tuple.key)
-
-
-async def count_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter, cap: int) -> int:
-    """How many tuples match, counting at most ``cap``."""
-    where, params = tuple_where(f)
-    cur = await conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM authz_tuples WHERE "
-                                     "tenant = %s AND {} LIMIT %s) m").format(where),
-                             [tenant, *params, cap])
-    return (await cur.fetchone())[0]
