@@ -18,7 +18,15 @@ Schema, shared with the Spark backfill, which writes into the same table::
   excluded.seq >= search_documents.seq``: the newest seq per key wins and replaying a batch
   changes nothing, so the sink (after a crash) and the backfill may both write any record
   any number of times. One statement per batch, arrays unnested server-side; a batch must not
-  name a key twice (:func:`documents` keeps the newest per key).
+  name a key twice (:func:`documents` keeps the newest per key). Batches hold at most
+  :data:`BATCH` documents.
+* A document PostgreSQL refuses (jsonb cannot hold a ``\\u0000`` that a json column can) is
+  logged, counted and skipped, so one record cannot wedge the index or block a repair.
+
+Two entry points over the one statement and the one document builder:
+:func:`upsert_documents` (async, used by the sink through :class:`SearchIndex`) and
+:func:`upsert_documents_sync` (used by the Spark backfill from its driver), so a record the
+sink indexed and the same record backfilled produce the same document.
 
 The sink upserts a segment's records only after the segment is durable, and records how far
 the index has got (``indexed_frame_no`` in the sink state), so a crash or an unreachable
@@ -27,14 +35,16 @@ database is caught up from the landing segments later.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import psycopg
 
-log = logging.getLogger("auditsync.sink.index")
+log = logging.getLogger("auditsync.search_index")
 
 IndexRecord = tuple[str, int, int, str | None, str]  # (topic, seq, ts, tag, data JSON text)
 Doc = tuple[str, str, int, int, str | None, str]      # (doc_key, topic, seq, ts, tag, data)
+BATCH = 5_000
 
 UPSERT = """
 INSERT INTO search_documents AS d (doc_key, topic, seq, ts, tag, data, body)
@@ -47,6 +57,11 @@ ON CONFLICT (doc_key) DO UPDATE
        data = excluded.data, body = excluded.body, updated_at = now()
  WHERE excluded.seq >= d.seq
 """
+
+
+class Upserted(NamedTuple):
+    written: int  # documents upserted (or left alone because a newer seq is indexed)
+    refused: int  # documents PostgreSQL refused, skipped
 
 
 def doc_key(topic: str, tag: str | None, seq: int) -> str:
@@ -64,13 +79,71 @@ def documents(records: Iterable[IndexRecord]) -> list[Doc]:
     return list(newest.values())
 
 
+def _batches(docs: list[Doc]) -> Iterator[list[Doc]]:
+    for start in range(0, len(docs), BATCH):
+        yield docs[start:start + BATCH]
+
+
 def _params(docs: list[Doc]) -> dict[str, list]:
     keys, topics, seqs, ts, tags, datas = (list(c) for c in zip(*docs))
     return {"keys": keys, "topics": topics, "seqs": seqs, "ts": ts, "tags": tags, "datas": datas}
 
 
+def _refused(doc: Doc, exc: psycopg.DataError) -> None:
+    log.error("search index refused %s (seq %d): %s", doc[0], doc[2], str(exc).strip())
+
+
+def upsert_documents_sync(conn: psycopg.Connection, records: Iterable[IndexRecord]) -> Upserted:
+    """Upsert the newest document per key of ``records``, a batch per transaction; a batch
+    PostgreSQL refuses is retried a document at a time and the refused ones are skipped.
+    ``conn`` should be in autocommit mode. Raises ``psycopg.OperationalError`` as it comes."""
+    written = refused = 0
+    for batch in _batches(documents(records)):
+        try:
+            with conn.transaction():
+                conn.execute(UPSERT, _params(batch))
+            written += len(batch)
+            continue
+        except psycopg.DataError:
+            pass
+        for doc in batch:
+            try:
+                with conn.transaction():
+                    conn.execute(UPSERT, _params([doc]))
+                written += 1
+            except psycopg.DataError as exc:
+                refused += 1
+                _refused(doc, exc)
+    return Upserted(written, refused)
+
+
+async def upsert_documents(conn: psycopg.AsyncConnection,
+                           records: Iterable[IndexRecord]) -> Upserted:
+    """:func:`upsert_documents_sync` on an async connection: the same statements in the same
+    order, awaited."""
+    written = refused = 0
+    for batch in _batches(documents(records)):
+        try:
+            async with conn.transaction():
+                await conn.execute(UPSERT, _params(batch))
+            written += len(batch)
+            continue
+        except psycopg.DataError:
+            pass
+        for doc in batch:
+            try:
+                async with conn.transaction():
+                    await conn.execute(UPSERT, _params([doc]))
+                written += 1
+            except psycopg.DataError as exc:
+                refused += 1
+                _refused(doc, exc)
+    return Upserted(written, refused)
+
+
 class SearchIndex:
-    """One connection, opened lazily and dropped when it fails, so the next call reconnects."""
+    """The sink's handle: one connection, opened lazily and dropped when it fails, so the next
+    call reconnects."""
 
     def __init__(self, url: str, connect_timeout_s: int = 3) -> None:
         self.url = url
@@ -88,33 +161,19 @@ class SearchIndex:
         """Upsert the newest document per key; returns how many documents were sent.
 
         Raises ``psycopg.OperationalError`` when the database cannot be reached (the caller
-        retries later). A document PostgreSQL refuses (e.g. a ``\\u0000`` that jsonb cannot
-        hold) is logged, counted in ``rejected`` and skipped, so it cannot wedge the index.
+        retries later). A document PostgreSQL refuses is logged, counted in ``rejected`` and
+        skipped.
         """
-        docs = documents(records)
-        if not docs:
+        records = list(records)
+        if not records:
             return 0
         try:
-            conn = await self._connection()
-            try:
-                async with conn.transaction():
-                    await conn.execute(UPSERT, _params(docs))
-            except psycopg.DataError:
-                await self._one_by_one(conn, docs)
+            done = await upsert_documents(await self._connection(), records)
         except psycopg.OperationalError:
             await self.close()
             raise
-        return len(docs)
-
-    async def _one_by_one(self, conn: psycopg.AsyncConnection, docs: list[Doc]) -> None:
-        for doc in docs:
-            try:
-                async with conn.transaction():
-                    await conn.execute(UPSERT, _params([doc]))
-            except psycopg.DataError as exc:
-                self.rejected += 1
-                log.error("search index refused %s (seq %d): %s", doc[0], doc[2],
-                          str(exc).strip())
+        self.rejected += done.refused
+        return done.written + done.refused
 
     async def close(self) -> None:
         if self._conn is not None:
