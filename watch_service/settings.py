@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from watch_service.protocol.errors import AuditsyncError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class SettingsError(ValueError):
+class SettingsError(AuditsyncError):
     """A setting is missing or malformed; the message names it."""
 
 

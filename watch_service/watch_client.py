@@ -23,17 +23,18 @@ import time
 
 import aiohttp
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.sink.sse import Comment, Event, Retry, SseParser
 
 FATAL = (400, 401, 403, 406)
 DEFAULT_RETRY_MS = 2000
 
 
-class Fatal(Exception):
+class Fatal(AuditsyncError):
     pass
 
 
-class Done(Exception):
+class Done(AuditsyncError):
     pass
 
 

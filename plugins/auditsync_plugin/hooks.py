@@ -18,10 +18,12 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from watch_service.protocol.errors import AuditsyncError
+
 DEFAULT_CONN_ID = "auditsync_watch"
 
 
-class WatchServiceError(RuntimeError):
+class WatchServiceError(AuditsyncError):
     """The service answered with an error or not at all; the message says which."""
 
 

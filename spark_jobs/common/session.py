@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from watch_service.protocol.errors import AuditsyncError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -31,7 +33,7 @@ BASE_CONF = {
 }
 
 
-class JdbcDriverMissing(RuntimeError):
+class JdbcDriverMissing(AuditsyncError):
     """No PostgreSQL JDBC driver could be found; the message says how to get one."""
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from watch_service.protocol import authz as pa
+from watch_service.protocol.errors import AuditsyncError
 
 # gRPC status codes and the HTTP status grpc-gateway gives each.
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED = 3, 5, 6, 7
@@ -20,7 +21,7 @@ MAX_TUPLES = 100
 MAX_PAGE = 100
 
 
-class PermifyError(Exception):
+class PermifyError(AuditsyncError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message

@@ -11,6 +11,7 @@ from authzed.api.v1 import core_pb2, permission_service_pb2 as ps, watch_service
 from google.protobuf import json_format, struct_pb2
 
 from watch_service.protocol import authz as pa
+from watch_service.protocol.errors import AuditsyncError
 
 TENANT = "t1"  # the SpiceDB surface serves this one tenant (Permify's pre-inserted default)
 MAX_UPDATES = 1000
@@ -22,7 +23,7 @@ OPS = {_Op.OPERATION_CREATE: "create", _Op.OPERATION_TOUCH: "touch",
 OPS_BACK = {v: k for k, v in OPS.items()}
 
 
-class SpiceDBError(Exception):
+class SpiceDBError(AuditsyncError):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message

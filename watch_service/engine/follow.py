@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.records import Record
 from watch_service.engine.tailer import Hub
 from watch_service.store import tail
@@ -22,7 +23,7 @@ _FLAGS = (True, True, True)
 _MAX_BYTES = 1 << 30  # pages are bounded by count; the cache is in memory anyway
 
 
-class HistoryLost(Exception):
+class HistoryLost(AuditsyncError):
     """The cursor is before the retained history: seqs gap_from..gap_to are gone."""
 
     def __init__(self, gap_from: int, gap_to: int, earliest: int) -> None:
@@ -30,7 +31,7 @@ class HistoryLost(Exception):
         self.gap_from, self.gap_to, self.earliest = gap_from, gap_to, earliest
 
 
-class TopicGone(Exception):
+class TopicGone(AuditsyncError):
     """The change topic (its tenant) was deleted."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.names import TENANT_RE, TOPIC_RE
 
 TOPIC_PREFIX = "authz."
@@ -28,7 +29,7 @@ CHANGES_PER_RECORD = 1000
 OPS = ("create", "touch", "delete")
 
 
-class AuthzInputError(ValueError):
+class AuthzInputError(AuditsyncError, ValueError):
     """Input that breaks a rule; the message names the field and the rule."""
 
 

@@ -1,5 +1,16 @@
-"""The one error type of the HTTP contract: an HTTP status plus a stable ``error.code``."""
+"""The project's exceptions start here: :class:`AuditsyncError` is the root every exception
+class of the project derives from, so a caller can tell our failures from a library's.
+
+:class:`ApiError` is the HTTP contract's error: each subclass carries its HTTP status, its
+stable ``error.code`` and any fixed response headers as class data, and an instance carries the
+message, which names the value and the rule it broke. ``web.errors`` renders any of them as
+``{"error": {"code", "message"}}``. The lower-case constructors (:func:`invalid`, …) are the
+words the routes and validators raise with.
+"""
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
 
 
 class AuditsyncError(Exception):
@@ -7,45 +18,96 @@ class AuditsyncError(Exception):
 
 
 class ApiError(AuditsyncError):
-    def __init__(self, status: int, code: str, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+    """A failure the HTTP contract reports; unspecialised, it is a 500 ``internal``."""
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+    headers: Mapping[str, str] = {}
+
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.status = status
-        self.code = code
         self.message = message
-        self.headers = headers or {}
 
     def body(self) -> dict:
         return {"error": {"code": self.code, "message": self.message}}
 
 
-def invalid(message: str) -> ApiError:
-    return ApiError(400, "invalid_request", message)
+class InvalidRequest(ApiError):
+    status, code = 400, "invalid_request"
 
 
-def unauthorized(message: str) -> ApiError:
-    return ApiError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+class Unauthorized(ApiError):
+    status, code = 401, "unauthorized"
+    headers = {"WWW-Authenticate": "Bearer"}
 
 
-def forbidden(message: str) -> ApiError:
-    return ApiError(403, "forbidden", message)
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
 
 
-def topic_not_found(topic: str) -> ApiError:
-    return ApiError(404, "topic_not_found", f"topic {topic!r} does not exist")
+class NotFound(ApiError):
+    status, code = 404, "not_found"
 
 
-def not_found(message: str) -> ApiError:
-    return ApiError(404, "not_found", message)
+class TopicNotFound(NotFound):
+    code = "topic_not_found"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist")
+        self.topic = topic
 
 
-def too_large(message: str) -> ApiError:
-    return ApiError(413, "payload_too_large", message)
+class MethodNotAllowed(ApiError):
+    status, code = 405, "method_not_allowed"
+
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.headers = {"Allow": ", ".join(allowed)}
 
 
-def throttled(message: str) -> ApiError:
-    return ApiError(429, "throttled", message, {"Retry-After": "2"})
+class NotAcceptable(ApiError):
+    status, code = 406, "not_acceptable"
 
 
-def unavailable(message: str) -> ApiError:
-    return ApiError(503, "unavailable", message)
+class PayloadTooLarge(ApiError):
+    status, code = 413, "payload_too_large"
+
+
+class Throttled(ApiError):
+    status, code = 429, "throttled"
+    headers = {"Retry-After": "2"}
+
+
+class Unavailable(ApiError):
+    status, code = 503, "unavailable"
+
+
+def invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(message)
+
+
+def unauthorized(message: str) -> Unauthorized:
+    return Unauthorized(message)
+
+
+def forbidden(message: str) -> Forbidden:
+    return Forbidden(message)
+
+
+def topic_not_found(topic: str) -> TopicNotFound:
+    return TopicNotFound(topic)
+
+
+def not_found(message: str) -> NotFound:
+    return NotFound(message)
+
+
+def not_acceptable(message: str) -> NotAcceptable:
+    return NotAcceptable(message)
+
+
+def too_large(message: str) -> PayloadTooLarge:
+    return PayloadTooLarge(message)
+
+
+def throttled(message: str) -> Throttled:
+    return Throttled(message)

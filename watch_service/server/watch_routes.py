@@ -14,7 +14,7 @@ from aiohttp import web
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
-from watch_service.protocol.errors import ApiError, not_found, throttled, topic_not_found, unauthorized
+from watch_service.protocol.errors import not_acceptable, not_found, throttled, topic_not_found, unauthorized
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
 from watch_service.store import sessions
 from watch_service.web.auth import authorize, hash_secret
@@ -96,7 +96,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         raise not_found(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
     _check_stream_auth(request, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
-        raise ApiError(406, "not_acceptable", "Accept must be text/event-stream")
+        raise not_acceptable("Accept must be text/event-stream")
     if len(app[STREAMS]) >= app[SETTINGS].max_streams:
         raise throttled(f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later")
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.sink.backoff import watchdog_s
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.sse import Item, SseParser
@@ -22,7 +23,7 @@ from watch_service.sink.sse import Item, SseParser
 FATAL_STATUSES = (400, 401, 403, 406)
 
 
-class SessionError(Exception):
+class SessionError(AuditsyncError):
     """POST /v0/watch failed; ``fatal`` when retrying cannot help (bad key, unknown topic)."""
 
     def __init__(self, message: str, fatal: bool) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from watch_service.protocol.errors import ApiError
+from watch_service.protocol.errors import ApiError, AuditsyncError
 from watch_service.protocol.names import TOPIC_RE, check_node
 from watch_service.sink.faults import FaultPolicy
 
@@ -18,7 +18,7 @@ KEY_ENV = "AUDITSYNC_SINK_KEY"
 _CONSUMER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-class ConfigError(ValueError):
+class ConfigError(AuditsyncError):
     """A flag is missing or malformed; the message names it."""
 
 

@@ -25,6 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing import COLUMNS, NOT_NULL, KIND_RECORD
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
@@ -39,7 +40,7 @@ SCHEMA = pa.schema([pa.field(name, _TYPES[kind], nullable=name not in NOT_NULL)
                     for name, kind in COLUMNS])
 
 
-class LandingError(RuntimeError):
+class LandingError(AuditsyncError):
     """The consumer folder is unusable (locked by another sink, unreadable state)."""
 
 

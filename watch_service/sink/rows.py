@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
                                 KIND_TOPIC_DELETED, payload_hash)
 from watch_service.sink.faults import CORRUPT, DROP, corrupt_data
@@ -23,7 +24,7 @@ Row = tuple
 Fate = Callable[[str, int], str | None]
 
 
-class FrameError(ValueError):
+class FrameError(AuditsyncError, ValueError):
     """A data frame whose payload does not have the protocol's shape."""
 
 

@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from watch_service.protocol.errors import AuditsyncError
+
 DB_NAME = "auditsync"
 SUPERUSER = "postgres"
 SERVER_SETTINGS = {
@@ -29,7 +31,7 @@ SERVER_SETTINGS = {
 }
 
 
-class EmbeddedPgError(RuntimeError):
+class EmbeddedPgError(AuditsyncError):
     """The embedded cluster cannot be found, initialised or started; the message says why."""
 
 

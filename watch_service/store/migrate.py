@@ -11,13 +11,14 @@ from importlib import resources
 
 import psycopg
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.store.server_state import commit_timestamps_on_sync
 
 LOCK_KEY = 0x6175646974  # "audit"
 _FILE_RE = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
 
 
-class MigrationError(RuntimeError):
+class MigrationError(AuditsyncError):
     pass
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.tools import demo_airflow as pipeline
 from watch_service import settings as settings_mod
 from watch_service.store.cluster import EmbeddedPgError
@@ -38,7 +39,7 @@ CAP = 100
 TOPICS = {"orders": {}, "payments": {"ttl_ms": 24 * 3600 * 1000}, "audit": {"max_records": CAP}}
 
 
-class DemoFailed(Exception):
+class DemoFailed(AuditsyncError):
     """A check of the demo failed; the message says which and how."""
 
 

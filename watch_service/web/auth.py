@@ -11,12 +11,12 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from watch_service.protocol.errors import forbidden, unauthorized
+from watch_service.protocol.errors import AuditsyncError, forbidden, unauthorized
 
 SCOPES = frozenset({"read", "write", "admin"})
 
 
-class KeyFileError(ValueError):
+class KeyFileError(AuditsyncError):
     pass
 
 

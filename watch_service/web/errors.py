@@ -1,4 +1,8 @@
-"""The one error middleware: every failure on every route becomes the contract's JSON body."""
+"""The one error middleware: every failure on every route becomes the contract's JSON body
+``{"error": {"code", "message"}}``, with the status, code and headers the ``ApiError`` subclass
+carries (``protocol.errors``). aiohttp's own HTTP exceptions (no route, wrong method, body over
+the limit) are mapped onto those classes first, so they render the same way.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -9,38 +13,37 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from watch_service.protocol.errors import ApiError
+from watch_service.protocol.errors import (ApiError, Forbidden, InvalidRequest, MethodNotAllowed,
+                                           NotAcceptable, NotFound, PayloadTooLarge, Throttled,
+                                           Unauthorized, Unavailable)
 
 log = logging.getLogger("auditsync.server")
 
-_HTTP_CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 406: "not_acceptable", 413: "payload_too_large",
-               429: "throttled", 503: "unavailable"}
+MAX_BODY = web.AppKey("max_body_bytes", int)
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    cls.status: cls for cls in (InvalidRequest, Unauthorized, Forbidden, NotAcceptable, Throttled,
+                                Unavailable)}
 
 
 def error_response(err: ApiError) -> web.Response:
     return web.Response(status=err.status, body=orjson.dumps(err.body()),
-                        content_type="application/json", headers=err.headers)
+                        content_type="application/json", headers=dict(err.headers))
 
 
 def _from_http(exc: web.HTTPException, request: web.Request) -> ApiError:
+    """aiohttp's exception as the contract's: a status the contract has no class for becomes
+    ``invalid_request`` (4xx) or ``internal`` (5xx), its reason kept in the message."""
     status = exc.status
     if status == 404:
-        message = f"no route for {request.method} {request.path}"
-    elif status == 405:
-        allowed = sorted(getattr(exc, "allowed_methods", ()) or ())
-        message = f"method {request.method} is not allowed on {request.path}"
-        err = ApiError(405, "method_not_allowed", message, {"Allow": ", ".join(allowed)})
-        return err
-    elif status == 413:
-        message = f"body is over the limit of {request.app[MAX_BODY]} bytes"
-    else:
-        message = exc.reason or "request failed"
-    return ApiError(status, _HTTP_CODES.get(status, "internal" if status >= 500 else "invalid_request"),
-                    message)
-
-
-MAX_BODY = web.AppKey("max_body_bytes", int)
+        return NotFound(f"no route for {request.method} {request.path}")
+    if status == 405:
+        return MethodNotAllowed(f"method {request.method} is not allowed on {request.path}",
+                                sorted(getattr(exc, "allowed_methods", ()) or ()))
+    if status == 413:
+        return PayloadTooLarge(f"body is over the limit of {request.app[MAX_BODY]} bytes")
+    cls = _BY_STATUS.get(status) or (ApiError if status >= 500 else InvalidRequest)
+    return cls(exc.reason or "request failed")
 
 
 @web.middleware
@@ -55,12 +58,12 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return error_response(_from_http(exc, request))
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
         log.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
-        return error_response(ApiError(503, "unavailable", "PostgreSQL is unreachable or "
-                                       "misconfigured; retry later"))
+        return error_response(Unavailable("PostgreSQL is unreachable or misconfigured; "
+                                          "retry later"))
     except asyncio.CancelledError:
         raise
     except ConnectionResetError:
         raise
     except Exception:
         log.exception("internal error on %s %s", request.method, request.path)
-        return error_response(ApiError(500, "internal", "internal server error"))
+        return error_response(ApiError("internal server error"))
