@@ -1,11 +1,12 @@
 """The search index's two entry points on the test PostgreSQL: the sync writer (the Spark
-backfill's) and the async one (the sink's) write the same documents from the same records,
-skip what PostgreSQL refuses, and batch large sets."""
+backfill's, also through ``spark_jobs.backfill.search``) and the async one (the sink's) write
+the same documents from the same records, skip what PostgreSQL refuses, and batch large sets."""
 from __future__ import annotations
 
 import psycopg
 import pytest
 
+from spark_jobs.backfill import search as backfill_search
 from watch_service.store.search_index import (BATCH, Upserted, upsert_documents,
                                               upsert_documents_sync)
 
@@ -29,13 +30,14 @@ def rows(url: str, topic: str) -> list[tuple]:
 
 
 async def test_sync_and_async_writers_write_the_same_documents(pg_url):
-    by_sync, by_async = unique("sync"), unique("async")
+    by_sync, by_async, by_backfill = unique("sync"), unique("async"), unique("backfill")
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert upsert_documents_sync(conn, records(by_sync)) == Upserted(written=2, refused=1)
         assert upsert_documents_sync(conn, records(by_sync)[:2]) == (1, 0)  # a replay
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         assert await upsert_documents(conn, records(by_async)) == Upserted(written=2, refused=1)
-    assert rows(pg_url, by_sync) == rows(pg_url, by_async) == [
+    assert backfill_search.upsert_documents(pg_url, records(by_backfill)) == (2, 1)
+    assert rows(pg_url, by_sync) == rows(pg_url, by_async) == rows(pg_url, by_backfill) == [
         ("/4", 4, 40, None, '{"v": [4]}', "'4':2 'v':1"),
         ("/k", 2, 20, "k", '{"v": "two"}', "'two':2 'v':1")]
 
