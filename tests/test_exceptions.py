@@ -10,12 +10,28 @@ import pkgutil
 
 import pytest
 
-from watch_service.protocol.errors import (ApiError, AuditsyncError, Forbidden, InvalidRequest,
-                                           MethodNotAllowed, NotAcceptable, NotFound,
-                                           PayloadTooLarge, Throttled, TopicNotFound,
-                                           Unauthorized, Unavailable, forbidden, invalid,
-                                           not_acceptable, not_found, throttled,
-                                           too_large, topic_not_found, unauthorized)
+from watch_service.protocol.errors import (
+    ApiError,
+    AuditsyncError,
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    PayloadTooLarge,
+    Throttled,
+    TopicNotFound,
+    Unauthorized,
+    Unavailable,
+    forbidden,
+    invalid,
+    not_acceptable,
+    not_found,
+    throttled,
+    too_large,
+    topic_not_found,
+    unauthorized,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +50,8 @@ def exception_classes(package: str) -> list[type[BaseException]]:
 
 
 def not_rooted(classes: list[type[BaseException]]) -> list[str]:
-    return [f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, AuditsyncError)]
+    return [f"{c.__module__}.{c.__qualname__}" for c in classes
+            if not issubclass(c, AuditsyncError)]
 
 
 @pytest.mark.parametrize("package", ["watch_service", "spark_jobs"])

@@ -7,8 +7,12 @@ import psycopg
 import pytest
 
 from spark_jobs.backfill import search as backfill_search
-from watch_service.store.search_index import (BATCH, Upserted, upsert_documents,
-                                              upsert_documents_sync)
+from watch_service.store.search_index import (
+    BATCH,
+    Upserted,
+    upsert_documents,
+    upsert_documents_sync,
+)
 
 from .support import unique
 

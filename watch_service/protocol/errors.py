@@ -10,6 +10,7 @@ words the routes and validators raise with.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 
@@ -21,7 +22,7 @@ class ApiError(AuditsyncError):
     """A failure the HTTP contract reports; unspecialised, it is a 500 ``internal``."""
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal"
-    headers: Mapping[str, str] = {}
+    headers: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -37,7 +38,7 @@ class InvalidRequest(ApiError):
 
 class Unauthorized(ApiError):
     status, code = 401, "unauthorized"
-    headers = {"WWW-Authenticate": "Bearer"}
+    headers = MappingProxyType({"WWW-Authenticate": "Bearer"})
 
 
 class Forbidden(ApiError):
@@ -74,7 +75,7 @@ class PayloadTooLarge(ApiError):
 
 class Throttled(ApiError):
     status, code = 429, "throttled"
-    headers = {"Retry-After": "2"}
+    headers = MappingProxyType({"Retry-After": "2"})
 
 
 class Unavailable(ApiError):

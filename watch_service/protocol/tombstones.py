@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Tombstone:
     reason: str

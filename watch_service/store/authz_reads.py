@@ -92,7 +92,9 @@ async def count_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter, ca
     cur = await conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM authz_tuples WHERE "
                                      "tenant = %s AND {} LIMIT %s) m").format(where),
                              [tenant, *params, cap])
-    return (await cur.fetchone())[0]
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate always returns a row
+    return row[0]
 
 
 async def read_attributes(conn: AsyncConnection, tenant: str, f: pa.AttributeFilter,

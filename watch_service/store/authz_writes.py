@@ -21,8 +21,13 @@ from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics
-from watch_service.store.authz_reads import (TUPLE_SELECT, attribute_where, count_tuples,
-                                             tenant_exists, tuple_where)
+from watch_service.store.authz_reads import (
+    TUPLE_SELECT,
+    attribute_where,
+    count_tuples,
+    tenant_exists,
+    tuple_where,
+)
 
 
 class AuthzStoreError(AuditsyncError):
@@ -156,7 +161,9 @@ async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq
         where, params = tuple_where(p.filter)
         cur = await conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM authz_tuples WHERE "
                                          "tenant = %s AND {})").format(where), [tenant, *params])
-        if (await cur.fetchone())[0] != p.must_match:
+        row = await cur.fetchone()
+        assert row is not None  # SELECT EXISTS always returns a row
+        if row[0] != p.must_match:
             rule = "MUST_MATCH" if p.must_match else "MUST_NOT_MATCH"
             raise PreconditionFailed(f"optional_preconditions[{i}]: {rule} failed")
     changes = await _tuple_ops(conn, tenant, w.tuple_ops)
@@ -188,7 +195,9 @@ async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq
 
 
 def _columns(tuples: list[pa.Tuple]) -> list[list[str]]:
-    return [list(col) for col in zip(*(t.key() for t in tuples))] if tuples else [[]] * 6
+    if not tuples:
+        return [[]] * 6
+    return [list(col) for col in zip(*(t.key() for t in tuples), strict=True)]
 
 
 async def _tuple_ops(conn: AsyncConnection, tenant: str,

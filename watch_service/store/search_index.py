@@ -85,7 +85,7 @@ def _batches(docs: list[Doc]) -> Iterator[list[Doc]]:
 
 
 def _params(docs: list[Doc]) -> dict[str, list]:
-    keys, topics, seqs, ts, tags, datas = (list(c) for c in zip(*docs))
+    keys, topics, seqs, ts, tags, datas = (list(c) for c in zip(*docs, strict=True))
     return {"keys": keys, "topics": topics, "seqs": seqs, "ts": ts, "tags": tags, "datas": datas}
 
 

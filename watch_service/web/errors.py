@@ -13,9 +13,18 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
-from watch_service.protocol.errors import (ApiError, Forbidden, InvalidRequest, MethodNotAllowed,
-                                           NotAcceptable, NotFound, PayloadTooLarge, Throttled,
-                                           Unauthorized, Unavailable)
+from watch_service.protocol.errors import (
+    ApiError,
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    PayloadTooLarge,
+    Throttled,
+    Unauthorized,
+    Unavailable,
+)
 
 log = logging.getLogger("auditsync.server")
 
