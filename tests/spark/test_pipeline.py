@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.common import statuses as st
-from watch_service import pipeline
+from spark_jobs import runner as pipeline
 from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
