@@ -16,7 +16,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import Record, encode
+from watch_service.protocol.tombstones import missed_range
 from watch_service.store import tail
 from watch_service.store.topics import CHANNEL
 
@@ -29,10 +31,12 @@ Wake = Callable[[str], None]
 
 
 class CachedRecord:
-    __slots__ = ("rec", "_enc")
+    """A record of the cache with its encodings, made once per set of watch flags."""
+
+    __slots__ = ("rec", "seq", "_enc")
 
     def __init__(self, rec: Record) -> None:
-        self.rec = rec
+        self.rec, self.seq = rec, rec.seq
         self._enc: dict[tuple[bool, bool, bool], str] = {}
 
     def encoded(self, flags: tuple[bool, bool, bool]) -> str:
@@ -63,22 +67,17 @@ class Tailer:
 
     def cached(self, after: int, limit: int, max_bytes: int, flags: tuple[bool, bool, bool],
                upto: int) -> list[tuple[Record, str]] | None:
-        """Records after ``after`` (≤ upto) from the cache, or None if the cache cannot say."""
-        if self.cache_after is None or after < self.cache_after:
+        """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
+        the topic is deleted, seqs after ``after`` are no longer retained, or they are older
+        than the cache. The caller then reads PostgreSQL, which knows."""
+        if (self.deleted or missed_range(after, self.earliest) is not None
+                or self.cache_after is None or after < self.cache_after):
             return None
-        out: list[tuple[Record, str]] = []
-        size = 0
-        cache = self.cache
-        for i in range(after - self.cache_after, min(len(cache), after - self.cache_after + limit)):
-            item = cache[i]
-            if item.rec.seq > upto:
-                break
-            enc = item.encoded(flags)
-            if out and size + len(enc) > max_bytes:
-                break
-            out.append((item.rec, enc))
-            size += len(enc)
-        return out
+        cache, start = self.cache, after - self.cache_after
+        items = (cache[i] for i in range(start, min(len(cache), start + limit)))
+        page = build_page(items, lambda item: item.encoded(flags), limit=limit,
+                          max_bytes=max_bytes, upto=upto)
+        return [(item.rec, enc) for item, enc in page]
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
