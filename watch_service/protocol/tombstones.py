@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-STORED_REASONS = ("cap", "ttl", "deleted")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Tombstone:
