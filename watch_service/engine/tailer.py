@@ -33,7 +33,7 @@ Wake = Callable[[str], None]
 class CachedRecord:
     """A record of the cache with its encodings, made once per set of watch flags."""
 
-    __slots__ = ("rec", "seq", "_enc")
+    __slots__ = ("_enc", "rec", "seq")
 
     def __init__(self, rec: Record) -> None:
         self.rec, self.seq = rec, rec.seq
@@ -113,29 +113,30 @@ class Tailer:
             log.warning("tailer %s refresh failed: %s", self.topic, exc)
 
     async def _refresh_once(self) -> bool:
-        after = self.cache_end if self.cache_after is not None else None
         async with self.hub.pool.connection() as conn:
-            if after is None:
-                state = await tail.read_tail(conn, self.topic, 2**62, 1)
-                if state is None:
+            if self.cache_after is None:
+                page = await tail.read_tail(conn, self.topic, 2**62, 1)
+                if page is None:
                     return False
-                self.cache_after = state.head_seq
-                page = state
+                cache_after = page.head_seq
             else:
+                after = self.cache_after + len(self.cache)
                 page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
                 if page is None:
                     return False
+                cache_after = self.cache_after
                 if page.records and page.records[0].seq != after + 1:
                     # Trimmed or recreated past the cache: restart the cache at the new records.
-                    self.cache, self.cache_after = [], page.records[0].seq - 1
+                    self.cache, cache_after = [], page.records[0].seq - 1
                 self.cache.extend(CachedRecord(r) for r in page.records)
                 if len(self.cache) > CACHE_RECORDS:
                     drop = len(self.cache) - CACHE_RECORDS
                     del self.cache[:drop]
-                    self.cache_after += drop
+                    cache_after += drop
+            self.cache_after = cache_after  # with the cache, before any await: readers see both
         self.earliest = page.earliest_seq
         was_deleted, self.deleted = self.deleted, page.deleted
-        seen = self.cache_end
+        seen = self.cache_after + len(self.cache)
         self.head = max(self.head, seen if not page.deleted else page.head_seq)
         if page.flush_lsn >= page.insert_lsn:
             self.durable_head = self.head

@@ -108,7 +108,8 @@ class WatchStream:
         async with self.hub.pool.connection() as conn:
             page = await tail.read_tail(conn, topic, after, self.d.limit)
             if page is None or page.deleted:
-                await self._send(state.topic_deleted(topic, after, page.head_seq if page else after))
+                head = page.head_seq if page else after
+                await self._send(state.topic_deleted(topic, after, head))
                 self.hub.unsubscribe(topic, self.wake, self.strong)
                 del self.active[topic]
                 return None
