@@ -4,8 +4,10 @@ budget.
 Every reader that hands records to a consumer (the tailer's cache, a backlog page read from
 PostgreSQL, the follow loop under the Permify and SpiceDB watches) builds its pages here, so a
 page means the same thing everywhere: records in seq order, at most ``limit`` of them, none past
-``upto``, and no more encoded bytes than ``max_bytes`` — except that a page always carries its
-first record, however large, so a single oversized record still moves the cursor.
+``upto``, and encodings no longer in total than ``max_bytes`` — except that a page always
+carries its first record, however large, so a single oversized record still moves the cursor.
+The budget counts characters of the encoded JSON text (bytes, for ASCII payloads), as the
+watch's ``max_batch_bytes`` always has.
 """
 from __future__ import annotations
 
