@@ -56,7 +56,7 @@ async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
             wake.clear()  # before reading: a wake-up during the read is kept, not lost
             cached = tailer.cached(after, PAGE, _MAX_BYTES, _FLAGS, tailer.head)
             if cached is not None:
-                page = [rec for rec, _ in cached]
+                page = [item.rec for item, _ in cached]
             else:
                 page = await _read(pool, topic, after)
             if page:
@@ -65,7 +65,7 @@ async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), idle_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 yield []
     finally:
         hub.unsubscribe(topic, on_wake)

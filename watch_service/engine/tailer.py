@@ -30,21 +30,32 @@ SAFETY_POLL_S = 2.0
 Wake = Callable[[str], None]
 
 
-class CachedRecord:
-    """A record of the cache with its encodings, made once per set of watch flags."""
+Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 
-    __slots__ = ("_enc", "rec", "seq")
+
+class CachedRecord:
+    """A record of the cache with its encodings, made once per set of watch flags. Pages
+    from the cache carry these items themselves (``seq`` and ``node`` as a record's), not
+    copies: a page is built once per subscriber per wake-up."""
+
+    __slots__ = ("encodings", "node", "rec", "seq")
 
     def __init__(self, rec: Record) -> None:
-        self.rec, self.seq = rec, rec.seq
-        self._enc: dict[tuple[bool, bool, bool], str] = {}
+        self.rec, self.seq, self.node = rec, rec.seq, rec.node
+        self.encodings: dict[Flags, str] = {}
 
-    def encoded(self, flags: tuple[bool, bool, bool]) -> str:
-        enc = self._enc.get(flags)
+
+def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
+    """The encoding of a cached record under ``flags``, made on first use and kept."""
+    meta, tags, data = flags
+
+    def encoded(item: CachedRecord) -> str:
+        enc = item.encodings.get(flags)
         if enc is None:
-            enc = self._enc[flags] = encode(self.rec, include_meta=flags[0],
-                                            include_tags=flags[1], include_data=flags[2])
+            enc = item.encodings[flags] = encode(item.rec, include_meta=meta, include_tags=tags,
+                                                 include_data=data)
         return enc
+    return encoded
 
 
 class Tailer:
@@ -65,19 +76,17 @@ class Tailer:
     def cache_end(self) -> int | None:
         return None if self.cache_after is None else self.cache_after + len(self.cache)
 
-    def cached(self, after: int, limit: int, max_bytes: int, flags: tuple[bool, bool, bool],
-               upto: int) -> list[tuple[Record, str]] | None:
+    def cached(self, after: int, limit: int, max_bytes: int, flags: Flags,
+               upto: int) -> list[tuple[CachedRecord, str]] | None:
         """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
         the topic is deleted, seqs after ``after`` are no longer retained, or they are older
         than the cache. The caller then reads PostgreSQL, which knows."""
         if (self.deleted or missed_range(after, self.earliest) is not None
                 or self.cache_after is None or after < self.cache_after):
             return None
-        cache, start = self.cache, after - self.cache_after
-        items = (cache[i] for i in range(start, min(len(cache), start + limit)))
-        page = build_page(items, lambda item: item.encoded(flags), limit=limit,
+        start = after - self.cache_after
+        return build_page(self.cache[start:start + limit], cache_encoder(flags), limit=limit,
                           max_bytes=max_bytes, upto=upto)
-        return [(item.rec, enc) for item, enc in page]
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:

@@ -12,6 +12,7 @@ watch's ``max_batch_bytes`` always has.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Protocol, TypeVar
 
 
@@ -29,8 +30,8 @@ def build_page(items: Iterable[T], encode: Callable[[T], str], *, limit: int, ma
     encoding; ``encode`` is called only for items that are considered."""
     out: list[tuple[T, str]] = []
     size = 0
-    for item in items:
-        if len(out) >= limit or item.seq > upto:
+    for item in islice(items, limit):
+        if item.seq > upto:
             break
         enc = encode(item)
         if out and size + len(enc) > max_bytes:

@@ -18,14 +18,26 @@ cursor map as it stands.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
-from watch_service.protocol.records import Record
 from watch_service.protocol.tombstones import missed_range
 
 FROM_SEQ_TOO_OLD = "from_seq_too_old"
 CAUGHT_UP = "caught-up"
+
+
+class Delivered(Protocol):
+    """What a frame needs of a record besides its encoding: a ``Record``, or the tailer's
+    cached item of one."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def node(self) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +117,8 @@ class StreamState:
                                      head_seq)
         return self.frame(topic, "tombstone", data, loss.gap_to)
 
-    def records(self, topic: str, page: list[tuple[Record, str]], head: int) -> Outgoing | None:
+    def records(self, topic: str, page: Sequence[tuple[Delivered, str]],
+                head: int) -> Outgoing | None:
         """The record frame for a non-empty page of (record, encoding). None when the node
         filter drops every record: the cursor then moves past them without a frame."""
         node = self.node

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from aiohttp import web
 
 from watch_service.engine.tailer import Hub, Tailer
 from watch_service.protocol import frames
 from watch_service.protocol.paging import build_page
-from watch_service.protocol.records import Record, encode
-from watch_service.protocol.stream_state import Outgoing, StreamState
+from watch_service.protocol.records import encode
+from watch_service.protocol.stream_state import Delivered, Outgoing, StreamState
 from watch_service.protocol.watch_request import WatchDefinition
 from watch_service.store import tail
 from watch_service.store import topics as store
 from watch_service.web.metrics import Metrics
 
 FAIRNESS_PAGES = 4  # pages one topic may send before the others get a turn
-Page = list[tuple[Record, str]]
+Page = Sequence[tuple[Delivered, str]]
 
 
 class WatchStream:
@@ -85,9 +86,11 @@ class WatchStream:
         for _ in range(FAIRNESS_PAGES):
             after = state.cursors[topic]
             upto = state.upto(tailer.head, tailer.durable_head)
-            page = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
-            if page is not None:
-                head = tailer.head
+            cached = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags,
+                                   upto)
+            page: Page
+            if cached is not None:
+                page, head = cached, tailer.head
             else:
                 got = await self._read_backlog(topic, after)
                 if got is None:
