@@ -37,6 +37,7 @@ def test_rewind_only_moves_back_and_ignores_unknown_topics():
 
 def test_frame_bytes():
     assert frames.retry(2000) == b"retry: 2000\n\n"
+    assert frames.RETRY_MS == 2000
     assert frames.HEARTBEAT == b": hb\n\n"
     assert frames.frame("caught-up", frames.caught_up_data("o", 5), "ID") == \
         b'id: ID\nevent: caught-up\ndata: {"topic":"o","head_seq":5}\n\n'

@@ -19,7 +19,7 @@ from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
 from watch_service.store import authz_writes as db
 from watch_service.store.server_state import commit_timestamps_on
 from watch_service.compat import permify_json as pj
-from watch_service.engine.follow import HistoryLost, TopicGone, follow
+from watch_service.engine.follow import HistoryLost, TopicGone, ensure_retained, follow
 from watch_service.compat.permify_rest import json_body, permify_handler
 
 log = logging.getLogger("auditsync.permify")
@@ -50,9 +50,10 @@ async def watch(request: web.Request, tenant: str) -> web.StreamResponse:
         raise pj.invalid(str(exc)) from None
     if after > info.head_seq:
         raise pj.invalid(f"snap_token: {token!r} is ahead of this tenant's changes")
-    if after + 1 < info.earliest_seq:
-        raise pj.invalid(_history_message(HistoryLost(after + 1, info.earliest_seq - 1,
-                                                      info.earliest_seq)))
+    try:
+        ensure_retained(after, info.earliest_seq)
+    except HistoryLost as exc:
+        raise pj.invalid(_history_message(exc)) from None
     resp = web.StreamResponse(headers={"Content-Type": "application/json",
                                        "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
     await resp.prepare(request)

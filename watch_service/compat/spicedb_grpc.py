@@ -30,7 +30,7 @@ from watch_service.web.app_keys import HUB, POOL, SETTINGS
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
 from watch_service.compat import spicedb_proto as sp
-from watch_service.engine.follow import HistoryLost, TopicGone, follow
+from watch_service.engine.follow import HistoryLost, TopicGone, ensure_retained, follow
 
 log = logging.getLogger("auditsync.spicedb")
 TOPIC = pa.change_topic(sp.TENANT)
@@ -202,8 +202,7 @@ class Watch(_Service, ws_grpc.WatchServiceServicer):
             if after > info.head_seq:
                 raise sp.invalid("optional_start_cursor: the token is ahead of this server's "
                                  "changes (from another datastore?)")
-            if after + 1 < info.earliest_seq:
-                raise HistoryLost(after + 1, info.earliest_seq - 1, info.earliest_seq)
+            ensure_retained(after, info.earliest_seq)
         last_sent = time.monotonic()
         async for page in follow(self.app[HUB], self.app[POOL], TOPIC, after,
                                  interval if checkpoints else 30.0):

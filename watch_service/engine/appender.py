@@ -83,7 +83,8 @@ class Appender:
 
 
 def _take_group(queue: list[_Pending]) -> list[_Pending]:
-    group, records, size = [], 0, 0
+    group: list[_Pending] = []
+    records = size = 0
     while queue:
         nxt = queue[0]
         if group and (records + len(nxt.records) > MAX_GROUP_RECORDS

@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.engine.tailer import Hub
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.records import Record
-from watch_service.engine.tailer import Hub
+from watch_service.protocol.tombstones import missed_range
 from watch_service.store import tail
 
 PAGE = 256
@@ -35,6 +36,14 @@ class TopicGone(AuditsyncError):
     """The change topic (its tenant) was deleted."""
 
 
+def ensure_retained(after: int, earliest_seq: int) -> None:
+    """Raise ``HistoryLost`` if seqs after ``after`` are no longer retained: a watch never
+    skips a gap silently."""
+    missed = missed_range(after, earliest_seq)
+    if missed is not None:
+        raise HistoryLost(*missed, earliest_seq)
+
+
 async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
                  idle_s: float) -> AsyncIterator[list[Record]]:
     wake = asyncio.Event()
@@ -46,12 +55,10 @@ async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
     try:
         while True:
             wake.clear()  # before reading: a wake-up during the read is kept, not lost
-            page = None
-            if not tailer.deleted and after >= tailer.earliest - 1:
-                cached = tailer.cached(after, PAGE, _MAX_BYTES, _FLAGS, tailer.head)
-                if cached is not None:
-                    page = [rec for rec, _ in cached]
-            if page is None:
+            cached = tailer.cached(after, PAGE, _MAX_BYTES, _FLAGS, tailer.head)
+            if cached is not None:
+                page = [item.rec for item, _ in cached]
+            else:
                 page = await _read(pool, topic, after)
             if page:
                 after = page[-1].seq
@@ -59,7 +66,7 @@ async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), idle_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 yield []
     finally:
         hub.unsubscribe(topic, on_wake)
@@ -70,7 +77,6 @@ async def _read(pool: AsyncConnectionPool, topic: str, after: int) -> list[Recor
         page = await tail.read_tail(conn, topic, after, PAGE)
     if page is None or page.deleted:
         raise TopicGone(topic)
-    if after + 1 < page.earliest_seq:
-        raise HistoryLost(after + 1, page.earliest_seq - 1, page.earliest_seq)
+    ensure_retained(after, page.earliest_seq)
     return page.records
 

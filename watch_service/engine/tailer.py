@@ -16,7 +16,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import Record, encode
+from watch_service.protocol.tombstones import missed_range
 from watch_service.store import tail
 from watch_service.store.topics import CHANNEL
 
@@ -28,19 +30,32 @@ SAFETY_POLL_S = 2.0
 Wake = Callable[[str], None]
 
 
+Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
+
+
 class CachedRecord:
-    __slots__ = ("rec", "_enc")
+    """A record of the cache with its encodings, made once per set of watch flags. Pages
+    from the cache carry these items themselves (``seq`` and ``node`` as a record's), not
+    copies: a page is built once per subscriber per wake-up."""
+
+    __slots__ = ("encodings", "node", "rec", "seq")
 
     def __init__(self, rec: Record) -> None:
-        self.rec = rec
-        self._enc: dict[tuple[bool, bool, bool], str] = {}
+        self.rec, self.seq, self.node = rec, rec.seq, rec.node
+        self.encodings: dict[Flags, str] = {}
 
-    def encoded(self, flags: tuple[bool, bool, bool]) -> str:
-        enc = self._enc.get(flags)
+
+def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
+    """The encoding of a cached record under ``flags``, made on first use and kept."""
+    meta, tags, data = flags
+
+    def encoded(item: CachedRecord) -> str:
+        enc = item.encodings.get(flags)
         if enc is None:
-            enc = self._enc[flags] = encode(self.rec, include_meta=flags[0],
-                                            include_tags=flags[1], include_data=flags[2])
+            enc = item.encodings[flags] = encode(item.rec, include_meta=meta, include_tags=tags,
+                                                 include_data=data)
         return enc
+    return encoded
 
 
 class Tailer:
@@ -61,24 +76,17 @@ class Tailer:
     def cache_end(self) -> int | None:
         return None if self.cache_after is None else self.cache_after + len(self.cache)
 
-    def cached(self, after: int, limit: int, max_bytes: int, flags: tuple[bool, bool, bool],
-               upto: int) -> list[tuple[Record, str]] | None:
-        """Records after ``after`` (≤ upto) from the cache, or None if the cache cannot say."""
-        if self.cache_after is None or after < self.cache_after:
+    def cached(self, after: int, limit: int, max_bytes: int, flags: Flags,
+               upto: int) -> list[tuple[CachedRecord, str]] | None:
+        """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
+        the topic is deleted, seqs after ``after`` are no longer retained, or they are older
+        than the cache. The caller then reads PostgreSQL, which knows."""
+        if (self.deleted or missed_range(after, self.earliest) is not None
+                or self.cache_after is None or after < self.cache_after):
             return None
-        out: list[tuple[Record, str]] = []
-        size = 0
-        cache = self.cache
-        for i in range(after - self.cache_after, min(len(cache), after - self.cache_after + limit)):
-            item = cache[i]
-            if item.rec.seq > upto:
-                break
-            enc = item.encoded(flags)
-            if out and size + len(enc) > max_bytes:
-                break
-            out.append((item.rec, enc))
-            size += len(enc)
-        return out
+        start = after - self.cache_after
+        return build_page(self.cache[start:start + limit], cache_encoder(flags), limit=limit,
+                          max_bytes=max_bytes, upto=upto)
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
@@ -114,29 +122,30 @@ class Tailer:
             log.warning("tailer %s refresh failed: %s", self.topic, exc)
 
     async def _refresh_once(self) -> bool:
-        after = self.cache_end if self.cache_after is not None else None
         async with self.hub.pool.connection() as conn:
-            if after is None:
-                state = await tail.read_tail(conn, self.topic, 2**62, 1)
-                if state is None:
+            if self.cache_after is None:
+                page = await tail.read_tail(conn, self.topic, 2**62, 1)
+                if page is None:
                     return False
-                self.cache_after = state.head_seq
-                page = state
+                cache_after = page.head_seq
             else:
+                after = self.cache_after + len(self.cache)
                 page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
                 if page is None:
                     return False
+                cache_after = self.cache_after
                 if page.records and page.records[0].seq != after + 1:
                     # Trimmed or recreated past the cache: restart the cache at the new records.
-                    self.cache, self.cache_after = [], page.records[0].seq - 1
+                    self.cache, cache_after = [], page.records[0].seq - 1
                 self.cache.extend(CachedRecord(r) for r in page.records)
                 if len(self.cache) > CACHE_RECORDS:
                     drop = len(self.cache) - CACHE_RECORDS
                     del self.cache[:drop]
-                    self.cache_after += drop
+                    cache_after += drop
+            self.cache_after = cache_after  # with the cache, before any await: readers see both
         self.earliest = page.earliest_seq
         was_deleted, self.deleted = self.deleted, page.deleted
-        seen = self.cache_end
+        seen = self.cache_after + len(self.cache)
         self.head = max(self.head, seen if not page.deleted else page.head_seq)
         if page.flush_lsn >= page.insert_lsn:
             self.durable_head = self.head

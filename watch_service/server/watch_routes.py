@@ -150,7 +150,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         stream.closed = True
         with contextlib.suppress(Exception):
             async with app[POOL].connection() as conn:
-                await sessions.close_stream(conn, wid, stream.cursors)
+                await sessions.close_stream(conn, wid, stream.state.cursors)
     return resp
 
 
@@ -163,9 +163,9 @@ async def cursor_flusher(app: web.Application) -> None:
         renew = time.monotonic() - last_lease > LEASE_S / 3
         batch = []
         for stream in list(app[STREAMS]):
-            if stream.dirty_cursors or renew:
-                stream.dirty_cursors = False
-                batch.append((stream.wid, dict(stream.cursors)))
+            if stream.state.dirty or renew:
+                stream.state.dirty = False
+                batch.append((stream.wid, dict(stream.state.cursors)))
         if not batch:
             continue
         try:
@@ -178,4 +178,4 @@ async def cursor_flusher(app: web.Application) -> None:
         except Exception as exc:
             log.warning("cursor flush failed (will retry): %s", exc)
             for stream in app[STREAMS]:
-                stream.dirty_cursors = True
+                stream.state.dirty = True

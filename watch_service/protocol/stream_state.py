@@ -1,0 +1,151 @@
+"""The per-stream state machine of an SSE watch, as pure code.
+
+The I/O shell (``server.watch_stream``) reads pages and writes bytes; this module decides which
+frames those bytes are and what the stream's state becomes:
+
+- the per-topic cursor map, which moves only when the shell reports a frame written
+  (``written``): a frame lost with its connection is sent again on resume;
+- the frame id: the whole cursor map as it will be once that frame is written;
+- live / caught-up: a topic goes live, with one ``caught-up`` frame, once its cursor reaches the
+  deliverable head; a page that leaves it short of that bound makes it catch up again;
+- the tombstone rule: a gap under the session's own ``from_seq`` before the topic was ever live
+  is ``from_seq_too_old``; any other gap carries the reason the store recorded for it;
+- which records a frame carries (the watch's ``node`` filter drops the watcher's own writes).
+
+A frame is built and written before the next one is built: its id and ``from_seq`` read the
+cursor map as it stands.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
+from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol import frames
+from watch_service.protocol.tombstones import missed_range
+
+FROM_SEQ_TOO_OLD = "from_seq_too_old"
+CAUGHT_UP = "caught-up"
+
+
+class Delivered(Protocol):
+    """What a frame needs of a record besides its encoding: a ``Record``, or the tailer's
+    cached item of one."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def node(self) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One frame to write, and the cursor its topic has once it is written."""
+
+    topic: str
+    event: str
+    cursor: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Loss:
+    """Seqs ``gap_from..gap_to`` a cursor can no longer get. ``reason`` is None when the
+    store's gaps decide it (``store.topics.gap_reason``)."""
+
+    gap_from: int
+    gap_to: int
+    reason: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settled:
+    """What follows a page: ``drained`` (nothing more to send for the topic now) and the
+    ``caught-up`` frame to write first, if the topic just went live."""
+
+    drained: bool
+    caught_up: Outgoing | None = None
+
+
+class StreamState:
+    """Cursors, live flags and frame building for one open stream over its session's topics."""
+
+    def __init__(self, cursors: dict[str, int], initial: dict[str, int], *,
+                 node: str | None = None, strong: bool = False) -> None:
+        self.cursors = dict(cursors)  # session topic order: the order of every frame id
+        self.initial = dict(initial)  # the session's requested from_seq, per topic
+        self.node, self.strong = node, strong
+        self.live = {t: False for t in cursors}
+        self.dirty = False  # cursors moved since the shell last persisted them
+
+    # -- cursors -------------------------------------------------------------------------
+    def frame(self, topic: str, event: str, data: str, cursor: int) -> Outgoing:
+        """A frame of ``topic`` whose id carries ``cursor`` for it and the others' cursors."""
+        frame_id = cursor_codec.encode({**self.cursors, topic: cursor})
+        return Outgoing(topic, event, cursor, frames.frame(event, data, frame_id))
+
+    def written(self, out: Outgoing) -> None:
+        """``out`` reached the socket: its topic's cursor moves (and a caught-up makes the
+        topic live)."""
+        self.cursors[out.topic] = out.cursor
+        self.dirty = True
+        if out.event == CAUGHT_UP:
+            self.live[out.topic] = True
+
+    # -- what a topic may deliver --------------------------------------------------------
+    def upto(self, head: int, durable_head: int, flushed: bool = False) -> int:
+        """The newest seq deliverable now: under ``consistency: strong`` only seqs whose commit
+        is flushed (all of them when the read saw the WAL flushed past its own insert)."""
+        return durable_head if self.strong and not flushed else head
+
+    def loss(self, topic: str, after: int, earliest_seq: int) -> Loss | None:
+        """The gap between ``after`` and the topic's retained history, if any, and its reason
+        when the stream itself decides it."""
+        missed = missed_range(after, earliest_seq)
+        if missed is None:
+            return None
+        too_old = after == self.initial.get(topic) and not self.live[topic]
+        return Loss(missed[0], missed[1], FROM_SEQ_TOO_OLD if too_old else None)
+
+    # -- frames --------------------------------------------------------------------------
+    def tombstone(self, topic: str, loss: Loss, reason: str, earliest_seq: int,
+                  head_seq: int) -> Outgoing:
+        """The tombstone for ``loss``; written, it moves the cursor past the gap."""
+        data = frames.tombstone_data(topic, reason, loss.gap_from, loss.gap_to, earliest_seq,
+                                     head_seq)
+        return self.frame(topic, "tombstone", data, loss.gap_to)
+
+    def records(self, topic: str, page: Sequence[tuple[Delivered, str]],
+                head: int) -> Outgoing | None:
+        """The record frame for a non-empty page of (record, encoding). None when the node
+        filter drops every record: the cursor then moves past them without a frame."""
+        node = self.node
+        encoded = [enc for rec, enc in page if node is None or rec.node != node]
+        last = page[-1][0].seq
+        if not encoded:
+            self.cursors[topic] = last
+            self.dirty = True
+            return None
+        return self.frame(topic, "record",
+                          frames.record_data(topic, encoded, self.cursors[topic], last, head),
+                          last)
+
+    def topic_deleted(self, topic: str, after: int, head: int) -> Outgoing:
+        """The last frame of a deleted topic; its cursor ends at the topic's final head."""
+        return self.frame(topic, "topic-deleted", frames.topic_deleted_data(topic, head),
+                          max(after, head))
+
+    def settle(self, topic: str, page_empty: bool, upto: int, head: int) -> Settled:
+        """After a page of ``topic`` was sent (or found empty): done for now, or more to
+        send. A topic turns live (one ``caught-up``) only at the head itself: under
+        ``strong``, records past the durable head wait for their flush."""
+        cursor = self.cursors[topic]
+        if page_empty or cursor >= upto:
+            if not self.live[topic] and cursor >= upto >= head:
+                return Settled(True, self.frame(topic, CAUGHT_UP,
+                                                frames.caught_up_data(topic, upto), cursor))
+            return Settled(True)
+        self.live[topic] = False
+        return Settled(False)
