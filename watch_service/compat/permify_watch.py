@@ -19,7 +19,7 @@ from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
 from watch_service.store import authz_writes as db
 from watch_service.store.server_state import commit_timestamps_on
 from watch_service.compat import permify_json as pj
-from watch_service.engine.follow import HistoryLost, TopicGone, ensure_retained, follow
+from watch_service.engine.topic_follower import HistoryLost, TopicGone, ensure_retained, follow
 from watch_service.compat.permify_rest import json_body, permify_handler
 
 log = logging.getLogger("auditsync.permify")

@@ -30,7 +30,7 @@ from watch_service.web.app_keys import HUB, POOL, SETTINGS
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
 from watch_service.compat import spicedb_proto as sp
-from watch_service.engine.follow import HistoryLost, TopicGone, ensure_retained, follow
+from watch_service.engine.topic_follower import HistoryLost, TopicGone, ensure_retained, follow
 
 log = logging.getLogger("auditsync.spicedb")
 TOPIC = pa.change_topic(sp.TENANT)
