@@ -37,9 +37,9 @@ import orjson  # noqa: E402
 import psycopg  # noqa: E402
 import uvloop  # noqa: E402
 
-from tests.support import ServiceProcess, free_port  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 CLIENTS = 8
 BATCH = 100

@@ -38,33 +38,17 @@ sys.path.insert(0, str(ROOT))
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 KEY = "bench-key"
 TOPIC = pa.change_topic("t1")
 BUDGET_S = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": db_url, "AUDITSYNC_GRPC_PORT": str(grpc_port),
-           "AUDITSYNC_GRPC_KEY": KEY, "AUDITSYNC_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate",
-                             "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("service did not start")
+def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> ServiceProcess:
+    env = {"AUDITSYNC_GRPC_PORT": str(grpc_port), "AUDITSYNC_GRPC_KEY": KEY,
+           "AUDITSYNC_HOME": str(home)}
+    return ServiceProcess(db_url, port, env=env).start()
 
 
 def update(i: int) -> RelationshipUpdate:
@@ -201,11 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(run(max(1, args.writes), f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"))
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.stop()
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)

@@ -49,9 +49,9 @@ from spark_jobs.common.session import build_session  # noqa: E402
 from spark_jobs.compact.transforms import compact  # noqa: E402
 from spark_jobs.reconcile.main import held_locally  # noqa: E402
 from spark_jobs.reconcile.transforms import reconcile, summarize  # noqa: E402
-from tests.support import free_port  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import free_port  # noqa: E402
 
 TARGET_S = 120
 

@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
+
 RATE = {1: 500, 10: 500, 100: 500, 1000: 100}   # rec/s per watcher count
 REPEATS = {1: 3, 10: 3, 100: 3, 1000: 1}
 MEASURE_S = {1: 3, 10: 3, 100: 3, 1000: 5}
@@ -51,12 +53,6 @@ T0 = time.monotonic()
 
 def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raise_nofile() -> None:
@@ -304,23 +300,10 @@ class FloorProducer:
 
 
 # -- the service -------------------------------------------------------------------------------
-def start_service(db_url: str, port: int, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": db_url, "AUDITSYNC_PORT": str(port),
-           "AUDITSYNC_POOL_MAX": "20"}
-    env.pop("AUDITSYNC_KEYS_FILE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate",
-                             "--port", str(port)], env=env, cwd=ROOT, preexec_fn=raise_nofile,
-                            stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited {proc.returncode}; see {log_path}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("service did not start")
+def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
+    env = {"AUDITSYNC_PORT": str(port), "AUDITSYNC_POOL_MAX": "20", "AUDITSYNC_KEYS_FILE": None}
+    return ServiceProcess(db_url, port, env=env, log_path=log_path,
+                          preexec_fn=raise_nofile).start(timeout=30)
 
 
 def cpu_s(pid: int) -> float:
@@ -484,12 +467,8 @@ async def bench() -> None:
         if relay is not None and relay.is_alive():
             os.kill(relay.pid, signal.SIGTERM)
             relay.join(5)
-        if service is not None and service.poll() is None:
-            service.send_signal(signal.SIGTERM)
-            try:
-                service.wait(15)
-            except subprocess.TimeoutExpired:
-                service.kill()
+        if service is not None:
+            service.stop(timeout=15)
         pg.destroy()
         shutil.rmtree(base, ignore_errors=True)
 
