@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,14 +26,21 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from authzed.api.v1 import (InsecureClient, ObjectReference, Relationship, RelationshipUpdate,
-                            SubjectReference, WatchRequest, WriteRelationshipsRequest)
+from authzed.api.v1 import (
+    InsecureClient,
+    ObjectReference,
+    Relationship,
+    RelationshipUpdate,
+    SubjectReference,
+    WatchRequest,
+    WriteRelationshipsRequest,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
@@ -52,9 +56,10 @@ def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> Service
 
 
 def update(i: int) -> RelationshipUpdate:
-    return RelationshipUpdate(operation=RelationshipUpdate.OPERATION_TOUCH, relationship=Relationship(
-        resource=ObjectReference(object_type="bench_doc", object_id=str(i)), relation="viewer",
-        subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u"))))
+    return RelationshipUpdate(
+        operation=RelationshipUpdate.OPERATION_TOUCH, relationship=Relationship(
+            resource=ObjectReference(object_type="bench_doc", object_id=str(i)), relation="viewer",
+            subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u"))))
 
 
 def seq(token: str) -> int:
@@ -139,7 +144,8 @@ async def run(writes: int, url: str, target: str) -> None:
 
         deadline = time.monotonic() + BUDGET_S
         await asyncio.to_thread(write_all)
-        while not got.done(first_seq) and time.monotonic() < deadline:
+        # three receivers on threads and loops of their own: poll their shared progress
+        while not got.done(first_seq) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for task in readers:
             task.cancel()

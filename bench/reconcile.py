@@ -40,8 +40,8 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-
 from _reconcile_data import TOPICS, expected, load_source, make_landing  # noqa: E402 (bench/)
+
 from spark_jobs.common import jdbc  # noqa: E402
 from spark_jobs.common import statuses as st  # noqa: E402
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LANDING  # noqa: E402

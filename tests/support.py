@@ -58,7 +58,7 @@ class InProcessService:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> "InProcessService":
+    async def start(self) -> InProcessService:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()

@@ -46,7 +46,8 @@ RULES: dict[str, tuple[set[str], str]] = {
                "server -> web, engine, store, protocol, settings (never compat)"),
     "compat": ({"compat", "web", "engine"} | DATA_SIDE,
                "compat -> web, engine, store, protocol, settings (never server)"),
-    "sink": ({"sink"} | DATA_SIDE, "sink -> protocol, store, settings (not server/compat/engine/web)"),
+    "sink": ({"sink"} | DATA_SIDE,
+             "sink -> protocol, store, settings (not server/compat/engine/web)"),
     "client": ({"client", "sink"} | DATA_SIDE, "the SSE client -> sink, protocol, settings, store"),
     "app": (EVERYTHING - {"tools", "cli", "tests", "bench", "dags"},
             "app.py may import anything but tools/cli"),
@@ -113,7 +114,7 @@ def is_module(dotted: str) -> bool:
 
 
 def resolve(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool) -> Iterator[str]:
-    """Dotted names an import statement reaches (``from X import Y`` is ``X.Y`` if Y is a module)."""
+    """Dotted names an import reaches (``from X import Y`` is ``X.Y`` when Y is a module)."""
     if isinstance(node, ast.Import):
         yield from (alias.name for alias in node.names)
         return
@@ -207,7 +208,7 @@ def test_no_cycles_between_layers() -> None:
     assert not cycles, "import cycles between layers:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-# -- the checker itself, on made-up files -----------------------------------------------------------
+# -- the checker itself, on made-up files ---------------------------------------------------------
 def _imports(rel: str, source: str) -> list[tuple[int, str, str | None, str | None]]:
     return [(i.line, i.target, i.target_layer, violation(i)) for i in imports_of(Path(rel), source)]
 
@@ -235,8 +236,9 @@ def test_dags_bench_and_plugins() -> None:
     assert _imports("dags/d.py", "from auditsync_plugin.hooks import H\n")[0][3] is None
     assert _imports("dags/d.py", "from watch_service.store import topics\n")[0][3] is not None
     assert _imports("bench/b.py", "from tests.support import free_port\n")[0][3] is not None
-    assert _imports("plugins/auditsync_plugin/j.py", "import watch_service.store.topics\n")[0][3] is None
-    assert _imports("plugins/auditsync_plugin/j.py", "from watch_service.app import create_app\n")[0][3]
+    plugin = "plugins/auditsync_plugin/j.py"
+    assert _imports(plugin, "import watch_service.store.topics\n")[0][3] is None
+    assert _imports(plugin, "from watch_service.app import create_app\n")[0][3]
 
 
 def test_cycles_are_found() -> None:

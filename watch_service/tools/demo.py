@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m watch_service.tools.demo``): the whole product end to end on this machine.
+"""``make demo`` (``python -m watch_service.tools.demo``): the whole product end to end, here.
 
 The log half: the project's embedded PostgreSQL in ``.local/`` (or ``DATABASE_URL``), migrated;
 ``auditsync serve`` as a child process on a free loopback port; three topics (one capped), a
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import aiohttp
 
-from watch_service.tools import demo_airflow as pipeline
 from watch_service import settings as settings_mod
-from watch_service.store.cluster import EmbeddedPgError
 from watch_service.settings import Settings, SettingsError
+from watch_service.store.cluster import EmbeddedPgError
 from watch_service.store.database import database_url, embedded_cluster
 from watch_service.store.migrate import MigrationError, migrate
+from watch_service.tools import demo_airflow as pipeline
 from watch_service.tools.local import ServiceProcess
 
 RECORDS_PER_TOPIC = 300
@@ -146,7 +146,8 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
         cursor, seen, tombstone = 0, [], None
         while True:
             status, body = await _call(
-                http, "GET", f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64")
+                http, "GET",
+                f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64")
             _check(status == 200, f"read {name}: {status} {body}")
             if "tombstone" in body:
                 _check(tombstone is None, f"{name}: a second tombstone at cursor {cursor}")

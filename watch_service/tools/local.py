@@ -84,20 +84,22 @@ class ServiceProcess:
         return env
 
     def start(self, timeout: float = 20.0) -> ServiceProcess:
-        out: IO[bytes] | int = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self.proc = subprocess.Popen(serve_command(self.port), env=self.environment(),
-                                         stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
-                                         preexec_fn=self.preexec_fn)
-        finally:
-            if not isinstance(out, int):
-                out.close()  # the child holds its own descriptor
+        if self.log_path is None:
+            self.proc = self._spawn(subprocess.DEVNULL)
+        else:
+            with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
+                self.proc = self._spawn(out)
         try:
             wait_for_port(self.port, timeout, self.proc, what=f"service (log: {self.log_path})")
         except RuntimeError:
             self.stop()
             raise
         return self
+
+    def _spawn(self, out: IO[bytes] | int) -> subprocess.Popen:
+        return subprocess.Popen(serve_command(self.port), env=self.environment(), stdout=out,
+                                stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
+                                preexec_fn=self.preexec_fn)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
