@@ -1,4 +1,5 @@
-# The two commands: `make demo` (the main job, end to end) and `make test` (the whole suite).
+# The two commands: `make demo` (the main job, end to end) and `make test` (lint, format and
+# type checks, then the whole suite).
 # Both set themselves up: system packages where apt is available, then .venv from uv.lock.
 SHELL := /bin/bash
 VENV := .venv
@@ -10,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: setup system-deps venv demo test bench airflow clean
+.PHONY: setup system-deps venv demo lint format test bench airflow clean
 
 setup: system-deps venv
 
@@ -40,7 +41,18 @@ $(VENV)/.synced: uv.lock pyproject.toml
 	@$$(command -v uv || echo $(UV)) sync --frozen --extra dev --python python3.11 -q
 	@touch $@
 
-test: setup
+# Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# Rewrites files: the formatter, then ruff's safe fixes.
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: setup lint
 	$(PY) -m pytest
 
 demo: setup

@@ -37,9 +37,9 @@ import orjson  # noqa: E402
 import psycopg  # noqa: E402
 import uvloop  # noqa: E402
 
-from tests.support import ServiceProcess, free_port  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 CLIENTS = 8
 BATCH = 100
@@ -112,7 +112,8 @@ class Bench:
         to one topic (or spread over ``topics`` topics)."""
         self.url, self.cpu.service = self.services[service], service
         requests_per_client = max(1, total_records // per_request // CLIENTS)
-        bodies = [orjson.dumps({"records": [record(i * per_request + j) for j in range(per_request)]})
+        bodies = [orjson.dumps({"records": [record(i * per_request + j)
+                                            for j in range(per_request)]})
                   for i in range(64)]
         sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
                     for _ in range(CLIENTS)]
@@ -164,14 +165,12 @@ class Bench:
             try:
                 cpu_before = self.cpu.sample()
                 started = time.perf_counter()
-                async with conn.transaction():
-                    async with conn.cursor() as cur:
-                        async with cur.copy(
-                                f"COPY {table} (topic, seq, ts, tag, node, meta, data) FROM STDIN"
-                        ) as cp:
-                            for seq in range(1, rows + 1):
-                                data, meta, tag, node = encoded[seq % 1024]
-                                await cp.write_row(("bench-copy", seq, ts, tag, node, meta, data))
+                async with conn.transaction(), conn.cursor() as cur, cur.copy(
+                        f"COPY {table} (topic, seq, ts, tag, node, meta, data) FROM STDIN"
+                ) as cp:
+                    for seq in range(1, rows + 1):
+                        data, meta, tag, node = encoded[seq % 1024]
+                        await cp.write_row(("bench-copy", seq, ts, tag, node, meta, data))
                 elapsed = time.perf_counter() - started
                 self.note_cpu(cpu_before, rows)
             finally:
@@ -180,7 +179,8 @@ class Bench:
 
     def note_cpu(self, before: tuple[float, float, float], records: int) -> None:
         after = self.cpu.sample()
-        self.cpu_per_record = tuple((a - b) / records * 1e6 for a, b in zip(after, before))
+        self.cpu_per_record = tuple((a - b) / records * 1e6
+                                    for a, b in zip(after, before, strict=True))
 
     async def measure(self, name: str, fn: Callable[[], Awaitable[float]]) -> float:
         await fn()  # warm-up: connections, plans, caches
@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(fsync + statement) = {BATCH / (fsync_ms + 0.7) * 1000:,.0f}/s here")
         postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
         bench = Bench({"sync": sync.url, "async": async_.url}, url, args.repeats,
-                      0.1 if args.quick else 1.0, CpuMeter({"sync": sync.proc.pid, "async": async_.proc.pid}, postmaster))
+                      0.1 if args.quick else 1.0,
+                      CpuMeter({"sync": sync.pid, "async": async_.pid}, postmaster))
         results = uvloop.run(bench.run())
         report(results)
         print(f"  ({time.monotonic() - began:.1f} s in all)")

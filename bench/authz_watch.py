@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,48 +26,40 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from authzed.api.v1 import (InsecureClient, ObjectReference, Relationship, RelationshipUpdate,
-                            SubjectReference, WatchRequest, WriteRelationshipsRequest)
+from authzed.api.v1 import (
+    InsecureClient,
+    ObjectReference,
+    Relationship,
+    RelationshipUpdate,
+    SubjectReference,
+    WatchRequest,
+    WriteRelationshipsRequest,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 KEY = "bench-key"
 TOPIC = pa.change_topic("t1")
 BUDGET_S = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": db_url, "AUDITSYNC_GRPC_PORT": str(grpc_port),
-           "AUDITSYNC_GRPC_KEY": KEY, "AUDITSYNC_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate",
-                             "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("service did not start")
+def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> ServiceProcess:
+    env = {"AUDITSYNC_GRPC_PORT": str(grpc_port), "AUDITSYNC_GRPC_KEY": KEY,
+           "AUDITSYNC_HOME": str(home)}
+    return ServiceProcess(db_url, port, env=env).start()
 
 
 def update(i: int) -> RelationshipUpdate:
-    return RelationshipUpdate(operation=RelationshipUpdate.OPERATION_TOUCH, relationship=Relationship(
-        resource=ObjectReference(object_type="bench_doc", object_id=str(i)), relation="viewer",
-        subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u"))))
+    return RelationshipUpdate(
+        operation=RelationshipUpdate.OPERATION_TOUCH, relationship=Relationship(
+            resource=ObjectReference(object_type="bench_doc", object_id=str(i)), relation="viewer",
+            subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u"))))
 
 
 def seq(token: str) -> int:
@@ -155,7 +144,8 @@ async def run(writes: int, url: str, target: str) -> None:
 
         deadline = time.monotonic() + BUDGET_S
         await asyncio.to_thread(write_all)
-        while not got.done(first_seq) and time.monotonic() < deadline:
+        # three receivers on threads and loops of their own: poll their shared progress
+        while not got.done(first_seq) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for task in readers:
             task.cancel()
@@ -201,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(run(max(1, args.writes), f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"))
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.stop()
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)

@@ -40,8 +40,8 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-
 from _reconcile_data import TOPICS, expected, load_source, make_landing  # noqa: E402 (bench/)
+
 from spark_jobs.common import jdbc  # noqa: E402
 from spark_jobs.common import statuses as st  # noqa: E402
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LANDING  # noqa: E402
@@ -49,9 +49,9 @@ from spark_jobs.common.session import build_session  # noqa: E402
 from spark_jobs.compact.transforms import compact  # noqa: E402
 from spark_jobs.reconcile.main import held_locally  # noqa: E402
 from spark_jobs.reconcile.transforms import reconcile, summarize  # noqa: E402
-from tests.support import free_port  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools.local import free_port  # noqa: E402
 
 TARGET_S = 120
 

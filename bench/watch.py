@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import asyncio
 import base64
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -28,7 +29,6 @@ import shutil
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 RATE = {1: 500, 10: 500, 100: 500, 1000: 100}   # rec/s per watcher count
 REPEATS = {1: 3, 10: 3, 100: 3, 1000: 1}
@@ -51,12 +53,6 @@ T0 = time.monotonic()
 
 def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raise_nofile() -> None:
@@ -119,8 +115,8 @@ async def watcher_main(pipe) -> None:
                 for path in paths[i:i + 100]:
                     req = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                            f"Accept: text/event-stream\r\n\r\n").encode()
-                    _, w = await loop.create_connection(lambda: Watcher(req, marker, lat),
-                                                        "127.0.0.1", port)
+                    factory = functools.partial(Watcher, req, marker, lat)
+                    _, w = await loop.create_connection(factory, "127.0.0.1", port)
                     batch.append(w)
                 await asyncio.wait_for(asyncio.gather(*(w.ready for w in batch)), 60)
                 watchers += batch
@@ -280,11 +276,12 @@ class FloorProducer:
     def __init__(self, db_url: str, connections: int = 8) -> None:
         self.db_url, self.n = db_url, connections
 
-    async def __aenter__(self) -> "FloorProducer":
+    async def __aenter__(self) -> FloorProducer:
         import psycopg
         self.free: asyncio.Queue = asyncio.Queue()
         for _ in range(self.n):
-            self.free.put_nowait(await psycopg.AsyncConnection.connect(self.db_url, autocommit=True))
+            conn = await psycopg.AsyncConnection.connect(self.db_url, autocommit=True)
+            self.free.put_nowait(conn)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -304,23 +301,10 @@ class FloorProducer:
 
 
 # -- the service -------------------------------------------------------------------------------
-def start_service(db_url: str, port: int, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": db_url, "AUDITSYNC_PORT": str(port),
-           "AUDITSYNC_POOL_MAX": "20"}
-    env.pop("AUDITSYNC_KEYS_FILE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate",
-                             "--port", str(port)], env=env, cwd=ROOT, preexec_fn=raise_nofile,
-                            stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited {proc.returncode}; see {log_path}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("service did not start")
+def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
+    env = {"AUDITSYNC_PORT": str(port), "AUDITSYNC_POOL_MAX": "20", "AUDITSYNC_KEYS_FILE": None}
+    return ServiceProcess(db_url, port, env=env, log_path=log_path,
+                          preexec_fn=raise_nofile).start(timeout=30)
 
 
 def cpu_s(pid: int) -> float:
@@ -339,7 +323,8 @@ async def sessions(http, url: str, topic: str, n: int) -> list[str]:
     gate = asyncio.Semaphore(32)
 
     async def one() -> str:
-        async with gate, http.post(f"{url}/v0/watch", json={"topics": {topic: {"tail": True}}}) as r:
+        body = {"topics": {topic: {"tail": True}}}
+        async with gate, http.post(f"{url}/v0/watch", json=body) as r:
             assert r.status == 200, await r.text()
             return (await r.json())["stream_url"]
     return list(await asyncio.gather(*(one() for _ in range(n))))
@@ -362,7 +347,8 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
         sent = await produce(send, RATE[n], MEASURE_S[n])
         elapsed = time.monotonic() - t0
         deadline = time.monotonic() + 5
-        while await watchers.total() < sent * n and time.monotonic() < deadline:
+        # the counts live in the watcher processes: nothing to wait on but their reports
+        while await watchers.total() < sent * n and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         cpu = cpu_s(pid) - cpu0
         lats, counts, gaps = await watchers.report()
@@ -408,7 +394,7 @@ async def bench() -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     ctx = mp.get_context("spawn")
     base = Path(tempfile.mkdtemp(prefix="auditsync-bench-"))
-    base.chmod(0o755)  # the cluster runs as the postgres user
+    base.chmod(0o755)  # noqa: ASYNC240 (one call at start) - the cluster runs as postgres
     pg = EmbeddedPostgres(base / "pg", free_port())
     service = relay = watchers = None
     results: dict[str, dict] = {}
@@ -418,7 +404,8 @@ async def bench() -> None:
         import psycopg
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data json NOT NULL)")
-        log(f"PostgreSQL on {db_url}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        load = os.getloadavg()[0]
+        log(f"PostgreSQL on {db_url}; load average {load:.1f} on {os.cpu_count()} cores")
         watchers = Watchers(ctx)
         relay_port, svc_port = free_port(), free_port()
         relay = ctx.Process(target=relay_proc, args=(db_url, relay_port), daemon=True)
@@ -454,11 +441,13 @@ async def bench() -> None:
                 results[f"service {n}"] = await run_level(watchers, send, n, service.pid)
                 rtts.sort()
                 log(f"service {n:5d} watchers @ {RATE[n]}/s: {fmt(results[f'service {n}'])}; "
-                    f"the append POST itself: p50 {pct(rtts, 0.5):.2f} ms p99 {pct(rtts, 0.99):.2f} ms")
+                    f"the append POST itself: p50 {pct(rtts, 0.5):.2f} ms "
+                    f"p99 {pct(rtts, 0.99):.2f} ms")
                 await watchers.ask("close")
 
             await put("bench-sat")
-            await watchers.connect(svc_port, await sessions(http, url, "bench-sat", 100), b"caught-up")
+            stream_urls = await sessions(http, url, "bench-sat", 100)
+            await watchers.connect(svc_port, stream_urls, b"caught-up")
             appended, delivered = await saturation(watchers, http, url, "bench-sat")
             await watchers.ask("close")
             log(f"saturation, 100 watchers: {appended:,.0f} appended rec/s, "
@@ -484,12 +473,8 @@ async def bench() -> None:
         if relay is not None and relay.is_alive():
             os.kill(relay.pid, signal.SIGTERM)
             relay.join(5)
-        if service is not None and service.poll() is None:
-            service.send_signal(signal.SIGTERM)
-            try:
-                service.wait(15)
-            except subprocess.TimeoutExpired:
-                service.kill()
+        if service is not None:
+            service.stop(timeout=15)
         pg.destroy()
         shutil.rmtree(base, ignore_errors=True)
 
@@ -521,8 +506,8 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
 
 if __name__ == "__main__":
     if "--quick" in sys.argv[1:]:  # one repeat, shorter windows (run_all.py --quick)
-        REPEATS.update({n: 1 for n in REPEATS})
-        MEASURE_S.update({n: 2 for n in MEASURE_S})
+        REPEATS.update(dict.fromkeys(REPEATS, 1))
+        MEASURE_S.update(dict.fromkeys(MEASURE_S, 2))
     raise_nofile()
     import uvloop
     try:

@@ -1,14 +1,10 @@
-"""Test support shared by every layer: free ports, waiting on conditions, the in-process
-service, and the service as a separate OS process (for restarts and second replicas)."""
+"""Test support shared by every layer: waiting on conditions, one-call requests and the
+in-process service. Free ports and the service as a separate OS process (for restarts and
+second replicas) live in ``watch_service.tools.local``, shared with bench/ and the demo, and are
+re-exported here for the tests."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,14 +14,11 @@ from aiohttp import web
 
 from watch_service.app import create_app
 from watch_service.settings import Settings
+from watch_service.tools.local import ServiceProcess, free_port
+
+__all__ = ["ROOT", "InProcessService", "ServiceProcess", "call", "free_port", "unique", "wait_for"]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def unique(prefix: str = "t") -> str:
@@ -65,7 +58,7 @@ class InProcessService:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> "InProcessService":
+    async def start(self) -> InProcessService:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
@@ -74,44 +67,3 @@ class InProcessService:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
-
-
-class ServiceProcess:
-    """``auditsync serve`` as its own OS process, stopped by its PID."""
-
-    def __init__(self, db_url: str, port: int | None = None, env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
-        self.db_url = db_url
-        self.port = port or free_port()
-        self.extra_env = env or {}
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> "ServiceProcess":
-        env = {**os.environ, "DATABASE_URL": self.db_url, **self.extra_env}
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate",
-             "--port", str(self.port)], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited with {self.proc.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"service did not listen on {self.port} within {timeout}s")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()

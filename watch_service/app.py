@@ -20,6 +20,7 @@ from watch_service.settings import Settings
 from watch_service.store.retention import run_retention
 from watch_service.store.database import database_url
 from watch_service.server import health_routes
+from watch_service.server import openapi_routes
 from watch_service.server import topic_routes
 from watch_service.server import watch_routes
 from watch_service.web.auth import KeyRing
@@ -116,6 +117,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.on_shutdown.append(_end_streams)
     app.add_routes(topic_routes.routes)
     app.add_routes(health_routes.routes)
+    app.add_routes(openapi_routes.routes)
     app.add_routes(watch_routes.routes)
     app.add_routes(permify_rest.routes)
     app.add_routes(permify_watch.routes)

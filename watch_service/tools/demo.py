@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m watch_service.tools.demo``): the whole product end to end on this machine.
+"""``make demo`` (``python -m watch_service.tools.demo``): the whole product end to end, here.
 
 The log half: the project's embedded PostgreSQL in ``.local/`` (or ``DATABASE_URL``), migrated;
 ``auditsync serve`` as a child process on a free loopback port; three topics (one capped), a
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,13 +23,14 @@ from pathlib import Path
 
 import aiohttp
 
-from watch_service.protocol.errors import AuditsyncError
-from watch_service.tools import demo_airflow as pipeline
 from watch_service import settings as settings_mod
+from watch_service.protocol.errors import AuditsyncError
+from watch_service.settings import Settings, SettingsError
 from watch_service.store.cluster import EmbeddedPgError
-from watch_service.settings import PROJECT_ROOT, Settings, SettingsError
 from watch_service.store.database import database_url, embedded_cluster
 from watch_service.store.migrate import MigrationError, migrate
+from watch_service.tools import demo_airflow as pipeline
+from watch_service.tools.local import ServiceProcess
 
 RECORDS_PER_TOPIC = 300
 BATCH = 50
@@ -49,7 +48,7 @@ class Demo:
     run_id: str = dataclasses.field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S"))
     db_url: str = ""
     started_cluster: bool = False
-    service: subprocess.Popen | None = None
+    service: ServiceProcess | None = None
     service_url: str = ""
     topics: dict[str, str] = dataclasses.field(default_factory=dict)   # short name -> topic
     written: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
@@ -96,15 +95,14 @@ def start_database(demo: Demo) -> None:
 
 
 def start_service(demo: Demo, timeout: float = 20.0) -> None:
-    port = _free_port()
     demo.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = demo.log_dir / "service.log"
-    env = {**os.environ, "DATABASE_URL": demo.db_url}
-    with open(log_path, "ab") as log:
-        demo.service = subprocess.Popen(
-            [sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate", "--port", str(port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
-    demo.service_url = f"http://127.0.0.1:{port}"
+    demo.service = ServiceProcess(demo.db_url, log_path=log_path)
+    try:
+        demo.service.start(timeout)
+    except RuntimeError as exc:
+        raise DemoFailed(str(exc)) from exc
+    demo.service_url = demo.service.url
     asyncio.run(_wait_ready(demo, timeout, log_path))
     demo.say("service", f"pid {demo.service.pid} ready on {demo.service_url} (log: {log_path})")
 
@@ -149,7 +147,8 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
         cursor, seen, tombstone = 0, [], None
         while True:
             status, body = await _call(
-                http, "GET", f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64")
+                http, "GET",
+                f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64")
             _check(status == 200, f"read {name}: {status} {body}")
             if "tombstone" in body:
                 _check(tombstone is None, f"{name}: a second tombstone at cursor {cursor}")
@@ -182,7 +181,8 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
 
 def stop(demo: Demo) -> None:
     pipeline.stop_sink(demo)
-    if pipeline.terminate(demo.service, 10):
+    if demo.service is not None and demo.service.running():
+        demo.service.stop(timeout=10)
         demo.say("stop", f"service pid {demo.service.pid} stopped")
     if demo.started_cluster:
         embedded_cluster(demo.settings).stop()
@@ -245,12 +245,6 @@ def _check(ok: bool, message: str) -> None:
         raise DemoFailed(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _call(http: aiohttp.ClientSession, method: str, url: str, **kw) -> tuple[int, dict]:
     async with http.request(method, url, **kw) as r:
         return r.status, await r.json()
@@ -258,10 +252,11 @@ async def _call(http: aiohttp.ClientSession, method: str, url: str, **kw) -> tup
 
 async def _wait_ready(demo: Demo, timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
+    assert demo.service is not None
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
-            if demo.service.poll() is not None:
-                raise DemoFailed(f"the service exited with {demo.service.returncode}; see {log_path}")
+            if not demo.service.running():
+                raise DemoFailed(f"the service exited with {demo.service.stop()}; see {log_path}")
             try:
                 async with http.get(f"{demo.service_url}/readyz") as r:
                     if r.status == 200:
