@@ -8,6 +8,7 @@ from __future__ import annotations
 import orjson
 
 HEARTBEAT = b": hb\n\n"
+RETRY_MS = 2000  # the reconnect delay the server announces, and clients assume until told
 
 
 def retry(ms: int) -> bytes:

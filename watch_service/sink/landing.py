@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from watch_service.protocol.landing import COLUMNS, NOT_NULL, KIND_RECORD
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
+from watch_service.sink.rows import advance
 
 STATE_FILE = "state.json"
 FAULTS_FILE = "faults.jsonl"
@@ -126,7 +127,7 @@ class Landing:
             footer = self.segment_footer(segments[-1].path)
             state.frame_no = footer["last_frame_no"]
             state.last_id = footer["last_frame_id"]
-            state.cursors = footer["cursors"]
+            advance(state.cursors, footer["cursors"])  # never backwards
         return state
 
     def save_state(self, state: SinkState) -> None:

@@ -124,3 +124,14 @@ def _record_rows(payload: dict, ctx: FrameContext, topic: str, from_id: int | No
     if out.cursor is None and records:
         out.cursor = records[-1]["$seq"]
     return out
+
+
+def advance(cursors: dict[str, int], positions: Mapping[str, int]) -> bool:
+    """Move each topic's cursor up to its value in ``positions``, never down (a re-delivery
+    reports older positions); True if any cursor moved."""
+    moved = False
+    for topic, seq in positions.items():
+        if seq > cursors.get(topic, -1):
+            cursors[topic] = seq
+            moved = True
+    return moved
