@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import re
 import signal
@@ -90,7 +91,7 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(service, ht
 
     footers = [Landing.segment_footer(p)["cursors"] for p in lv.segments(cfg.consumer_dir)]
     assert len(footers) > 2
-    for before, after in zip(footers, footers[1:]):
+    for before, after in itertools.pairwise(footers):
         assert all(after[t] >= before[t] for t in before), (before, after)
     state = lv.state(cfg.consumer_dir)
     assert state["cursors"] == done and cursor_codec.decode(state["last_id"]) == done

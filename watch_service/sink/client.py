@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -52,8 +52,16 @@ import orjson
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.sink.backoff import RETRY_MS, backoff_ms
-from watch_service.sink.connection import (Chunk, Connected, Disconnected, QueueItem, SessionError,
-                                           WatchOptions, create_session, pump)
+from watch_service.sink.connection import (
+    Chunk,
+    Connected,
+    Disconnected,
+    QueueItem,
+    SessionError,
+    WatchOptions,
+    create_session,
+    pump,
+)
 from watch_service.sink.sse import Comment, Event, Retry
 
 T = TypeVar("T")
@@ -131,7 +139,7 @@ class WatchClient:
     def drop(self, reason: str) -> None:
         self._drop = reason
 
-    async def items(self, http: aiohttp.ClientSession) -> AsyncIterator[ClientItem]:
+    async def items(self, http: aiohttp.ClientSession) -> AsyncGenerator[ClientItem, None]:
         attempt = 0
         while not self._stopping.is_set():
             if self.wid is None:
@@ -168,13 +176,14 @@ class WatchClient:
         self.wid = wid  # the last id, if any, holds the positions it started from
         return Opened(wid, start)
 
-    async def _connection(self, http: aiohttp.ClientSession) -> AsyncIterator[ClientItem]:
+    async def _connection(self, http: aiohttp.ClientSession) -> AsyncGenerator[ClientItem, None]:
         """One GET: its items, ending with one :class:`Disconnected` (none when stopped)."""
         assert self.wid is not None
         if self._resume is not None:
             resume = dict(self._resume())
             self.last_event_id = cursor_codec.encode(resume) if resume else self.last_event_id
-        self._queue = queue = asyncio.Queue(maxsize=QUEUE_CHUNKS)
+        queue: asyncio.Queue[QueueItem] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
+        self._queue = queue
         reader = asyncio.create_task(pump(http, self.opts, self.wid, self.last_event_id, queue))
         try:
             while not self._stopping.is_set():
@@ -264,7 +273,7 @@ async def watch(url: str, topics: Iterable[str], *, from_seq: int = 0, tail: boo
                 consistency: str | None = None, include_data: bool = True,
                 last_event_id: str = "", wid: str | None = None, backoff_cap_ms: int = 30_000,
                 wait_for_topics: bool = False,
-                http: aiohttp.ClientSession | None = None) -> AsyncIterator[Frame]:
+                http: aiohttp.ClientSession | None = None) -> AsyncGenerator[Frame, None]:
     """Watch ``topics`` and yield every frame, reconnecting as the module docstring says.
 
     ``from_seq`` delivers seqs after it, ``tail`` only records appended from now on; ``key`` is

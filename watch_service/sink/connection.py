@@ -129,7 +129,7 @@ async def create_session(http: aiohttp.ClientSession, opts: WatchOptions,
                 raise SessionError(f"POST /v0/watch: {await error_text(resp)}",
                                    _refused_for_good(resp.status, opts))
             answer = await resp.json()
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         raise SessionError(f"POST /v0/watch: {type(exc).__name__}: {exc}", False) from None
     reported = answer.get("topics") or {}
     start = {}
@@ -162,7 +162,7 @@ async def pump(http: aiohttp.ClientSession, opts: WatchOptions, wid: str, last_i
                 if items:
                     await queue.put(Chunk(time.time_ns() // 1_000_000, items))
         await queue.put(Disconnected("server closed the stream"))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await queue.put(Disconnected(f"watchdog: no bytes for {opts.watchdog_s}s"))
     except (aiohttp.ClientError, OSError) as exc:
         await queue.put(Disconnected(f"connection: {type(exc).__name__}: {exc}"))

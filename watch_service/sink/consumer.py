@@ -25,8 +25,8 @@ from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing
 from watch_service.sink.progress import Stats, progress_line
 from watch_service.sink.rows import DATA_KINDS
-from watch_service.store.search_index import SearchIndex
 from watch_service.sink.spool import Spool
+from watch_service.store.search_index import SearchIndex
 
 log = logging.getLogger("auditsync.sink")
 

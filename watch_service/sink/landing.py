@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from watch_service.protocol.landing import COLUMNS, NOT_NULL, KIND_RECORD
+from watch_service.protocol.landing import COLUMNS, KIND_RECORD, NOT_NULL
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import advance
@@ -59,7 +59,7 @@ class SinkState:
         return orjson.dumps(dataclasses.asdict(self), option=orjson.OPT_INDENT_2)
 
     @classmethod
-    def from_json(cls, raw: bytes) -> "SinkState":
+    def from_json(cls, raw: bytes) -> SinkState:
         value = orjson.loads(raw)
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in value.items() if k in fields})

@@ -14,8 +14,14 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from watch_service.protocol import cursor as cursor_codec
-from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
-                                KIND_TOPIC_DELETED, payload_hash)
+from watch_service.protocol.landing import (
+    COLUMN_NAMES,
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+    payload_hash,
+)
 from watch_service.sink.faults import CORRUPT, DROP, corrupt_data
 
 DATA_KINDS = (KIND_RECORD, KIND_TOMBSTONE, KIND_CAUGHT_UP, KIND_TOPIC_DELETED)

@@ -24,16 +24,14 @@ import asyncio
 import logging
 import time
 
-import orjson
-
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
+from watch_service.sink.client import Frame
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.faults import FaultBook
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing, SinkState
 from watch_service.sink.progress import Stats
-from watch_service.sink.client import Frame
 from watch_service.sink.rows import FrameContext, advance, frame_rows
 
 log = logging.getLogger("auditsync.sink")

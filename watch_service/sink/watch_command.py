@@ -98,24 +98,24 @@ class Printer:
             raise Done
 
     async def run(self, client: WatchClient) -> None:
-        async with aiohttp.ClientSession() as http:
-            async with contextlib.aclosing(client.items(http)) as items:
-                async for item in items:
-                    if isinstance(item, Frame):
-                        self.frame(item)
-                    elif isinstance(item, Heartbeat):
-                        if self.args.heartbeats:
-                            print("hb", flush=True)
-                    elif isinstance(item, Opened):
-                        status(f"session {item.wid}")
-                    elif isinstance(item, Connected):
-                        status(f"streaming {item.wid}" + (
-                            f" from Last-Event-ID {item.last_event_id}"
-                            if item.last_event_id else ""))
-                    elif isinstance(item, Disconnected):
-                        if item.fatal:
-                            raise Fatal(item.reason)
-                        status(f"{item.reason}; reconnecting")
+        async with aiohttp.ClientSession() as http, \
+                contextlib.aclosing(client.items(http)) as items:
+            async for item in items:
+                if isinstance(item, Frame):
+                    self.frame(item)
+                elif isinstance(item, Heartbeat):
+                    if self.args.heartbeats:
+                        print("hb", flush=True)
+                elif isinstance(item, Opened):
+                    status(f"session {item.wid}")
+                elif isinstance(item, Connected):
+                    status(f"streaming {item.wid}" + (
+                        f" from Last-Event-ID {item.last_event_id}"
+                        if item.last_event_id else ""))
+                elif isinstance(item, Disconnected):
+                    if item.fatal:
+                        raise Fatal(item.reason)
+                    status(f"{item.reason}; reconnecting")
 
 
 def status(message: str) -> None:
@@ -132,7 +132,7 @@ async def _main(args: argparse.Namespace) -> int:
     except Fatal as exc:
         status(str(exc))
         return 2
-    except asyncio.TimeoutError:
+    except TimeoutError:
         if args.max_frames is not None:
             status(f"timed out after {args.timeout}s with {printer.printed} of "
                    f"{args.max_frames} frames")
