@@ -42,10 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiohttp
 import orjson
@@ -54,12 +53,17 @@ from watch_service.protocol import cursor as cursor_codec
 from watch_service.sink.backoff import RETRY_MS, backoff_ms
 from watch_service.sink.connection import (
     Chunk,
-    Connected,
+    ClientItem,
     Disconnected,
+    Frame,
+    Heartbeat,
+    Idle,
+    Opened,
     QueueItem,
     SessionError,
     WatchOptions,
     create_session,
+    error_code,
     pump,
 )
 from watch_service.sink.sse import Comment, Event, Retry
@@ -68,43 +72,8 @@ T = TypeVar("T")
 QUEUE_CHUNKS = 64  # chunks read ahead of the consumer, at most
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Frame:
-    """One SSE event of the watch stream: its type, parsed JSON data and cursor id."""
-    event: str
-    data: Any
-    id: str
-    received_ms: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Opened:
-    """A new session: its wid and the per-topic position it starts from."""
-    wid: str
-    start: dict[str, int]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Heartbeat:
-    pass
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Idle:
-    """Nothing arrived for ``idle_s()`` seconds (only when ``idle_s`` is given)."""
-
-
-ClientItem = Opened | Connected | Frame | Heartbeat | Idle | Disconnected
-
-
 class WatchError(Exception):
     """The server refused the watch for good (bad request or key, forbidden or unknown topic)."""
-
-
-def error_code(data: Any) -> str | None:
-    """The ``code`` of an ``error`` frame's data, if it has one."""
-    code = data.get("code") if isinstance(data, dict) else None
-    return code if isinstance(code, str) else None
 
 
 class WatchClient:
@@ -188,31 +157,26 @@ class WatchClient:
         try:
             while not self._stopping.is_set():
                 item = await self._next(queue)
-                if isinstance(item, Chunk):
-                    for it in item.items:
-                        out = self._translate(it, item.received_ms)
-                        if out is None:
-                            continue
-                        yield out
-                        ended = out if isinstance(out, Disconnected) else self._after(out)
-                        if ended is not None:
-                            if ended is not out:
-                                yield ended
-                            return
-                    continue
                 if self._stopping.is_set():
                     return
-                yield item
-                ended = item if isinstance(item, Disconnected) else self._after(item)
-                if ended is not None:
-                    if ended is not item:
-                        yield ended
-                    return
+                for out in self._outs(item):
+                    yield out
+                    ended = out if isinstance(out, Disconnected) else self._after(out)
+                    if ended is not None:
+                        if ended is not out:
+                            yield ended
+                        return
         finally:
             self._queue = None
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+    def _outs(self, item: QueueItem | Idle) -> list[ClientItem]:
+        if not isinstance(item, Chunk):
+            return [item]
+        outs = (self._translate(it, item.received_ms) for it in item.items)
+        return [out for out in outs if out is not None]
 
     def _translate(self, it: object, received_ms: int) -> Frame | Heartbeat | Disconnected | None:
         """What one parsed SSE item means to the caller (None: nothing; ``retry:`` is ours)."""
@@ -297,4 +261,4 @@ async def watch(url: str, topics: Iterable[str], *, from_seq: int = 0, tail: boo
                     raise WatchError(item.reason)
 
 
-__all__ = ["Frame", "WatchClient", "WatchError", "WatchOptions", "watch"]
+__all__ = ["ClientItem", "Frame", "WatchClient", "WatchError", "WatchOptions", "watch"]

@@ -1,4 +1,5 @@
-"""One watch session over HTTP (seed 002): ``POST /v0/watch`` and one ``GET /v0/watch/{wid}``.
+"""One watch session over HTTP (seed 002): ``POST /v0/watch`` and one ``GET /v0/watch/{wid}``,
+and the items the client reports.
 
 The building blocks of :mod:`watch_service.sink.client`, which adds reconnecting. ``pump``
 runs as its own task and puts what the connection brings into a queue, so its reader can wait
@@ -13,6 +14,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 
@@ -80,6 +82,41 @@ class Disconnected:
 
 
 QueueItem = Connected | Chunk | Disconnected
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Frame:
+    """One SSE event of the watch stream: its type, parsed JSON data and cursor id."""
+    event: str
+    data: Any
+    id: str
+    received_ms: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Opened:
+    """A new session: its wid and the per-topic position it starts from."""
+    wid: str
+    start: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Heartbeat:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing arrived for ``idle_s()`` seconds (only when ``idle_s`` is given)."""
+
+
+ClientItem = Opened | Connected | Frame | Heartbeat | Idle | Disconnected
+
+
+def error_code(data: Any) -> str | None:
+    """The ``code`` of an ``error`` frame's data, if it has one."""
+    code = data.get("code") if isinstance(data, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def auth_headers(key: str | None) -> dict[str, str]:

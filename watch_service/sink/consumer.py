@@ -18,9 +18,15 @@ from collections.abc import Callable
 
 import aiohttp
 
-from watch_service.sink.client import Frame, Opened, WatchClient
+from watch_service.sink.client import WatchClient
 from watch_service.sink.config import SinkConfig
-from watch_service.sink.connection import Connected, Disconnected, WatchOptions
+from watch_service.sink.connection import (
+    Connected,
+    Disconnected,
+    Frame,
+    Opened,
+    WatchOptions,
+)
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing
 from watch_service.sink.progress import Stats, progress_line

@@ -26,8 +26,8 @@ import time
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
-from watch_service.sink.client import Frame
 from watch_service.sink.config import SinkConfig
+from watch_service.sink.connection import Frame
 from watch_service.sink.faults import FaultBook
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing, SinkState

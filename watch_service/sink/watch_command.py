@@ -21,8 +21,15 @@ import time
 import aiohttp
 
 from watch_service.protocol import cursor as cursor_codec
-from watch_service.sink.client import Frame, Heartbeat, Opened, WatchClient
-from watch_service.sink.connection import Connected, Disconnected, WatchOptions
+from watch_service.sink.client import WatchClient
+from watch_service.sink.connection import (
+    Connected,
+    Disconnected,
+    Frame,
+    Heartbeat,
+    Opened,
+    WatchOptions,
+)
 
 
 class Fatal(Exception):
