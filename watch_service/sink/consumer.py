@@ -105,9 +105,8 @@ class Sink:
                         return 1
                     if item.session_gone:
                         self.spool.state.wid = None
-                    if item.reason != "stopping":
-                        self.stats.reconnects += 1
-                        log.warning("stream ended (%s); reconnecting", item.reason)
+                    self.stats.reconnects += 1
+                    log.warning("stream ended (%s); reconnecting", item.reason)
                     continue
                 elif isinstance(item, Opened):
                     self.spool.start_session(item.wid, item.start)
