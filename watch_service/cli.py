@@ -77,7 +77,7 @@ def _retention(args, settings: Settings) -> int:
 
 
 _DELEGATED = (
-    ("watch", "watch_service.watch_client", "watch topics and print frames"),
+    ("watch", "watch_service.sink.watch_command", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
 )

@@ -59,7 +59,7 @@ class StubWatch:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> "StubWatch":
+    async def start(self) -> StubWatch:
         app = web.Application()
         app.router.add_post("/v0/watch", self._post)
         app.router.add_get("/v0/watch/{wid}", self._get)

@@ -5,7 +5,13 @@ import pytest
 
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.sink.durable import TMP_PREFIX
-from watch_service.sink.landing import SCHEMA, Landing, LandingError, SinkState, segment_name
+from watch_service.sink.landing import (
+    SCHEMA,
+    Landing,
+    LandingError,
+    SinkState,
+    segment_name,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,9 @@ import pytest
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.sink.backoff import backoff_ms, watchdog_s
 from watch_service.sink.config import ConfigError, build_parser, config_from_args
+from watch_service.sink.connection import WatchOptions, session_body
 from watch_service.sink.progress import Stats, lags, progress_line
+from watch_service.sink.rows import FrameContext, advance, frame_rows
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +43,33 @@ def test_backoff_grows_caps_and_jitters():
     assert backoff_ms(3, 0, 30_000, 0.7) == 0
     with pytest.raises(ValueError):
         backoff_ms(0, 2000, 30_000, 1.0)
+
+
+def test_cursors_never_move_backwards_so_every_resent_record_counts():
+    cursors = {"a": 100, "b": 7}
+    assert advance(cursors, {"a": 50, "b": 9, "c": 0}) is True
+    assert cursors == {"a": 100, "b": 9, "c": 0}
+    assert advance(cursors, {"a": 100}) is False
+    # A server re-sending 1..100 in frames of 25 after its restart: all 100 are duplicates.
+    cursors, duplicates = {"a": 100}, 0
+    for n, start in enumerate(range(1, 101, 25), 1):
+        seqs = range(start, start + 25)
+        payload = {"topic": "a", "records": [{"$seq": s, "data": s} for s in seqs]}
+        frame_id = cursor_codec.encode({"a": seqs[-1]})
+        landed = frame_rows("record", payload, FrameContext("c", None, n, frame_id, 0), cursors)
+        duplicates += landed.duplicates
+        advance(cursors, cursor_codec.decode(frame_id))
+    assert duplicates == 100 and cursors == {"a": 100}
+
+
+def test_session_body_resumes_known_topics_and_starts_the_others():
+    opts = WatchOptions("http://x", ("a", "b", "c"), from_seq=5, consistency="strong",
+                        include_tags=False)
+    body = session_body(opts, {"a": 9})
+    assert body["topics"] == {"a": {"from_seq": 9}, "b": {"from_seq": 5}, "c": {"from_seq": 5}}
+    assert body["consistency"] == "strong" and body["include_tags"] is False
+    tail = session_body(WatchOptions("http://x", ("a",), tail=True), None)
+    assert tail["topics"] == {"a": {"tail": True}} and "consistency" not in tail
 
 
 def test_watchdog_is_twice_the_clamped_heartbeat_plus_slack():

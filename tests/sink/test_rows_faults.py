@@ -2,9 +2,15 @@
 import orjson
 import pytest
 
-from watch_service.protocol.landing import COLUMN_NAMES, payload_hash
 from watch_service.protocol import cursor as cursor_codec
-from watch_service.sink.faults import CORRUPT, DROP, FaultBook, FaultPolicy, corrupt_data
+from watch_service.protocol.landing import COLUMN_NAMES, payload_hash
+from watch_service.sink.faults import (
+    CORRUPT,
+    DROP,
+    FaultBook,
+    FaultPolicy,
+    corrupt_data,
+)
 from watch_service.sink.rows import FrameContext, FrameError, frame_rows
 
 pytestmark = pytest.mark.unit

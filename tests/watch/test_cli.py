@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.support import ROOT, unique, wait_for
-from watch_service.watch_client import build_parser, format_frame, positions
+from watch_service.sink.watch_command import build_parser, format_frame, positions
 
 from .relay import CuttableRelay
 from .wire import cursor_id
@@ -18,9 +18,9 @@ from .wire import cursor_id
 pytestmark = [pytest.mark.e2e, pytest.mark.service]
 
 
-# ``auditsync watch ARGS`` is ``watch_service.watch_client.main(ARGS)``; the tests run the
+# ``auditsync watch ARGS`` is ``watch_service.sink.watch_command.main(ARGS)``; the tests run the
 # module itself until the CLI passes leading --flags through (test_auditsync_watch_delegates).
-COMMAND = [sys.executable, "-m", "watch_service.watch_client"]
+COMMAND = [sys.executable, "-m", "watch_service.sink.watch_command"]
 
 
 async def run_cli(*args: str, command: list[str] = COMMAND) -> asyncio.subprocess.Process:

@@ -1,12 +1,15 @@
 """The sink: an SSE watch client that keeps the landing zone (append-only Parquet segments)
-and the search index (PostgreSQL full text) in sync with a set of topics.
+and the search index (PostgreSQL full text) in sync with a set of topics, and the project's
+one SSE client (``client.watch``, also behind ``auditsync watch``).
 
-Pure parts: ``sse`` (the SSE parser), ``rows`` (frames → landing rows), ``faults``,
-``backoff``, ``progress``; composite ids come from ``protocol.cursor``. I/O: ``client``
-(HTTP), ``durable`` and ``landing`` (files), ``search_index`` and ``indexer`` (PostgreSQL),
-``spool`` (buffer and durable commit), ``consumer`` (the connection loop), ``command`` (the
-CLI). ``main`` and ``build_parser`` import the heavy parts lazily, so importing a pure module
-(``watch_service.sink.sse``, ``.search_index``) does not pull in aiohttp, pyarrow or uvloop.
+Pure parts: ``sse`` (the SSE parser), ``rows`` (frames → landing rows, cursors that never move
+backwards), ``faults``, ``backoff``, ``progress``; composite ids come from ``protocol.cursor``.
+I/O: ``connection`` (one session's POST and GET), ``client`` (the reconnecting client and its
+public ``watch`` iterator), ``durable`` and ``landing`` (files), ``indexer`` (PostgreSQL),
+``spool`` (buffer and durable commit), ``consumer`` (the sink's loop), ``command`` (``auditsync
+sink``), ``watch_command`` (``auditsync watch``). ``main`` and ``build_parser`` import the heavy
+parts lazily, so importing a pure module (``watch_service.sink.sse``) does not pull in aiohttp,
+pyarrow or uvloop.
 """
 from __future__ import annotations
 

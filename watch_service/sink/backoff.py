@@ -3,7 +3,9 @@ cap, and the stream watchdog. Pure: the caller supplies the random draw.
 """
 from __future__ import annotations
 
-DEFAULT_RETRY_MS = 2000  # the seed's advertised ``retry: 2000``, used until the server sends one
+from watch_service.protocol.frames import RETRY_MS
+
+__all__ = ["RETRY_MS", "backoff_ms", "watchdog_s"]  # RETRY_MS: the base until a ``retry:``
 
 
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int, draw: float) -> float:

@@ -16,10 +16,15 @@ import uvloop
 
 from watch_service import settings as settings_mod
 from watch_service.settings import SettingsError
-from watch_service.store.database import database_url
-from watch_service.sink.config import ConfigError, SinkConfig, build_parser, config_from_args
+from watch_service.sink.config import (
+    ConfigError,
+    SinkConfig,
+    build_parser,
+    config_from_args,
+)
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing, LandingError
+from watch_service.store.database import database_url
 from watch_service.store.search_index import SearchIndex
 
 log = logging.getLogger("auditsync.sink")

@@ -39,7 +39,7 @@ class SinkConfig:
     progress_s: float = 5.0
     backoff_cap_ms: int = 30_000
     index_url: str | None = None
-    faults: FaultPolicy = FaultPolicy()
+    faults: FaultPolicy = dataclasses.field(default_factory=FaultPolicy)
 
     @property
     def consumer_dir(self) -> Path:

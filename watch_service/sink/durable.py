@@ -22,7 +22,7 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def replace_file(target: Path, write: Callable[[BinaryIO], None]) -> None:
+def replace_file(target: Path, write: Callable[[BinaryIO], object]) -> None:
     """Make ``target`` hold what ``write`` writes, all or nothing, durably."""
     tmp = target.with_name(f"{TMP_PREFIX}{target.name}")
     with open(tmp, "wb") as f:

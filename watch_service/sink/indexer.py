@@ -51,7 +51,7 @@ class Indexer:
             return False
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -26,9 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import COLUMNS, NOT_NULL, KIND_RECORD
+from watch_service.protocol.landing import COLUMNS, KIND_RECORD, NOT_NULL
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
+from watch_service.sink.rows import advance
 
 STATE_FILE = "state.json"
 FAULTS_FILE = "faults.jsonl"
@@ -59,7 +60,7 @@ class SinkState:
         return orjson.dumps(dataclasses.asdict(self), option=orjson.OPT_INDENT_2)
 
     @classmethod
-    def from_json(cls, raw: bytes) -> "SinkState":
+    def from_json(cls, raw: bytes) -> SinkState:
         value = orjson.loads(raw)
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in value.items() if k in fields})
@@ -127,7 +128,7 @@ class Landing:
             footer = self.segment_footer(segments[-1].path)
             state.frame_no = footer["last_frame_no"]
             state.last_id = footer["last_frame_id"]
-            state.cursors = footer["cursors"]
+            advance(state.cursors, footer["cursors"])  # never backwards
         return state
 
     def save_state(self, state: SinkState) -> None:

@@ -21,7 +21,7 @@ class Stats:
     heads: dict[str, int] = dataclasses.field(default_factory=dict)
     cursors: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def snapshot(self) -> "Stats":
+    def snapshot(self) -> Stats:
         return dataclasses.replace(self, heads=dict(self.heads), cursors=dict(self.cursors))
 
 

@@ -15,8 +15,14 @@ import orjson
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
-                                KIND_TOPIC_DELETED, payload_hash)
+from watch_service.protocol.landing import (
+    COLUMN_NAMES,
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+    payload_hash,
+)
 from watch_service.sink.faults import CORRUPT, DROP, corrupt_data
 
 DATA_KINDS = (KIND_RECORD, KIND_TOMBSTONE, KIND_CAUGHT_UP, KIND_TOPIC_DELETED)
@@ -125,3 +131,14 @@ def _record_rows(payload: dict, ctx: FrameContext, topic: str, from_id: int | No
     if out.cursor is None and records:
         out.cursor = records[-1]["$seq"]
     return out
+
+
+def advance(cursors: dict[str, int], positions: Mapping[str, int]) -> bool:
+    """Move each topic's cursor up to its value in ``positions``, never down (a re-delivery
+    reports older positions); True if any cursor moved."""
+    moved = False
+    for topic, seq in positions.items():
+        if seq > cursors.get(topic, -1):
+            cursors[topic] = seq
+            moved = True
+    return moved

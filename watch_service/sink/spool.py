@@ -1,7 +1,10 @@
 """The sink's spool: frames received but not yet durable, and the commit that makes them so.
 
 ``add`` turns a data frame into landing rows (with fault injection) and moves the live
-position (frame_no, frame id, cursor map). ``flush`` commits the buffer in this order, each
+position (frame_no, cursor map, resume id). A topic's cursor never moves backwards: when the
+server re-sends what is already here (after its own restart it resumes from the cursors it had
+persisted, which may be behind ours), every re-sent record is recognised, counted and logged,
+and neither the resume id nor ``state.json`` regresses. ``flush`` commits the buffer in this order, each
 step durable before the next starts:
 
 1. new fault decisions → ``faults.jsonl`` (fsync);
@@ -21,17 +24,15 @@ import asyncio
 import logging
 import time
 
-import orjson
-
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
 from watch_service.sink.config import SinkConfig
+from watch_service.sink.connection import Frame
 from watch_service.sink.faults import FaultBook
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing, SinkState
 from watch_service.sink.progress import Stats
-from watch_service.sink.rows import FrameContext, frame_rows
-from watch_service.sink.sse import Event
+from watch_service.sink.rows import FrameContext, advance, frame_rows
 
 log = logging.getLogger("auditsync.sink")
 
@@ -58,30 +59,32 @@ class Spool:
         self._buffered_at = 0.0
 
     def start_session(self, wid: str, start: dict[str, int]) -> None:
-        """Adopt a new session; its start map becomes the Last-Event-ID, so even a GET after
-        a crash that landed nothing rewinds the server to what is durable here."""
+        """Adopt a new session: its topics' cursors are the start map's, except where ours are
+        already further (never backwards)."""
+        known = dict(self.cursors)
         self.cursors.clear()
         self.cursors.update(start)
-        self.last_id = cursor_codec.encode(start)
+        advance(self.cursors, {t: c for t, c in known.items() if t in start})
+        self.last_id = cursor_codec.encode(self.cursors)
         s = self.state
         s.wid, s.topics, s.node = wid, list(self.cfg.topics), self.cfg.node
-        s.last_id, s.cursors = self.last_id, dict(start)
+        s.last_id, s.cursors = self.last_id, dict(self.cursors)
 
-    def add(self, event: Event, received_ms: int) -> None:
+    def add(self, frame: Frame) -> None:
         """Buffer one data frame; raises ValueError (or FrameError) if it is malformed."""
-        ctx = FrameContext(self.cfg.consumer, self.cfg.node, self.frame_no + 1, event.id,
-                           received_ms)
-        landed = frame_rows(event.type, orjson.loads(event.data), ctx, self.cursors,
+        ctx = FrameContext(self.cfg.consumer, self.cfg.node, self.frame_no + 1, frame.id,
+                           frame.received_ms)
+        landed = frame_rows(frame.event, frame.data, ctx, self.cursors,
                             self.book.fate if self.book is not None else None)
         if self._first_frame_no is None:
             self._first_frame_no, self._buffered_at = ctx.frame_no, time.monotonic()
         self._rows.extend(landed.rows)
-        self.frame_no, self.last_id = ctx.frame_no, event.id
-        ids = cursor_codec.decode(event.id)
-        if ids is not None:
-            self.cursors.update(ids)
-        elif landed.cursor is not None:
-            self.cursors[landed.topic] = landed.cursor
+        ids = cursor_codec.decode(frame.id)
+        if ids is None and landed.cursor is not None:
+            ids = {landed.topic: landed.cursor}
+        if ids and advance(self.cursors, ids):
+            self.last_id = cursor_codec.encode(self.cursors)
+        self.frame_no = ctx.frame_no
         s = self.stats
         if landed.head_seq is not None:
             s.heads[landed.topic] = landed.head_seq

@@ -96,12 +96,10 @@ class SseParser:
             self._data.append(value)
         elif field == "event":
             self._event_type = value
-        elif field == "id":
-            if "\0" not in value:
-                self.last_event_id = value
-        elif field == "retry":
-            if value and value.isascii() and value.isdigit():
-                out.append(Retry(int(value)))
+        elif field == "id" and "\0" not in value:
+            self.last_event_id = value
+        elif field == "retry" and value and value.isascii() and value.isdigit():
+            out.append(Retry(int(value)))
         # Any other field is ignored, as the standard requires.
 
     def _dispatch(self, out: list[Item]) -> None:
