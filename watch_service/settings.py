@@ -16,7 +16,7 @@ from watch_service.protocol.errors import AuditsyncError
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class SettingsError(AuditsyncError):
+class SettingsError(AuditsyncError, ValueError):
     """A setting is missing or malformed; the message names it."""
 
 
