@@ -113,13 +113,13 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
 def prune_runs(layout: Layout, keep: int, database_url: str) -> list[str]:
     """Delete the outputs of runs beyond the newest ``keep`` (never one with open repairs,
     never the current one); returns the run ids removed."""
-    from spark_jobs.common import storage, store
+    from spark_jobs.common import storage, store, warehouse
     from watch_service.store import runs
 
     if not layout.runs.is_dir():
         return []
     with store.connect(database_url) as conn:
-        protected = set(runs.open_repairs(conn, layout.run_id)) | {layout.run_id}
+        protected = set(runs.open_repairs(conn, warehouse.identity(layout), layout.run_id)) | {layout.run_id}
     folders = sorted((p for p in layout.runs.iterdir() if p.is_dir()),
                      key=lambda p: p.stat().st_mtime, reverse=True)
     removed = [p.name for p in folders[keep:] if p.name not in protected]

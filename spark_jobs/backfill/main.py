@@ -85,7 +85,7 @@ def run(spark: SparkSession, args) -> dict:
     layout = Layout(Path("."), Path(args.work), args.run_id)
     manifest = storage.read_json(layout.manifest, {})
     with store.connect(args.database_url) as conn:
-        carried = runs.open_repairs(conn, args.run_id)
+        carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
     detail = spark.read.schema(DETAIL).parquet(str(layout.run_path("detail")))
     everything = detail.unionByName(run_details(spark, layout, carried).drop("run_id"))
     keys = repair_keys(everything).cache()

@@ -12,6 +12,7 @@ runs merge into it. A message says all this once; ``_layout.json`` marks the mig
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,6 +25,12 @@ from spark_jobs.layout import LAYOUT_VERSION, Layout
 
 class WarehouseError(RuntimeError):
     """The warehouse cannot be used as it is; the message says why and what to do."""
+
+
+def identity(layout: Layout) -> str:
+    """The warehouse's id (PostgreSQL keys its reconcile progress by it), preparing it first."""
+    prepare(layout)
+    return storage.read_json(layout.marker)["id"]
 
 
 def prepare(layout: Layout) -> str | None:
@@ -48,7 +55,7 @@ def prepare(layout: Layout) -> str | None:
                    f"new.")
         print(message, file=sys.stderr, flush=True)
     layout.work.mkdir(parents=True, exist_ok=True)
-    storage.write_json(layout.marker, {"version": LAYOUT_VERSION})
+    storage.write_json(layout.marker, {"version": LAYOUT_VERSION, "id": uuid.uuid4().hex})
     return message
 
 

@@ -95,10 +95,10 @@ def _late(spark: SparkSession, args, layout: Layout, deliveries: DataFrame, scop
 def run(spark: SparkSession, args) -> dict:
     timer = progress.Timer()
     layout = Layout(Path("."), Path(args.work), args.run_id)
-    warehouse.prepare(layout)
+    house = warehouse.identity(layout)
     with store.connect(args.database_url) as conn:
-        last, progress_rows = runs.reconcile_state(conn, args.run_id)
-        committed = runs.committed_runs(conn)
+        last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
+        committed = runs.committed_runs(conn, house)
     numbers = batches.committed(layout.batches)
     latest = numbers[-1] if numbers else 0
     if latest < last:
@@ -137,7 +137,7 @@ def run(spark: SparkSession, args) -> dict:
               "seqs": sum(v for k, v in net.items() if k != st.DUPLICATE),
               "defects": sum(net.get(k, 0) for k in st.DEFECTS), **net}
     if args.full:
-        return {"seconds": timer.seconds, **counts, **_compare(args, summary_rows)}
+        return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
     ledger_rows.write.mode("overwrite").partitionBy("consumer", "topic").parquet(
         str(layout.ledger / f"run={args.run_id}"))
     detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
@@ -147,7 +147,7 @@ def run(spark: SparkSession, args) -> dict:
                      max(r["lo"], r["watermark"]), r["filter_node"]) for r in scope_rows
                     if r["start_seq"] is not None and r["watermark"] is not None]
     with store.connect(args.database_url, transaction=True) as conn:
-        runs.commit_reconcile(conn, args.run_id, (first, through), repairs_open, windows_rows,
+        runs.commit_reconcile(conn, house, args.run_id, (first, through), repairs_open, windows_rows,
                               [(r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
                                for r in summary_rows])
     storage.write_json(layout.manifest, {"run_id": args.run_id, "batches": [first, through],
@@ -157,11 +157,11 @@ def run(spark: SparkSession, args) -> dict:
     return figures
 
 
-def _compare(args, summary_rows: list) -> dict:
+def _compare(args, house: str, summary_rows: list) -> dict:
     full = {(r["consumer"], r["topic"], r["status"]): r["count"] - r["revised"]
             for r in summary_rows if r["count"] - r["revised"]}
     with store.connect(args.database_url) as conn:
-        incremental = runs.cumulative_summary(conn)
+        incremental = runs.cumulative_summary(conn, house)
     keys = sorted(set(full) | set(incremental))
     differences = [(k, incremental.get(k, 0), full.get(k, 0)) for k in keys
                    if incremental.get(k, 0) != full.get(k, 0)]

@@ -69,7 +69,7 @@ def run(spark: SparkSession, args) -> dict:
     timer = progress.Timer()
     layout = Layout(Path("."), Path(args.work), args.run_id)
     with store.connect(args.database_url) as conn:
-        carried = runs.open_repairs(conn, args.run_id)
+        carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
     own = spark.read.schema(DETAIL).parquet(str(layout.run_path("detail"))).withColumn(
         "run_id", F.lit(args.run_id))
     older = run_details(spark, layout, carried).filter(

@@ -29,7 +29,8 @@ LEFT = StructType([StructField("run_id", StringType(), False), *DETAIL.fields,
 
 def _with_run(detail: DataFrame) -> DataFrame:
     run = F.col("run_id") if "run_id" in detail.columns else F.lit("")
-    return conform(detail, DETAIL).withColumn("run_id", run)
+    return detail.select(*[F.col(f.name).cast(f.dataType) for f in DETAIL.fields],
+                         run.cast("string").alias("run_id"))
 
 
 def remaining_defects(detail: DataFrame, audit_log: DataFrame) -> DataFrame:

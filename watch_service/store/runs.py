@@ -50,31 +50,37 @@ LATEST_RUN_SINCE = """SELECT run_id FROM pipeline_runs WHERE updated_at >= %(sin
 CUMULATIVE = """
 SELECT s.consumer, s.topic, s.status, sum(s.count - s.revised)::bigint
   FROM reconcile_summary s JOIN reconcile_runs r USING (run_id)
+ WHERE r.warehouse = %(warehouse)s
  GROUP BY 1, 2, 3 HAVING sum(s.count - s.revised) <> 0
 """
 PROGRESS = """
-SELECT DISTINCT ON (consumer, topic) consumer, topic, start_seq, seq_to, filter_node
-  FROM reconcile_windows WHERE run_id <> %(run_id)s
- ORDER BY consumer, topic, seq_to DESC
+SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.start_seq, w.seq_to,
+       w.filter_node
+  FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
+ WHERE r.warehouse = %(warehouse)s AND w.run_id <> %(run_id)s
+ ORDER BY w.consumer, w.topic, w.seq_to DESC
 """
-LAST_BATCH = "SELECT coalesce(max(batch_to), 0) FROM reconcile_runs WHERE run_id <> %(run_id)s"
+LAST_BATCH = """SELECT coalesce(max(batch_to), 0) FROM reconcile_runs
+                 WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s"""
 LATER_RUNS = """SELECT count(*) FROM reconcile_runs
-                 WHERE run_id <> %(run_id)s AND recorded_at > (
+                 WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s AND recorded_at > (
                        SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)"""
 FORGET_RECONCILE = [
     "DELETE FROM reconcile_summary WHERE run_id = %(run_id)s",
     "DELETE FROM reconcile_runs WHERE run_id = %(run_id)s",
 ]
-INSERT_RUN = """INSERT INTO reconcile_runs (run_id, batch_from, batch_to, repairs_open)
-                VALUES (%(run_id)s, %(batch_from)s, %(batch_to)s, %(repairs_open)s)"""
+INSERT_RUN = """INSERT INTO reconcile_runs (run_id, warehouse, batch_from, batch_to, repairs_open)
+                VALUES (%(run_id)s, %(warehouse)s, %(batch_from)s, %(batch_to)s,
+                        %(repairs_open)s)"""
 INSERT_WINDOW = """INSERT INTO reconcile_windows
                    (run_id, consumer, topic, start_seq, seq_from, seq_to, filter_node)
                    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
-COMMITTED_RUNS = "SELECT run_id FROM reconcile_runs"
+COMMITTED_RUNS = "SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s"
 OPEN_REPAIRS = """SELECT run_id FROM reconcile_runs
-                   WHERE repairs_open AND run_id <> %(run_id)s ORDER BY batch_to"""
+                   WHERE warehouse = %(warehouse)s AND repairs_open AND run_id <> %(run_id)s
+                   ORDER BY batch_to"""
 SET_REPAIRS_OPEN = """UPDATE reconcile_runs SET repairs_open = %(open)s
                        WHERE run_id = ANY(%(run_ids)s)"""
 RESET_REMAINING = """UPDATE reconcile_summary SET remaining = 0, example_seqs = '{}'
@@ -133,42 +139,47 @@ def run_summary(conn: Any, run_id: str) -> list[tuple]:
     return [tuple(r) for r in _execute(conn, RUN_SUMMARY, {"run_id": run_id}).fetchall()]
 
 
-def cumulative_summary(conn: Any) -> dict[tuple[str, str, str], int]:
-    """Net count per (consumer, topic, status) over every committed reconcile run."""
-    return {(c, t, s): int(n) for c, t, s, n in _execute(conn, CUMULATIVE).fetchall()}
+def cumulative_summary(conn: Any, warehouse: str) -> dict[tuple[str, str, str], int]:
+    """Net count per (consumer, topic, status) over the warehouse's reconcile runs."""
+    return {(c, t, s): int(n) for c, t, s, n in
+            _execute(conn, CUMULATIVE, {"warehouse": warehouse}).fetchall()}
 
 
-def reconcile_state(conn: Any, run_id: str) -> tuple[int, list[tuple]]:
-    """What runs other than ``run_id`` committed: (highest delivery batch read, progress rows
-    (consumer, topic, start_seq, reconciled_through, filter_node)). Refuses to redo a run
-    that later runs built on."""
-    if _execute(conn, LATER_RUNS, {"run_id": run_id}).fetchone()[0]:
+def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[tuple]]:
+    """What the warehouse's runs other than ``run_id`` committed: (highest delivery batch
+    read, progress rows (consumer, topic, start_seq, reconciled_through, filter_node)).
+    Refuses to redo a run that later runs built on."""
+    key = {"warehouse": warehouse, "run_id": run_id}
+    if _execute(conn, LATER_RUNS, key).fetchone()[0]:
         raise ValueError(f"reconcile run {run_id} cannot be re-run: later runs built on it")
-    last = int(_execute(conn, LAST_BATCH, {"run_id": run_id}).fetchone()[0])
-    return last, [tuple(r) for r in _execute(conn, PROGRESS, {"run_id": run_id}).fetchall()]
+    last = int(_execute(conn, LAST_BATCH, key).fetchone()[0])
+    return last, [tuple(r) for r in _execute(conn, PROGRESS, key).fetchall()]
 
 
-def commit_reconcile(conn: Any, run_id: str, batches: tuple[int, int], repairs_open: bool,
+def commit_reconcile(conn: Any, warehouse: str, run_id: str, batches: tuple[int, int],
+                     repairs_open: bool,
                      windows: Iterable[Sequence], summary: Iterable[Sequence]) -> None:
     """Replace the run's windows and summary: windows are (consumer, topic, start_seq,
     seq_from, seq_to, filter_node), summary rows (consumer, topic, status, count, revised).
     Call inside one transaction."""
     for sql in FORGET_RECONCILE:
         _execute(conn, sql, {"run_id": run_id})
-    _execute(conn, INSERT_RUN, {"run_id": run_id, "batch_from": batches[0],
+    _execute(conn, INSERT_RUN, {"run_id": run_id, "warehouse": warehouse,
+                                "batch_from": batches[0],
                                 "batch_to": batches[1], "repairs_open": repairs_open})
     cur = conn.cursor()
     cur.executemany(INSERT_WINDOW, [(run_id, *w) for w in windows])
     cur.executemany(INSERT_SUMMARY, [(run_id, *s) for s in summary])
 
 
-def committed_runs(conn: Any) -> set[str]:
-    return {r[0] for r in _execute(conn, COMMITTED_RUNS).fetchall()}
+def committed_runs(conn: Any, warehouse: str) -> set[str]:
+    return {r[0] for r in _execute(conn, COMMITTED_RUNS, {"warehouse": warehouse}).fetchall()}
 
 
-def open_repairs(conn: Any, run_id: str) -> list[str]:
-    """Earlier runs whose repairable defects no verify has yet seen repaired."""
-    return [r[0] for r in _execute(conn, OPEN_REPAIRS, {"run_id": run_id}).fetchall()]
+def open_repairs(conn: Any, warehouse: str, run_id: str) -> list[str]:
+    """The warehouse's earlier runs whose repairable defects no verify saw repaired yet."""
+    return [r[0] for r in _execute(conn, OPEN_REPAIRS,
+                                   {"warehouse": warehouse, "run_id": run_id}).fetchall()]
 
 
 def record_verify(conn: Any, run_id: str, report: Iterable[Sequence], defects: Sequence[str],

@@ -3,7 +3,8 @@
 -- transaction as its reconcile_summary rows, so a crash before the commit leaves no trace and
 -- a crash after it leaves a complete record.
 --
--- reconcile_runs: one row per reconcile run. batch_from..batch_to are the delivery batches
+-- reconcile_runs: one row per reconcile run, of one warehouse (the id in its _layout.json:
+--   progress belongs to the Parquet tables it describes). batch_from..batch_to are the delivery batches
 --   (compact's numbered, committed outputs) it read; the next run reads batches after the
 --   highest batch_to. repairs_open: the run found repairable defects that no verify has yet
 --   seen repaired; backfill and verify of later runs carry them forward until one does.
@@ -13,6 +14,7 @@
 --   highest seq_to (view reconcile_progress).
 CREATE TABLE reconcile_runs (
     run_id        text        PRIMARY KEY,
+    warehouse     text        NOT NULL,
     batch_from    bigint      NOT NULL,
     batch_to      bigint      NOT NULL,
     repairs_open  boolean     NOT NULL DEFAULT false,
@@ -33,11 +35,14 @@ CREATE TABLE reconcile_windows (
 );
 CREATE INDEX reconcile_windows_progress ON reconcile_windows (consumer, topic, seq_to DESC);
 
+CREATE INDEX reconcile_runs_warehouse ON reconcile_runs (warehouse, batch_to);
+
 CREATE VIEW reconcile_progress AS
-SELECT DISTINCT ON (consumer, topic)
-       consumer, topic, start_seq, seq_to AS reconciled_through, filter_node, run_id
-  FROM reconcile_windows
- ORDER BY consumer, topic, seq_to DESC;
+SELECT DISTINCT ON (r.warehouse, w.consumer, w.topic)
+       r.warehouse, w.consumer, w.topic, w.start_seq, w.seq_to AS reconciled_through,
+       w.filter_node, w.run_id
+  FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
+ ORDER BY r.warehouse, w.consumer, w.topic, w.seq_to DESC;
 
 -- A run's summary holds its new verdicts (count) and the verdicts of earlier runs it revised
 -- (a late copy turning an earlier silent_gap into delivered revises one silent_gap): the net
