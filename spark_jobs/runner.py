@@ -93,7 +93,7 @@ def run_steps(spark, layout: Layout, database_url: str, partitions: int = 4,
         args = layout.namespace(step, database_url, partitions)
         t0 = time.monotonic()
         module = _step_module(step)
-        figures = module.run(spark, args, hook) if step == "compact" else module.run(spark, args)
+        figures = module.run(spark, args, hook)
         out[step] = figures
         print(progress_line(step, time.monotonic() - t0, figures), flush=True)
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -23,7 +24,8 @@ from pyspark.sql import functions as F
 from spark_jobs.backfill.search import upsert_documents
 from spark_jobs.backfill.transforms import (delivered_rows, merge_audit_log, repair_keys,
                                             search_records, source_rows)
-from spark_jobs.common import audit_log, jdbc, partitions, progress, storage, store, warehouse
+from spark_jobs.common import (audit_log, jdbc, partitions, progress, storage, store,
+                               warehouse)
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL
 from spark_jobs.common.session import build_session
@@ -67,7 +69,8 @@ def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
         (F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi")).collect()]
 
 
-def write_audit_log(spark: SparkSession, layout: Layout, fresh: DataFrame) -> list[str]:
+def write_audit_log(spark: SparkSession, layout: Layout, fresh: DataFrame,
+                    hook: Callable[[str], None] | None = None) -> list[str]:
     """Merge ``fresh`` into the partitions it touches; returns their folders."""
     audit_log.recover(layout.audit_log)
     dated = fresh.withColumn("date", F.to_date(F.timestamp_millis("ts"))).cache()
@@ -77,10 +80,12 @@ def write_audit_log(spark: SparkSession, layout: Layout, fresh: DataFrame) -> li
         return []
     existing = audit_log.current(spark, layout.audit_log, touched)
     merged = merge_audit_log(dated.drop("date"), existing)
-    return audit_log.replace(spark, layout.audit_log, layout.run_id, merged, touched)
+    return audit_log.replace(spark, layout.audit_log, layout.run_id, merged, touched, hook)
 
 
-def run(spark: SparkSession, args) -> dict:
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Repair; returns the step's figures. ``hook(point)`` is called between the audit-log
+    partition swaps (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout(Path("."), Path(args.work), args.run_id)
     manifest = storage.read_json(layout.manifest, {})
@@ -98,7 +103,7 @@ def run(spark: SparkSession, args) -> dict:
         deliveries = warehouse.read_files(spark, layout.deliveries,
                                           manifest.get("deliveries", []), DELIVERIES)
         written = write_audit_log(spark, layout, delivered_rows(deliveries, detail)
-                                  .unionByName(repaired))
+                                  .unionByName(repaired), hook)
         storage.write_json(layout.manifest, {**manifest, "audit_partitions": written})
         counts["audit_partitions"] = len(written)
     if args.target in (BOTH, "search_index"):

@@ -16,6 +16,7 @@ staging written before the journal existed); every writer calls it first.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +46,7 @@ def current(spark: SparkSession, root: Path, folders: list[str]) -> DataFrame:
 
 
 def replace(spark: SparkSession, root: Path, run_id: str, merged: DataFrame,
-            touched: list[str]) -> list[str]:
+            touched: list[str], hook: Callable[[str], None] | None = None) -> list[str]:
     """Write ``merged`` (the full new content of the ``touched`` partitions) and swap it in;
     returns the partition folders written."""
     staged = root / "_staging" / run_id
@@ -59,6 +60,8 @@ def replace(spark: SparkSession, root: Path, run_id: str, merged: DataFrame,
                        {"staged": str(staged), "folders": written})
     for rel in written:
         storage.swap_in(staged / rel, root / rel)
+        if hook:
+            hook("backfill.swapping")
     storage.remove(root / "_swaps" / f"{run_id}.json")
     storage.remove(staged)
     return written

@@ -17,6 +17,7 @@ PostgreSQL changes.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -92,7 +93,9 @@ def _late(spark: SparkSession, args, layout: Layout, deliveries: DataFrame, scop
     return rejudge(late, ledger, records, gaps, through)
 
 
-def run(spark: SparkSession, args) -> dict:
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
+    the PostgreSQL commit (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout(Path("."), Path(args.work), args.run_id)
     house = warehouse.identity(layout)
@@ -146,6 +149,8 @@ def run(spark: SparkSession, args) -> dict:
     windows_rows = [(r["consumer"], r["topic"], r["start_seq"], r["lo"],
                      max(r["lo"], r["watermark"]), r["filter_node"]) for r in scope_rows
                     if r["start_seq"] is not None and r["watermark"] is not None]
+    if hook:
+        hook("reconcile.committing")
     with store.connect(args.database_url, transaction=True) as conn:
         runs.commit_reconcile(conn, house, args.run_id, (first, through), repairs_open, windows_rows,
                               [(r["consumer"], r["topic"], r["status"], r["count"], r["revised"])

@@ -12,6 +12,7 @@ The audit log is read only in the topics the defects are in, bounded by their se
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -65,7 +66,9 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
     return rows.filter(inside)
 
 
-def run(spark: SparkSession, args) -> dict:
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
+    the PostgreSQL commit."""
     timer = progress.Timer()
     layout = Layout(Path("."), Path(args.work), args.run_id)
     with store.connect(args.database_url) as conn:
@@ -84,6 +87,8 @@ def run(spark: SparkSession, args) -> dict:
         "run_id").distinct().collect()})
     mine = [r for r in report if r["run_id"] == args.run_id]
     carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
+    if hook:
+        hook("verify.committing")
     with store.connect(args.database_url, transaction=True) as conn:
         passed = runs.record_verify(
             conn, args.run_id, [(r["consumer"], r["topic"], r["status"], r["found"],
