@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="auditsync pipeline",
                                      description="The Spark reconciliation pipeline.")
     sub = parser.add_subparsers(dest="action", required=True)
-    for action, text in (("run", "one incremental run: compact -> reconcile -> backfill -> "
-                                 "verify"),
+    for action, text in (("run", ("one incremental run: compact -> reconcile -> backfill -> "
+                                  "verify")),
                          ("audit", "re-judge all history and compare with the runs")):
         p = sub.add_parser(action, help=text)
         p.add_argument("--landing", required=True, type=Path, help="the sink's landing directory")
@@ -142,7 +142,7 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
     from spark_jobs.common import store
     from watch_service.store import runs
 
-    run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = args.run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     layout = Layout(args.landing.resolve(), args.work.resolve(), run_id)
     started = time.monotonic()
     if args.action == "audit":
@@ -158,7 +158,7 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
     print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
     try:
         figures = run_steps(spark, layout, url, args.num_partitions)
-    except Exception as exc:  # the step's own error, reported whole; the run is marked failed
+    except Exception as exc:  # noqa: BLE001 - any step error: reported whole, run marked failed
         with store.connect(url) as conn:
             runs.mark_failed(conn, run_id)
         print(f"[pipeline] run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr,

@@ -22,10 +22,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backfill.search import upsert_documents
-from spark_jobs.backfill.transforms import (delivered_rows, merge_audit_log, repair_keys,
-                                            search_records, source_rows)
-from spark_jobs.common import (audit_log, jdbc, partitions, progress, storage, store,
-                               warehouse)
+from spark_jobs.backfill.transforms import (
+    delivered_rows,
+    merge_audit_log,
+    repair_keys,
+    search_records,
+    source_rows,
+)
+from spark_jobs.common import (
+    audit_log,
+    jdbc,
+    partitions,
+    progress,
+    storage,
+    store,
+    warehouse,
+)
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL
 from spark_jobs.common.session import build_session

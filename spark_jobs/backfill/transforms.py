@@ -22,10 +22,16 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from watch_service.protocol.landing import KIND_RECORD
-
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SOURCE_RECORDS, columns, conform
+from spark_jobs.common.schemas import (
+    AUDIT_LOG,
+    DELIVERIES,
+    DETAIL,
+    SOURCE_RECORDS,
+    columns,
+    conform,
+)
+from watch_service.protocol.landing import KIND_RECORD
 
 _RANK_EXISTING = 2
 _RANK_UNVERIFIED = 3

@@ -14,9 +14,8 @@ so PostgreSQL (with its (topic, seq) primary key) reads only those rows.
 from __future__ import annotations
 
 import dataclasses
-from urllib.parse import parse_qsl, unquote, urlsplit
-
 from collections.abc import Iterable
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, DataType, DateType, LongType, StringType,
-                               StructField, StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from watch_service.protocol.landing import COLUMNS, NOT_NULL
 

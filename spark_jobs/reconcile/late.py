@@ -28,7 +28,14 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import DETAIL, GAPS, LEDGER, SOURCE_RECORDS, SUMMARY, conform
+from spark_jobs.common.schemas import (
+    DETAIL,
+    GAPS,
+    LEDGER,
+    SOURCE_RECORDS,
+    SUMMARY,
+    conform,
+)
 from spark_jobs.reconcile.scope import SCOPE
 from spark_jobs.reconcile.transforms import copy_hashes
 

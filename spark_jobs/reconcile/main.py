@@ -30,8 +30,13 @@ from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, SUMMARY, confo
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
-from spark_jobs.reconcile.scope import (PROGRESS, SCOPE, SIGNALLED, consumer_scope,
-                                        signalled_ranges)
+from spark_jobs.reconcile.scope import (
+    PROGRESS,
+    SCOPE,
+    SIGNALLED,
+    consumer_scope,
+    signalled_ranges,
+)
 from spark_jobs.reconcile.transforms import reconcile, summarize
 from watch_service.store import runs
 

@@ -36,10 +36,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from watch_service.protocol.landing import (KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
-                                            KIND_TOPIC_DELETED)
-
 from spark_jobs.common.schemas import DELIVERIES, conform
+from watch_service.protocol.landing import (
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+)
 
 SCOPE = StructType([StructField("scope_id", IntegerType(), False),
                     StructField("consumer", StringType(), False),

@@ -39,14 +39,31 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BinaryType, BooleanType, IntegerType, LongType, StructField,
-                               StructType)
-
-from watch_service.protocol.landing import KIND_RECORD
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+)
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, GAPS, SOURCE_RECORDS, SUMMARY, conform
-from spark_jobs.reconcile.scope import SCOPE, SIGNALLED, consumer_scope, signalled_ranges
+from spark_jobs.common.schemas import (
+    DELIVERIES,
+    DETAIL,
+    GAPS,
+    SOURCE_RECORDS,
+    SUMMARY,
+    conform,
+)
+from spark_jobs.reconcile.scope import (
+    SCOPE,
+    SIGNALLED,
+    consumer_scope,
+    signalled_ranges,
+)
+from watch_service.protocol.landing import KIND_RECORD
 
 KEY = ["scope_id", "seq"]
 _ID, _SEQ = StructField("scope_id", IntegerType(), False), StructField("seq", LongType(), False)

@@ -42,8 +42,8 @@ def render(report: list) -> str:
     left = [r for r in report if r["remaining"] > 0]
     if not report:
         return "verify: no defects found"
-    lines = [f"verify: {sum(r['remaining'] for r in report)} of "
-             f"{sum(r['found'] for r in report)} defects remain after backfill"]
+    lines = [(f"verify: {sum(r['remaining'] for r in report)} of "
+              f"{sum(r['found'] for r in report)} defects remain after backfill")]
     for r in sorted(report, key=lambda r: (r["consumer"], r["topic"], r["status"])):
         examples = ", ".join(str(s) for s in r["example_seqs"] or [])
         lines.append(f"  {r['consumer']:<20} {r['topic']:<24} {r['status']:<11} "

@@ -6,8 +6,13 @@ import hashlib
 import json
 from typing import Any
 
-from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD,
-                                            KIND_TOMBSTONE, KIND_TOPIC_DELETED)
+from watch_service.protocol.landing import (
+    COLUMN_NAMES,
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+)
 
 
 def frame_id(cursors: dict[str, int]) -> str:

@@ -5,8 +5,14 @@ import datetime as dt
 
 import pytest
 
-from spark_jobs.backfill.transforms import (delivered_rows, merge_audit_log, repair_keys,
-                                            search_records, seq_ranges, source_rows)
+from spark_jobs.backfill.transforms import (
+    delivered_rows,
+    merge_audit_log,
+    repair_keys,
+    search_records,
+    seq_ranges,
+    source_rows,
+)
 from spark_jobs.common import statuses as st
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
 from spark_jobs.compact.transforms import compact

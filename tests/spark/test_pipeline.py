@@ -113,7 +113,7 @@ def _pipeline(argv: list[str]) -> subprocess.CompletedProcess:
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     return subprocess.run([sys.executable, "-m", "spark_jobs.runner", *argv], env=env,
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
 
 
 def _layout_1(work: Path) -> None:
