@@ -1,7 +1,8 @@
 """A run killed mid-write, then run again, ends exactly where a clean run ends: the step is
 stopped (an exception from its crash hook, as a kill would) after compact moved some files
 into the deliveries table but before its commit record, after reconcile wrote its outputs but
-before its PostgreSQL commit, and between two audit-log partition swaps."""
+before its PostgreSQL commit, and between two audit-log partition swaps (the defect that run
+found stays open and the next run repairs it)."""
 from __future__ import annotations
 
 import pyarrow.dataset as ds
@@ -47,18 +48,22 @@ def outcome(spark, pg_url, tmp_path_factory):
     landing = root / "landing"
     clean = Layout(landing, root / "clean", "")
     crashed = Layout(landing, root / "crashed", "")
-    points = ["compact.moving", "compact.committing", "reconcile.committing",
-              "backfill.swapping"]
-    segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]  # something new for every run
+    # Something new for every run; frame 3 drops a.15, so the run killed in backfill leaves a
+    # repair open that the next run carries forward.
+    points = ["compact.moving", "backfill.swapping", "compact.committing",
+              "reconcile.committing"]
+    segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
+    reruns = {}
     for point, segment in zip(points, segments):
         write_segment(landing, *segment)
         with pytest.raises(Killed):
             runner.run_steps(spark, Layout(landing, crashed.work, unique("k")), pg_url, 2,
                              hook=kill_at(point))
-        runner.run_steps(spark, Layout(landing, crashed.work, unique("r")), pg_url, 2)
+        reruns[point] = runner.run_steps(spark, Layout(landing, crashed.work, unique("r")),
+                                         pg_url, 2)
     # Incremental runs equal one run over everything (test_incremental): the clean reference.
     runner.run_steps(spark, Layout(landing, clean.work, unique("c")), pg_url, 2)
-    return {"clean": clean, "crashed": crashed, "url": pg_url,
+    return {"clean": clean, "crashed": crashed, "url": pg_url, "reruns": reruns,
             "landed": len(c.rows) + len(d.rows)}
 
 
@@ -78,3 +83,13 @@ def test_verdicts_and_audit_log_equal_a_clean_run(outcome):
     audit = table(outcome["crashed"].audit_log, cols)
     assert audit == table(outcome["clean"].audit_log, cols)
     assert len({(t, s) for t, s, *_ in audit}) == len(audit) == 40 + 20
+
+
+def test_a_repair_left_open_by_a_killed_backfill_is_carried_forward(outcome):
+    rerun = outcome["reruns"]["backfill.swapping"]
+    assert rerun["reconcile"]["seqs"] == 0                    # nothing new to judge
+    assert rerun["backfill"]["carried_runs"] == 1             # the killed run's repair
+    assert rerun["backfill"]["repair_keys"] == 1              # a.15
+    assert rerun["verify"]["carried_runs"] == 1 and rerun["verify"]["passed"]
+    later = outcome["reruns"]["compact.committing"]
+    assert later["backfill"]["carried_runs"] == 0             # closed by that verify
