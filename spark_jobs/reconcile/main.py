@@ -12,7 +12,9 @@ A crash before that commit leaves nothing an incremental run reads; a re-run red
 
 ``--full`` is the audit mode: every batch the incremental runs consumed, judged from scratch
 into ``audits/<id>/``, compared with the net verdicts of all incremental runs; nothing in
-PostgreSQL changes.
+PostgreSQL changes. It judges against the source as it is now: a seq trimmed by retention
+after its incremental verdict (delivered, filtered) is judged again without its source row
+(trimmed_after_delivery, unverifiable) and shows up as a difference, by design.
 """
 from __future__ import annotations
 
