@@ -1,29 +1,29 @@
-"""``auditsync pipeline run``: the reconciliation pipeline on this machine, without Airflow.
+"""``auditsync pipeline``: the reconciliation pipeline on this machine, without Airflow.
 
-    auditsync pipeline run --landing DIR --work DIR [--run-id ID] [--database-url URL]
-                           [--master local[2]] [--driver-memory 2g] [--num-partitions 4]
-                           [--conf KEY=VALUE ...]
+    auditsync pipeline run   --landing DIR --work DIR [--run-id ID] [--database-url URL]
+                             [--master local[2]] [--driver-memory 2g] [--num-partitions 4]
+                             [--keep-runs 96] [--conf KEY=VALUE ...]
+    auditsync pipeline audit --landing DIR --work DIR [same options]
 
-Runs compact -> reconcile -> backfill -> verify, each job's ``main.py`` through the venv's
-``spark-submit`` (the same mains Airflow's SparkSubmitOperator runs), printing one progress
-line per step (name, seconds, key counts). Exit status: 0 when verify passes, 1 when defects
-remain after backfill, 2 when a step fails to run. Layout under ``--work``::
+``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
+``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
+printing one progress line per step (name, seconds, key counts). Each step costs what the
+run's interval brought (see spark_jobs/layout.py for the warehouse). After the run, the
+outputs of runs older than the newest ``--keep-runs`` are deleted (runs whose repairs are
+still open are kept). Exit status: 0 when verify passes, 1 when defects remain after
+backfill, 2 when a step fails to run.
 
-    deliveries/                    compact's output (rebuilt every run)
-    audit_log/                     the audit log (carried forward run to run)
-    runs/<run_id>/detail/          reconcile's per-seq statuses
-    runs/<run_id>/summary/         reconcile's per-status counts
-    runs/<run_id>/remaining/       verify's defects left after backfill
-    runs/<run_id>/<step>.log       each step's Spark log
+``audit`` compacts what is new, then re-judges ALL history the incremental runs consumed
+from scratch (``reconcile --full``) and compares, per consumer, topic and status, with the
+sum of the incremental runs' verdicts: exit 0 when they agree, 1 when they do not.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -32,29 +32,7 @@ from spark_jobs.layout import STEPS, Layout
 
 EXIT_FAILED_GATE = 1
 EXIT_STEP_ERROR = 2
-JOBS_DIR = Path(__file__).resolve().parent.parent / "spark_jobs"
-
-
-def submit_command(step: str, args: list[str], master: str, driver_memory: str,
-                   conf: list[str] = ()) -> list[str]:
-    from spark_jobs.common.session import submit_flags
-
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    confs = [x for kv in ["spark.ui.enabled=false", *conf] for x in ("--conf", kv)]
-    return [str(spark_submit), "--master", master, "--driver-memory", driver_memory,
-            *submit_flags(), *confs, str(JOBS_DIR / step / "main.py"), *args]
-
-
-def run_step(step: str, command: list[str], log_path: Path) -> tuple[int, dict | None, list[str]]:
-    """Run one job; its Spark log goes to ``log_path``. Returns (exit code, result, output)."""
-    from spark_jobs.common import progress
-
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    with log_path.open("w") as log:
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-    lines = proc.stdout.splitlines()
-    output = [line for line in lines if not line.startswith(progress.PREFIX)]
-    return proc.returncode, progress.parse(lines), output
+KEEP_RUNS = 96  # a day of 15-minute runs
 
 
 def progress_line(step: str, seconds: float, result: dict | None) -> str:
@@ -67,19 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="auditsync pipeline",
                                      description="The Spark reconciliation pipeline.")
     sub = parser.add_subparsers(dest="action", required=True)
-    run = sub.add_parser("run", help="compact -> reconcile -> backfill -> verify")
-    run.add_argument("--landing", required=True, type=Path, help="the sink's landing directory")
-    run.add_argument("--work", required=True, type=Path, help="where the pipeline's tables live")
-    run.add_argument("--run-id", default=None, help="default: the UTC time, e.g. 20250101T120000Z")
-    run.add_argument("--database-url", default=None,
-                     help="default: DATABASE_URL, else the embedded cluster")
-    run.add_argument("--master", default="local[2]")
-    run.add_argument("--driver-memory", default="2g")
-    run.add_argument("--num-partitions", type=int, default=4,
-                     help="parallel JDBC queries per source table read")
-    run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                     help="extra Spark setting for every step (repeatable), e.g. for small "
-                          "runs: spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1")
+    for action, text in (("run", ("one incremental run: compact -> reconcile -> backfill -> "
+                                  "verify")),
+                         ("audit", "re-judge all history and compare with the runs")):
+        p = sub.add_parser(action, help=text)
+        p.add_argument("--landing", required=True, type=Path, help="the sink's landing directory")
+        p.add_argument("--work", required=True, type=Path, help="the warehouse root")
+        p.add_argument("--run-id", default=None, help="default: the UTC time, e.g. 20250101T120000Z")
+        p.add_argument("--database-url", default=None,
+                       help="default: DATABASE_URL, else the embedded cluster")
+        p.add_argument("--master", default="local[2]")
+        p.add_argument("--driver-memory", default="2g")
+        p.add_argument("--num-partitions", type=int, default=4,
+                       help="parallel JDBC queries per source table read")
+        p.add_argument("--keep-runs", type=int, default=KEEP_RUNS,
+                       help=f"keep the outputs of this many newest runs (default {KEEP_RUNS})")
+        p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="extra Spark setting (repeatable)")
     return parser
 
 
@@ -95,56 +77,123 @@ def _database_url(given: str | None) -> str:
     return ensure_database(settings_mod.load())
 
 
-def run(args: argparse.Namespace) -> int:
-    from spark_jobs.common import results
-    from spark_jobs.common.session import JdbcDriverMissing
+def _step_module(step: str):
+    import importlib
 
-    run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    layout = Layout(args.landing.resolve(), args.work.resolve(), run_id)
-    layout.run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        url = _database_url(args.database_url)
-        results.start_run(url, run_id)
-    except psycopg.OperationalError as exc:
-        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
-        return EXIT_STEP_ERROR
-    print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
-    started = time.monotonic()
-    try:
-        commands = {step: submit_command(step, layout.step_args(step, url, args.num_partitions),
-                                         args.master, args.driver_memory, args.conf)
-                    for step in STEPS}
-    except JdbcDriverMissing as exc:
-        results.mark_failed(url, run_id)
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
-        return EXIT_STEP_ERROR
-    for step in STEPS:
-        command = commands[step]
+    return importlib.import_module(f"spark_jobs.{step}.main")
+
+
+def run_steps(spark, layout: Layout, database_url: str, partitions: int = 4,
+              steps: tuple[str, ...] = STEPS,
+              hook: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Each step's ``run`` in turn with this session; returns their figures by step. A step
+    that raises stops the run (the exception propagates)."""
+    out: dict[str, dict] = {}
+    for step in steps:
+        args = layout.namespace(step, database_url, partitions)
         t0 = time.monotonic()
-        code, result, output = run_step(step, command, layout.run_dir / f"{step}.log")
-        print(progress_line(step, time.monotonic() - t0, result), flush=True)
-        for line in output:
-            print(f"           {line}", flush=True)
-        if step == "verify" and code == EXIT_FAILED_GATE and result is not None:
-            print(f"[pipeline] FAILED quality gate: defects remain after backfill "
-                  f"(run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
-            return EXIT_FAILED_GATE
-        if code != 0 or result is None:
-            log = layout.run_dir / f"{step}.log"
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-            print(f"[pipeline] step {step} failed (exit {code}); log {log}:\n{tail}",
-                  file=sys.stderr, flush=True)
-            results.mark_failed(url, run_id)
-            return EXIT_STEP_ERROR
+        module = _step_module(step)
+        figures = module.run(spark, args, hook)
+        out[step] = figures
+        print(progress_line(step, time.monotonic() - t0, figures), flush=True)
+    return out
+
+
+def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict:
+    """Compact what is new, then ``reconcile --full``: figures with ``agree`` and
+    ``differences``."""
+    run_steps(spark, layout, database_url, partitions, steps=("compact",))
+    from spark_jobs.reconcile.main import run as reconcile
+
+    figures = reconcile(spark, layout.namespace("reconcile", database_url, partitions, full=True))
+    print(progress_line("audit", figures["seconds"], figures), flush=True)
+    return figures
+
+
+def prune_runs(layout: Layout, keep: int, database_url: str) -> list[str]:
+    """Delete the outputs of runs beyond the newest ``keep`` (never one with open repairs,
+    never the current one); returns the run ids removed."""
+    from spark_jobs.common import storage, store, warehouse
+    from watch_service.store import runs
+
+    if not layout.runs.is_dir():
+        return []
+    with store.connect(database_url) as conn:
+        protected = set(runs.open_repairs(conn, warehouse.identity(layout), layout.run_id)) | {layout.run_id}
+    folders = sorted((p for p in layout.runs.iterdir() if p.is_dir()),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    removed = [p.name for p in folders[keep:] if p.name not in protected]
+    for name in removed:
+        storage.remove(layout.runs / name)
+    return removed
+
+
+def _session(args: argparse.Namespace):
+    from spark_jobs.common.session import build_session
+
+    conf = dict(kv.split("=", 1) for kv in args.conf)
+    conf.setdefault("spark.driver.memory", args.driver_memory)
+    conf.setdefault("spark.ui.enabled", "false")
+    return build_session("auditsync-pipeline", master=args.master, conf=conf)
+
+
+def execute(spark, args: argparse.Namespace, url: str) -> int:
+    """One ``run`` or ``audit`` with an existing session; the exit status."""
+    from spark_jobs.common import store
+    from watch_service.store import runs
+
+    run_id = args.run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    layout = Layout(args.landing.resolve(), args.work.resolve(), run_id)
+    started = time.monotonic()
+    if args.action == "audit":
+        figures = audit(spark, layout, url, args.num_partitions)
+        for line in figures["differences"]:
+            print(f"[pipeline] differs: {line}", flush=True)
+        verdict = "agrees with" if figures["agree"] else "DISAGREES with"
+        print(f"[pipeline] full audit {run_id} {verdict} the incremental runs "
+              f"({time.monotonic() - started:.1f} s)", flush=True)
+        return 0 if figures["agree"] else EXIT_FAILED_GATE
+    with store.connect(url) as conn:
+        runs.start_run(conn, run_id)
+    print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
+    try:
+        figures = run_steps(spark, layout, url, args.num_partitions)
+    except Exception as exc:  # noqa: BLE001 - any step error: reported whole, run marked failed
+        with store.connect(url) as conn:
+            runs.mark_failed(conn, run_id)
+        print(f"[pipeline] run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        return EXIT_STEP_ERROR
+    removed = prune_runs(layout, args.keep_runs, url)
+    if removed:
+        print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)",
+              flush=True)
+    if not figures["verify"]["passed"]:
+        print(f"[pipeline] FAILED quality gate: defects remain after backfill "
+              f"(run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
+        return EXIT_FAILED_GATE
     print(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
     return 0
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.action == "run":
-        return run(args)
-    return EXIT_STEP_ERROR
+    from spark_jobs.common.session import JdbcDriverMissing
+
+    try:
+        url = _database_url(args.database_url)
+    except psycopg.OperationalError as exc:
+        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
+        return EXIT_STEP_ERROR
+    try:
+        spark = _session(args)
+    except JdbcDriverMissing as exc:
+        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        return EXIT_STEP_ERROR
+    try:
+        return execute(spark, args, url)
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""backfill: the audit log — one row per topic+seq — rebuilt from verified deliveries, source
-copies of what was missing or wrong, and the previous audit log; and the search documents for
-the repaired records.
+"""backfill: the audit log — one row per topic+seq — merged from a run's verified deliveries,
+source copies of what was missing or wrong, and the touched partitions' previous rows; and
+the search documents for the repaired records.
 
 Which copy of a topic+seq the audit log keeps, best first:
 
@@ -22,18 +22,26 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from watch_service.protocol.landing import KIND_RECORD
-
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SOURCE_RECORDS, columns, conform
+from spark_jobs.common.schemas import (
+    AUDIT_LOG,
+    DELIVERIES,
+    DETAIL,
+    SOURCE_RECORDS,
+    columns,
+    conform,
+)
+from watch_service.protocol.landing import KIND_RECORD
 
 _RANK_EXISTING = 2
 _RANK_UNVERIFIED = 3
 
 
 def repair_keys(detail: DataFrame) -> DataFrame:
-    """Distinct (topic, seq) that some consumer lacks or got wrong and PostgreSQL may hold."""
-    return (conform(detail, DETAIL).filter(F.col("status").isin(*st.REPAIRABLE))
+    """Distinct (topic, seq) that some consumer lacks or got wrong and PostgreSQL held when
+    reconcile judged it (a source hash; ranges of trimmed seqs have none)."""
+    return (conform(detail, DETAIL).filter(F.col("status").isin(*st.REPAIRABLE)
+                                           & F.col("source_hash").isNotNull())
             .select("topic", "seq").distinct())
 
 

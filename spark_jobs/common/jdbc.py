@@ -6,10 +6,15 @@ the landing zone's ``data_sha256`` for a faithfully delivered record.
 
 A partitioned read splits ``[min(seq), max(seq)]`` (from one quick bounds query) into
 ``num_partitions`` strides; each becomes a ``WHERE seq >= a AND seq < b`` query of its own.
+
+Incremental runs read only their window: ``read_records_in``/``read_gaps_in`` put a
+``WHERE (topic = '…' AND seq > lo AND seq <= hi) OR …`` per topic into the query text itself,
+so PostgreSQL (with its (topic, seq) primary key) reads only those rows.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
@@ -87,3 +92,38 @@ def read_records(spark: SparkSession, target: JdbcTarget, num_partitions: int = 
 def read_gaps(spark: SparkSession, target: JdbcTarget, num_partitions: int = 1) -> DataFrame:
     """The ``gaps`` table (small), partitioned by gap_from, as ``GAPS``."""
     return conform(read_partitioned(spark, target, GAPS_SQL, "gap_from", num_partitions), GAPS)
+
+
+# (topic, lo, hi): seqs lo < seq <= hi of topic.
+Window = tuple[str, int, int]
+
+
+def quote(text: str) -> str:
+    """A PostgreSQL string literal (standard_conforming_strings, on since 9.1)."""
+    if "\x00" in text:
+        raise ValueError("a topic name cannot contain NUL")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def windows_where(windows: Iterable[Window], first: str, last: str) -> str:
+    """``WHERE`` text selecting rows whose ``[first, last]`` meets some window."""
+    terms = [f"(topic = {quote(t)} AND {last} > {int(lo)} AND {first} <= {int(hi)})"
+             for t, lo, hi in sorted(windows)]
+    return " WHERE " + (" OR ".join(terms) if terms else "false")
+
+
+def read_records_in(spark: SparkSession, target: JdbcTarget, windows: list[Window],
+                    num_partitions: int = 4) -> DataFrame:
+    """The ``records`` inside ``windows`` only, partitioned by seq, as ``SOURCE_RECORDS``."""
+    if not windows:
+        return spark.createDataFrame([], SOURCE_RECORDS)
+    sql = RECORDS_SQL + windows_where(windows, "seq", "seq")
+    return conform(read_partitioned(spark, target, sql, "seq", num_partitions), SOURCE_RECORDS)
+
+
+def read_gaps_in(spark: SparkSession, target: JdbcTarget, windows: list[Window]) -> DataFrame:
+    """The ``gaps`` rows meeting ``windows``, as ``GAPS``."""
+    if not windows:
+        return spark.createDataFrame([], GAPS)
+    sql = GAPS_SQL + windows_where(windows, "gap_from", "gap_to")
+    return conform(read_partitioned(spark, target, sql, "gap_from", 1), GAPS)

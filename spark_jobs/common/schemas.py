@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, DataType, DateType, LongType, StringType,
-                               StructField, StructType)
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from watch_service.protocol.landing import COLUMNS, NOT_NULL
 
@@ -36,17 +43,29 @@ SOURCE_RECORDS = StructType(
 GAPS = StructType(_fields(("topic", StringType()), ("gap_from", LongType()),
                           ("gap_to", LongType()), ("reason", StringType()), nullable=False))
 
-# One row per (consumer, topic, seq) in scope. ``delivered_hash`` is set only where it adds to
-# ``source_hash``: a mismatch's copy, and copies of seqs with no source row.
+# One row per (consumer, topic) and seq range [seq, seq_to] with one status: a single seq
+# (seq_to = seq) for anything judged from a record or a copy, a range for the seqs of a
+# retention gap nobody delivered (tombstoned, unverifiable, silent_gap), so a gap of 10^9
+# seqs is one row. ``delivered_hash`` is set only where it adds to ``source_hash``: a
+# mismatch's copy, and copies of seqs with no source row.
 DETAIL = StructType(
     _fields(("consumer", StringType()), ("topic", StringType()), ("seq", LongType()),
-            ("status", StringType()), nullable=False)
+            ("seq_to", LongType()), ("status", StringType()), nullable=False)
     + _fields(("source_hash", StringType()), ("delivered_hash", StringType()))
     + _fields(("copies", LongType()), nullable=False))
 
+# ``count``: seqs given ``status`` by this run; ``revised``: earlier runs' verdicts of
+# ``status`` this run replaced (late copies). Net over all runs: sum(count - revised).
 SUMMARY = StructType(_fields(("run_id", StringType()), ("consumer", StringType()),
                              ("topic", StringType()), ("status", StringType()),
-                             ("count", LongType()), nullable=False))
+                             ("count", LongType()), ("revised", LongType()), nullable=False))
+
+# reconcile's verdicts other than plain ``delivered``, kept for judging late copies of seqs
+# already judged: the newest ``judged_batch`` covering a seq is its current verdict.
+LEDGER = StructType(
+    _fields(("consumer", StringType()), ("topic", StringType()), ("seq", LongType()),
+            ("seq_to", LongType()), ("status", StringType()), ("copies", LongType()),
+            ("judged_batch", LongType()), nullable=False))
 
 AUDIT_LOG = StructType(
     _fields(("topic", StringType()), ("seq", LongType()), ("ts", LongType()), nullable=False)
@@ -56,7 +75,7 @@ AUDIT_LOG = StructType(
 
 # Defects left after backfill, with a few example seqs each (verify's output).
 REMAINING = StructType(
-    _fields(("consumer", StringType()), ("topic", StringType()), ("status", StringType()),
+    _fields(("run_id", StringType()), ("consumer", StringType()), ("topic", StringType()), ("status", StringType()),
             ("found", LongType()), ("remaining", LongType()), nullable=False)
     + _fields(("example_seqs", ArrayType(LongType()))))
 

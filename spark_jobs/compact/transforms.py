@@ -1,28 +1,39 @@
 """compact: landing rows -> deliveries, one row per delivered frame item.
 
-The landing zone is append-only and complete, so compact recomputes the whole table from it
-and a rerun overwrites the same output. Frame numbers never repeat within a consumer (the
-sink's durability protocol guarantees it, and a re-delivery gets a new number), so every
-landing row is a distinct delivered item and is kept as it is.
+Frame numbers never repeat within a consumer (the sink's durability protocol guarantees it,
+and a re-delivery gets a new number), so every landing row is a distinct delivered item and
+is kept as it is. compact runs over the segments not yet compacted (``spark_jobs.common.
+batches``), so each row is compacted exactly once.
 
 One column is added: ``cursor_before``, the frame's topic cursor in the consumer's *previous*
-frame id, i.e. that topic's cursor just before this frame. Reconcile uses it for a
-consumer's starting point per topic and for the range a ``topic-deleted`` frame signals.
+frame id, i.e. that topic's cursor just before this frame. For a batch's first frame of a
+consumer the previous frame is the last one of the batch before (``previous``). Reconcile uses
+it for a consumer's starting point per topic and for the range a ``topic-deleted`` frame
+signals.
 """
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common.cursors import topic_cursor
 from spark_jobs.common.schemas import DELIVERIES, LANDING, conform
 
+# Each consumer's last compacted frame before this batch.
+LAST_FRAMES = StructType([StructField("consumer", StringType(), False),
+                          StructField("frame_no", LongType(), False),
+                          StructField("frame_id", StringType(), True)])
 
-def with_cursor_before(items: DataFrame) -> DataFrame:
+
+def with_cursor_before(items: DataFrame, previous: DataFrame | None = None) -> DataFrame:
     """Add ``cursor_before`` from the consumer's previous frame id (null for its first)."""
     items = conform(items, LANDING)
     # All items of a frame share its id and topic: distinct rows are the frames (few).
     frames = items.select("consumer", "frame_no", "frame_id", "topic").distinct()
+    if previous is not None:
+        frames = frames.unionByName(conform(previous, LAST_FRAMES).withColumn(
+            "topic", F.lit(None).cast("string")))
     order = Window.partitionBy("consumer").orderBy("frame_no")
     before = frames.select(
         "consumer", "frame_no",
@@ -30,5 +41,12 @@ def with_cursor_before(items: DataFrame) -> DataFrame:
     return conform(items.join(before, on=["consumer", "frame_no"], how="left"), DELIVERIES)
 
 
-def compact(landing: DataFrame) -> DataFrame:
-    return landing.transform(with_cursor_before)
+def compact(landing: DataFrame, previous: DataFrame | None = None) -> DataFrame:
+    return with_cursor_before(landing, previous)
+
+
+def last_frames(deliveries: DataFrame) -> DataFrame:
+    """Each consumer's last frame in ``deliveries``: the next batch's ``previous``."""
+    return conform(conform(deliveries, DELIVERIES).groupBy("consumer").agg(
+        F.max("frame_no").alias("frame_no"),
+        F.max_by("frame_id", "frame_no").alias("frame_id")), LAST_FRAMES)

@@ -1,72 +1,194 @@
-"""reconcile's entry point.
+"""reconcile's entry point: judge the window of every (consumer, topic) delivered to.
 
-    spark-submit spark_jobs/reconcile/main.py --deliveries DIR --out DIR
-        --database-url URL --run-id ID [--num-partitions N]
+    spark-submit spark_jobs/reconcile/main.py --work DIR --run-id ID [--num-partitions N]
+        [--full]
 
-Reads the deliveries table and, over JDBC partitioned by seq, the source ``records`` of the
-delivered topics and the ``gaps``. Writes ``<out>/detail`` (one row per consumer, topic and
-seq with its status) and ``<out>/summary`` as Parquet, overwriting both, and replaces the
-run's rows in PostgreSQL ``reconcile_summary``.
+Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from
+its ``reconciled_through`` in PostgreSQL, reads the source ``records`` and ``gaps`` of those
+windows only (bounded in the JDBC query), judges late copies of earlier seqs, and writes
+``runs/<id>/detail`` and ``runs/<id>/summary`` (this run's verdicts only), the ledger rows, and
+then, in ONE PostgreSQL transaction, the run's summary rows, windows and consumed batches.
+A crash before that commit leaves nothing an incremental run reads; a re-run redoes it.
+
+``--full`` is the audit mode: every batch the incremental runs consumed, judged from scratch
+into ``audits/<id>/``, compared with the net verdicts of all incremental runs; nothing in
+PostgreSQL changes. It judges against the source as it is now: a seq trimmed by retention
+after its incremental verdict (delivered, filtered) is judged again without its source row
+(trimmed_after_delivery, unverifiable) and shows up as a difference, by design.
 """
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import jdbc, progress, results
+from spark_jobs.common import batches, jdbc, progress, storage, store, warehouse
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, SUMMARY
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
 from spark_jobs.common.session import build_session
-from spark_jobs.reconcile.scope import SCOPE, SIGNALLED, consumer_scope, signalled_ranges
+from spark_jobs.layout import Layout
+from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
+from spark_jobs.reconcile.scope import (
+    PROGRESS,
+    SCOPE,
+    SIGNALLED,
+    consumer_scope,
+    signalled_ranges,
+)
 from spark_jobs.reconcile.transforms import reconcile, summarize
+from watch_service.store import runs
 
 
 def build_parser():
-    parser = job_parser("reconcile", "Source records and gaps against deliveries.")
-    parser.add_argument("--deliveries", required=True, help="compact's output")
-    parser.add_argument("--out", required=True, help="writes <out>/detail and <out>/summary")
+    parser = job_parser("reconcile", "Judge each (consumer, topic) window against PostgreSQL.")
+    parser.add_argument("--work", required=True, help="the warehouse root")
+    parser.add_argument("--full", action="store_true",
+                        help="audit mode: re-judge all history, compare, change nothing")
     add_database(parser, partitions=True)
     return parser
 
 
-def held_locally(spark: SparkSession, deliveries: DataFrame) -> tuple[DataFrame, DataFrame]:
+def held_locally(spark: SparkSession, deliveries: DataFrame,
+                 progress_rows: list | None = None) -> tuple[DataFrame, DataFrame, list]:
     """Scope and signalled ranges, computed once and held on the driver: they are small (one
     row per consumer and topic, one per range) and reconcile uses each several times."""
-    scope = spark.createDataFrame(consumer_scope(deliveries).collect(), SCOPE)
-    return scope, spark.createDataFrame(signalled_ranges(deliveries).collect(), SIGNALLED)
+    prior = None if progress_rows is None else spark.createDataFrame(progress_rows, PROGRESS)
+    rows = consumer_scope(deliveries, prior).collect()
+    scope = spark.createDataFrame(rows, SCOPE)
+    return scope, spark.createDataFrame(signalled_ranges(deliveries).collect(), SIGNALLED), rows
+
+
+def windows_of(scope_rows: list) -> list[jdbc.Window]:
+    """Per topic, the union of its scopes' windows: what PostgreSQL is asked for."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in scope_rows:
+        if r["lo"] is None or r["watermark"] is None or r["watermark"] <= r["lo"]:
+            continue
+        lo, hi = out.get(r["topic"], (r["lo"], r["watermark"]))
+        out[r["topic"]] = (min(lo, r["lo"]), max(hi, r["watermark"]))
+    return [(t, lo, hi) for t, (lo, hi) in out.items()]
+
+
+def _ledger(spark: SparkSession, layout: Layout, committed: set[str]) -> DataFrame:
+    """Committed runs' ledger rows; an uncommitted (crashed) run's are removed."""
+    folders = []
+    if layout.ledger.is_dir():
+        for name in sorted(p.name for p in layout.ledger.iterdir()):
+            run = name.removeprefix("run=")
+            if run in committed and run != layout.run_id:
+                folders.append(name)
+            elif not name.startswith((".", "_")) and run != layout.run_id:
+                storage.remove(layout.ledger / name)
+    return warehouse.read_partitions(spark, layout.ledger, folders, LEDGER)
+
+
+def _late(spark: SparkSession, args, layout: Layout, deliveries: DataFrame, scope: DataFrame,
+          target: jdbc.JdbcTarget, through: int, committed: set[str]):
+    late = late_copies(deliveries, scope).cache()
+    if late.limit(1).count() == 0:
+        return None
+    spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
+    records = jdbc.read_records_in(spark, target, spans, 1)
+    gaps = jdbc.read_gaps_in(spark, target, spans)
+    pairs = late.select("consumer", "topic").distinct()
+    ledger = _ledger(spark, layout, committed).join(pairs, on=["consumer", "topic"],
+                                                    how="left_semi")
+    return rejudge(late, ledger, records, gaps, through)
+
+
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
+    the PostgreSQL commit (tests kill the step there)."""
+    timer = progress.Timer()
+    layout = Layout(Path("."), Path(args.work), args.run_id)
+    house = warehouse.identity(layout)
+    with store.connect(args.database_url) as conn:
+        last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
+        committed = runs.committed_runs(conn, house)
+    numbers = batches.committed(layout.batches)
+    latest = numbers[-1] if numbers else 0
+    if latest < last:
+        raise warehouse.WarehouseError(
+            f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
+            f"holds batches up to {latest} only: this is not the warehouse those runs used")
+    first, through = (1, last) if args.full else (last + 1, latest)
+    out = layout.audit_dir if args.full else layout.run_dir
+    files = batches.files_of(layout.batches, first, through)
+    deliveries = warehouse.read_files(spark, layout.deliveries, files, DELIVERIES)
+    scope, signalled, scope_rows = held_locally(
+        spark, deliveries, None if args.full else progress_rows)
+    target = jdbc.jdbc_target(args.database_url)
+    windows = windows_of(scope_rows)
+    records = jdbc.read_records_in(spark, target, windows, args.num_partitions)
+    gaps = jdbc.read_gaps_in(spark, target, windows)
+    reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
+        str(out / "detail"))
+    window_detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
+    summary = summarize(window_detail, args.run_id)
+    ledger_rows = conform(window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
+        "judged_batch", F.lit(through)), LEDGER)
+    late = None if args.full else _late(spark, args, layout, deliveries, scope, target,
+                                         through, committed)
+    if late is not None:
+        late_detail, late_ledger, deltas = late
+        summary = merge_summary(summary, deltas, args.run_id)
+        ledger_rows = ledger_rows.unionByName(late_ledger)
+        late_detail.write.mode("append").parquet(str(out / "detail"))
+    summary.write.mode("overwrite").parquet(str(out / "summary"))
+    summary_rows = spark.read.schema(SUMMARY).parquet(str(out / "summary")).collect()
+    net: dict[str, int] = {}
+    for r in summary_rows:
+        net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
+    counts = {"batches": [first, through], "scopes": len(scope_rows),
+              "seqs": sum(v for k, v in net.items() if k != st.DUPLICATE),
+              "defects": sum(net.get(k, 0) for k in st.DEFECTS), **net}
+    if args.full:
+        return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
+    ledger_rows.write.mode("overwrite").partitionBy("consumer", "topic").parquet(
+        str(layout.ledger / f"run={args.run_id}"))
+    detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
+    repairs_open = detail.filter(F.col("status").isin(*st.REPAIRABLE)
+                                 & F.col("source_hash").isNotNull()).limit(1).count() > 0
+    windows_rows = [(r["consumer"], r["topic"], r["start_seq"], r["lo"],
+                     max(r["lo"], r["watermark"]), r["filter_node"]) for r in scope_rows
+                    if r["start_seq"] is not None and r["watermark"] is not None]
+    if hook:
+        hook("reconcile.committing")
+    with store.connect(args.database_url, transaction=True) as conn:
+        runs.commit_reconcile(conn, house, args.run_id, (first, through), repairs_open, windows_rows,
+                              [(r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
+                               for r in summary_rows])
+    storage.write_json(layout.manifest, {"run_id": args.run_id, "batches": [first, through],
+                                         "deliveries": files, "late": late is not None})
+    figures = {"seconds": timer.seconds, **counts, "late": late is not None}
+    store.record_step(args, "reconcile", figures)
+    return figures
+
+
+def _compare(args, house: str, summary_rows: list) -> dict:
+    full = {(r["consumer"], r["topic"], r["status"]): r["count"] - r["revised"]
+            for r in summary_rows if r["count"] - r["revised"]}
+    with store.connect(args.database_url) as conn:
+        incremental = runs.cumulative_summary(conn, house)
+    keys = sorted(set(full) | set(incremental))
+    differences = [(k, incremental.get(k, 0), full.get(k, 0)) for k in keys
+                   if incremental.get(k, 0) != full.get(k, 0)]
+    return {"agree": not differences,
+            "differences": [f"{c}/{t}/{s}: incremental {i}, full {f}"
+                            for (c, t, s), i, f in differences[:20]]}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    timer = progress.Timer()
     spark = build_session("auditsync-reconcile", args.master)
-    target = jdbc.jdbc_target(args.database_url)
-    deliveries = spark.read.schema(DELIVERIES).parquet(args.deliveries)
-    scope, signalled = held_locally(spark, deliveries)
-    topics = sorted({r["topic"] for r in scope.collect()})
-    records = jdbc.read_records(spark, target, args.num_partitions).filter(
-        F.col("topic").isin(topics))
-    gaps = jdbc.read_gaps(spark, target).filter(F.col("topic").isin(topics))
-    out = args.out.rstrip("/")
-    detail = reconcile(deliveries, records, gaps, scope, signalled)
-    detail.write.mode("overwrite").parquet(f"{out}/detail")
-    detail = spark.read.schema(DETAIL).parquet(f"{out}/detail")
-    summarize(detail, args.run_id).write.mode("overwrite").parquet(f"{out}/summary")
-    summary = spark.read.schema(SUMMARY).parquet(f"{out}/summary").collect()
-    results.replace_summary(args.database_url, args.run_id, summary)
-    totals: dict[str, int] = {}
-    for row in summary:
-        totals[row["status"]] = totals.get(row["status"], 0) + row["count"]
-    counts = {"seqs": sum(v for k, v in totals.items() if k != st.DUPLICATE),
-              "defects": sum(totals.get(k, 0) for k in st.DEFECTS), **totals}
-    results.record_step(args.database_url, args.run_id, "reconcile",
-                        {"seconds": timer.seconds, **counts})
-    progress.emit("reconcile", timer.seconds, counts)
+    figures = run(spark, args)
+    progress.emit("reconcile", figures["seconds"], figures)
     spark.stop()
-    return 0
+    return 0 if figures.get("agree", True) else 1
 
 
 if __name__ == "__main__":

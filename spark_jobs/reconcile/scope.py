@@ -20,6 +20,11 @@ Scope of (consumer, topic) is ``start_seq < seq <= watermark``:
 - ``filter_node`` = the consumer's node filter (the one on most of its items, if it changed).
 - ``scope_id`` = a small number for the (consumer, topic), the key of reconcile's shuffles.
 
+Incrementally, ``progress`` (PostgreSQL ``reconcile_windows``) holds per (consumer, topic) the
+``start_seq`` and the ``reconciled_through`` of earlier runs: the run's window is
+``lo < seq <= watermark`` with ``lo = reconciled_through`` (else ``start_seq``) and the
+watermark never below ``lo``. The deliveries are then only the batches not yet reconciled.
+
 Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a delivered
 ``topic-deleted`` signals ``[cursor_before + 1, head_seq]`` (everything after the cursor it had
 up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
@@ -31,17 +36,26 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from watch_service.protocol.landing import (KIND_CAUGHT_UP, KIND_RECORD, KIND_TOMBSTONE,
-                                            KIND_TOPIC_DELETED)
-
 from spark_jobs.common.schemas import DELIVERIES, conform
+from watch_service.protocol.landing import (
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+)
 
 SCOPE = StructType([StructField("scope_id", IntegerType(), False),
                     StructField("consumer", StringType(), False),
                     StructField("topic", StringType(), False),
                     StructField("start_seq", LongType(), True),
+                    StructField("lo", LongType(), True),
                     StructField("watermark", LongType(), True),
                     StructField("filter_node", StringType(), True)])
+PROGRESS = StructType([StructField("consumer", StringType(), False),
+                       StructField("topic", StringType(), False),
+                       StructField("start_seq", LongType(), False),
+                       StructField("reconciled_through", LongType(), False),
+                       StructField("filter_node", StringType(), True)])
 SIGNALLED = StructType([StructField("consumer", StringType(), False),
                         StructField("topic", StringType(), False),
                         StructField("range_from", LongType(), False),
@@ -52,8 +66,9 @@ def _kind(name: str) -> Column:
     return F.col("kind") == F.lit(name)
 
 
-def consumer_scope(deliveries: DataFrame) -> DataFrame:
-    """One row per (consumer, topic): ``start_seq``, ``watermark``, ``filter_node``."""
+def consumer_scope(deliveries: DataFrame, progress: DataFrame | None = None) -> DataFrame:
+    """One row per (consumer, topic) delivered to: ``start_seq``, ``lo``, ``watermark``,
+    ``filter_node``, continuing ``progress`` where it has the pair."""
     d = conform(deliveries, DELIVERIES)
     first_view = (F.when(_kind(KIND_RECORD), F.col("seq") - 1)
                   .when(_kind(KIND_TOMBSTONE), F.col("gap_from") - 1)
@@ -76,8 +91,21 @@ def consumer_scope(deliveries: DataFrame) -> DataFrame:
     # A small dense id per (consumer, topic) keys the big shuffle instead of two strings; the
     # table is tiny, so numbering it in one partition is free.
     scope_id = F.row_number().over(Window.partitionBy(F.lit(0)).orderBy("consumer", "topic"))
-    return conform(per_topic.join(nodes, on="consumer", how="left")
-                   .withColumn("scope_id", scope_id), SCOPE)
+    scope = per_topic.join(nodes, on="consumer", how="left")
+    if progress is None:
+        scope = scope.withColumn("lo", F.col("start_seq"))
+    else:
+        p = conform(progress, PROGRESS).withColumnRenamed("filter_node", "prior_node")
+        known = F.col("reconciled_through").isNotNull()
+        scope = scope.join(F.broadcast(p).withColumnRenamed("start_seq", "prior_start"),
+                           on=["consumer", "topic"], how="left").select(
+            "consumer", "topic",
+            F.when(known, F.col("prior_start")).otherwise(F.col("start_seq")).alias("start_seq"),
+            F.when(known, F.col("reconciled_through")).otherwise(F.col("start_seq")).alias("lo"),
+            F.when(known, F.greatest("watermark", "reconciled_through"))
+            .otherwise(F.col("watermark")).alias("watermark"),
+            F.coalesce("filter_node", "prior_node").alias("filter_node"))
+    return conform(scope.withColumn("scope_id", scope_id), SCOPE)
 
 
 def signalled_ranges(deliveries: DataFrame) -> DataFrame:

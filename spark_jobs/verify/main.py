@@ -1,29 +1,37 @@
 """verify's entry point: the pipeline's quality gate.
 
-    spark-submit spark_jobs/verify/main.py --detail DIR --audit-log DIR --out DIR
-        --database-url URL --run-id ID [--examples N]
+    spark-submit spark_jobs/verify/main.py --work DIR --run-id ID [--examples N]
 
-Counts the defects (silent_gap, mismatch, phantom) reconcile found that the audit log does not
-repair, writes them to ``<out>`` (Parquet), records found/remaining counts and example seqs in
-``reconcile_summary`` and the run's outcome in ``pipeline_runs``, prints a readable summary,
-and exits 1 when anything remains.
+Counts the defects (silent_gap, mismatch, phantom) of this run's verdicts, and of earlier runs
+whose repairs were still open, that the audit log does not repair; writes them to
+``runs/<id>/remaining`` (Parquet), and in one PostgreSQL transaction records found/remaining
+counts and example seqs in ``reconcile_summary``, which runs still have open repairs, and the
+run's outcome in ``pipeline_runs``. Prints a readable summary; exits 1 when anything remains.
+The audit log is read only in the topics the defects are in, bounded by their seqs.
 """
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-from spark_jobs.common import progress, results, storage
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.backfill.main import run_details
+from spark_jobs.common import partitions, progress, store, warehouse
+from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL
 from spark_jobs.common.session import build_session
-from spark_jobs.verify.transforms import defect_report, remaining_defects
+from spark_jobs.layout import Layout
+from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
+from watch_service.store import runs
 
 
 def build_parser():
     parser = job_parser("verify", "Fail when defects remain after backfill.")
-    parser.add_argument("--detail", required=True, help="reconcile's <out>/detail")
-    parser.add_argument("--audit-log", required=True, help="the audit log backfill wrote")
-    parser.add_argument("--out", required=True, help="remaining defects, one row per seq")
+    parser.add_argument("--work", required=True, help="the warehouse root")
     parser.add_argument("--examples", type=int, default=5, help="example seqs per group")
     add_database(parser)
     return parser
@@ -34,8 +42,8 @@ def render(report: list) -> str:
     left = [r for r in report if r["remaining"] > 0]
     if not report:
         return "verify: no defects found"
-    lines = [f"verify: {sum(r['remaining'] for r in report)} of "
-             f"{sum(r['found'] for r in report)} defects remain after backfill"]
+    lines = [(f"verify: {sum(r['remaining'] for r in report)} of "
+              f"{sum(r['found'] for r in report)} defects remain after backfill")]
     for r in sorted(report, key=lambda r: (r["consumer"], r["topic"], r["status"])):
         examples = ", ".join(str(s) for s in r["example_seqs"] or [])
         lines.append(f"  {r['consumer']:<20} {r['topic']:<24} {r['status']:<11} "
@@ -46,29 +54,61 @@ def render(report: list) -> str:
     return "\n".join(lines)
 
 
+def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> DataFrame:
+    """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
+    bounds = defects.groupBy("topic").agg(F.min("seq").alias("lo"),
+                                          F.max("seq_to").alias("hi")).collect()
+    folders = [partitions.folder(topic=r["topic"]) for r in bounds]
+    rows = warehouse.read_partitions(spark, layout.audit_log, folders, AUDIT_LOG)
+    inside = F.lit(False)
+    for r in bounds:
+        inside = inside | ((F.col("topic") == r["topic"]) & F.col("seq").between(r["lo"], r["hi"]))
+    return rows.filter(inside)
+
+
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
+    the PostgreSQL commit."""
+    timer = progress.Timer()
+    layout = Layout(Path("."), Path(args.work), args.run_id)
+    with store.connect(args.database_url) as conn:
+        carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
+    own = spark.read.schema(DETAIL).parquet(str(layout.run_path("detail"))).withColumn(
+        "run_id", F.lit(args.run_id))
+    older = run_details(spark, layout, carried).filter(
+        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
+    detail = own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)).cache()
+    remaining_defects(detail, audit_rows_for(spark, layout, detail)).write.mode(
+        "overwrite").parquet(str(layout.run_path("remaining")))
+    remaining = spark.read.schema(LEFT).parquet(str(layout.run_path("remaining")))
+    report = defect_report(detail, remaining, args.examples).collect()
+    still_open = sorted({r["run_id"] for r in remaining.filter(
+        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()).select(
+        "run_id").distinct().collect()})
+    mine = [r for r in report if r["run_id"] == args.run_id]
+    carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
+    if hook:
+        hook("verify.committing")
+    with store.connect(args.database_url, transaction=True) as conn:
+        passed = runs.record_verify(
+            conn, args.run_id, [(r["consumer"], r["topic"], r["status"], r["found"],
+                                 r["remaining"], r["example_seqs"]) for r in mine],
+            st.DEFECTS, carried, carried_left, still_open)
+    counts = {"found": sum(r["found"] for r in mine), "remaining": sum(r["remaining"] for r in mine),
+              "carried_left": carried_left, "passed": passed, "carried_runs": len(carried)}
+    figures = {"seconds": timer.seconds, **counts}
+    store.record_step(args, "verify", figures)
+    print(render(report), flush=True)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    timer = progress.Timer()
     spark = build_session("auditsync-verify", args.master)
-    detail = spark.read.schema(DETAIL).parquet(args.detail)
-    previous = storage.current(spark, args.audit_log.rstrip("/"))
-    audit_log = (spark.read.schema(AUDIT_LOG).parquet(previous) if previous
-                 else spark.createDataFrame([], AUDIT_LOG))
-    remaining_defects(detail, audit_log).write.mode("overwrite").parquet(args.out)
-    remaining = spark.read.schema(DETAIL).parquet(args.out)
-    report = defect_report(detail, remaining, args.examples).collect()
-    passed = all(r["remaining"] == 0 for r in report)
-    results.record_verify(args.database_url, args.run_id,
-                          [(r["consumer"], r["topic"], r["status"], r["found"], r["remaining"],
-                            r["example_seqs"]) for r in report], passed)
-    counts = {"found": sum(r["found"] for r in report),
-              "remaining": sum(r["remaining"] for r in report), "passed": passed}
-    results.record_step(args.database_url, args.run_id, "verify",
-                        {"seconds": timer.seconds, **counts})
-    print(render(report), flush=True)
-    progress.emit("verify", timer.seconds, counts)
+    figures = run(spark, args)
+    progress.emit("verify", figures["seconds"], figures)
     spark.stop()
-    return 0 if passed else 1
+    return 0 if figures["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,13 @@ import hashlib
 import json
 from typing import Any
 
-from watch_service.protocol.landing import (COLUMN_NAMES, KIND_CAUGHT_UP, KIND_RECORD,
-                                            KIND_TOMBSTONE, KIND_TOPIC_DELETED)
+from watch_service.protocol.landing import (
+    COLUMN_NAMES,
+    KIND_CAUGHT_UP,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    KIND_TOPIC_DELETED,
+)
 
 
 def frame_id(cursors: dict[str, int]) -> str:
@@ -73,3 +78,50 @@ class Stream:
         self._frame(topic, max(head, self.cursors.get(topic, 0)),
                     [{"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}])
         return self
+
+
+def write_segment(landing, stream: Stream, after: int, upto: int) -> int:
+    """Land ``stream``'s frames ``after < frame_no <= upto`` as one segment file, as the sink
+    names it; returns ``upto`` (the next call's ``after``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from watch_service.protocol.landing import COLUMNS
+
+    kinds = {"string": pa.string(), "int64": pa.int64()}
+    schema = pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
+    frame_no = COLUMN_NAMES.index("frame_no")
+    rows = [r for r in stream.rows if after < r[frame_no] <= upto]
+    if rows:
+        folder = landing / stream.consumer
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist([dict(zip(COLUMN_NAMES, r)) for r in rows], schema=schema)
+        first, last = rows[0][frame_no], rows[-1][frame_no]
+        pq.write_table(table, folder / f"part-{first:012d}-{last:012d}.parquet")
+    return upto
+
+
+def make_source(url: str, topics: dict[str, dict]) -> dict[tuple[str, int], str]:
+    """Topics straight into PostgreSQL: ``{name: {"seqs": [...], "gap": (a, b) | None,
+    "nodes": {seq: node}}}``; returns the stored data text per (topic, seq)."""
+    import psycopg
+
+    out = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, spec in topics.items():
+            seqs, gap = spec["seqs"], spec.get("gap")
+            earliest = min(seqs) if seqs else (gap[1] + 1 if gap else 1)
+            head = max(seqs + ([gap[1]] if gap else []))
+            conn.execute("INSERT INTO topics (name, head_seq, earliest_seq) VALUES (%s, %s, %s)",
+                         (name, head, earliest))
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO records (topic, seq, ts, tag, node, meta, data) "
+                    "VALUES (%s, %s, %s, NULL, %s, NULL, %s::json)",
+                    [(name, s, 1_700_000_000_000 + s, spec.get("nodes", {}).get(s),
+                      payload(s, name)) for s in seqs])
+            if gap:
+                conn.execute("INSERT INTO gaps (topic, gap_from, gap_to, reason) "
+                             "VALUES (%s, %s, %s, 'cap')", (name, *gap))
+            out.update({(name, s): payload(s, name) for s in seqs})
+    return out

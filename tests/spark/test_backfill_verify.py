@@ -5,8 +5,14 @@ import datetime as dt
 
 import pytest
 
-from spark_jobs.backfill.transforms import (delivered_rows, merge_audit_log, repair_keys,
-                                            search_records, seq_ranges, source_rows)
+from spark_jobs.backfill.transforms import (
+    delivered_rows,
+    merge_audit_log,
+    repair_keys,
+    search_records,
+    seq_ranges,
+    source_rows,
+)
 from spark_jobs.common import statuses as st
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
 from spark_jobs.compact.transforms import compact
@@ -23,14 +29,14 @@ D = {s: payload(s) for s in range(1, 9)}
 def detail_rows():
     h = {s: sha(D[s]) for s in D}
     return [
-        ("c1", "t", 1, st.DELIVERED, h[1], h[1], 1),
-        ("c1", "t", 2, st.SILENT_GAP, h[2], None, 0),       # c2 delivered it: its copy wins
-        ("c1", "t", 3, st.MISMATCH, h[3], sha("x"), 1),       # source copy backfilled
-        ("c1", "t", 4, st.TRIMMED_AFTER_DELIVERY, None, h[4], 1),
-        ("c1", "t", 5, st.PHANTOM, None, h[5], 1),           # never repairable
-        ("c1", "t", 6, st.SILENT_GAP, None, None, 0),        # source gone, never saved: remains
-        ("c1", "t", 7, st.SILENT_GAP, None, None, 0),        # source gone, saved by a past run
-        ("c2", "t", 2, st.DELIVERED, h[2], h[2], 1),
+        ("c1", "t", 1, 1, st.DELIVERED, h[1], h[1], 1),
+        ("c1", "t", 2, 2, st.SILENT_GAP, h[2], None, 0),       # c2 delivered it: its copy wins
+        ("c1", "t", 3, 3, st.MISMATCH, h[3], sha("x"), 1),       # source copy backfilled
+        ("c1", "t", 4, 4, st.TRIMMED_AFTER_DELIVERY, None, h[4], 1),
+        ("c1", "t", 5, 5, st.PHANTOM, None, h[5], 1),           # never repairable
+        ("c1", "t", 6, 6, st.SILENT_GAP, None, None, 0),        # source gone, never saved: remains
+        ("c1", "t", 7, 7, st.SILENT_GAP, None, None, 0),        # source gone, saved by a past run
+        ("c2", "t", 2, 2, st.DELIVERED, h[2], h[2], 1),
     ]
 
 

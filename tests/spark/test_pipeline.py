@@ -1,6 +1,8 @@
-"""``auditsync pipeline run`` end to end: a synthetic landing zone written with pyarrow, a
-source in the test PostgreSQL, four ``spark-submit`` jobs, exact summary counts, and a rerun
-of the same run id that changes nothing.
+"""``auditsync pipeline run`` end to end as a command: a synthetic landing zone written with
+pyarrow, a source in the test PostgreSQL, the four steps in one Spark session of their own,
+exact summary counts, and a rerun of the same run id that changes nothing. The warehouse
+starts as one the full-rebuild pipeline (layout 1) left behind: it is migrated once, with a
+message.
 
 Source: topic A has seqs 1..10 (4 from node web-1, 3 tagged); topic B was capped at 5 after 8
 appends, so 1..3 are a ``cap`` gap. Consumers:
@@ -14,6 +16,9 @@ appends, so 1..3 are a ``cap`` gap. Consumers:
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -21,8 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from spark_jobs import runner
 from spark_jobs.common import statuses as st
-from spark_jobs import runner as pipeline
+from spark_jobs.layout import STEPS
 from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
@@ -32,7 +38,8 @@ from .builders import Stream
 
 pytestmark = pytest.mark.spark
 
-# Tiny inputs: C1-only JIT and no codegen/AQE halve each cold spark-submit's CPU.
+ROOT = Path(__file__).resolve().parents[2]
+# Tiny inputs: C1-only JIT and no codegen/AQE halve a cold session's CPU.
 SMALL_RUN = [x for kv in ("spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
                           "spark.sql.shuffle.partitions=2", "spark.sql.adaptive.enabled=false",
                           "spark.sql.codegen.wholeStage=false") for x in ("--conf", kv)]
@@ -101,21 +108,40 @@ def _search(url: str, a: str) -> list:
                             "WHERE topic = %s ORDER BY doc_key", (a,)).fetchall()
 
 
-@pytest.mark.timeout(900)  # eight cold spark-submits; generous for a loaded 2-core machine
-def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, capsys):
+def _pipeline(argv: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    return subprocess.run([sys.executable, "-m", "spark_jobs.runner", *argv], env=env,
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+
+
+def _layout_1(work: Path) -> None:
+    """What the full-rebuild pipeline left: deliveries partitioned by consumer only."""
+    folder = work / "deliveries" / "consumer=good"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"frame_no": [1]}), folder / "part-00000.parquet")
+
+
+@pytest.mark.timeout(900)  # two cold Spark sessions; generous for a loaded 2-core machine
+def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
     a, b = unique("pa"), unique("pb")
     data = asyncio.run(_make_source(pg_url, a, b))
     _landing(tmp_path / "landing", a, b, data)
+    _layout_1(tmp_path / "work")
     run_id = unique("run")
     argv = ["run", "--landing", str(tmp_path / "landing"), "--work", str(tmp_path / "work"),
             "--run-id", run_id, "--database-url", pg_url, "--driver-memory", "1g",
             "--num-partitions", "2", *SMALL_RUN]
 
-    assert pipeline.main(argv) == pipeline.EXIT_FAILED_GATE
-    out = capsys.readouterr().out
-    for step in pipeline.STEPS:
+    done = _pipeline(argv)
+    assert done.returncode == runner.EXIT_FAILED_GATE, done.stderr[-3000:]
+    out = done.stdout
+    for step in STEPS:
         assert f"[pipeline] {step}" in out
     assert "FAILED quality gate" in out and "e.g. seq 11" in out
+    assert "written by the full-rebuild pipeline (layout 1)" in done.stderr
+    assert (tmp_path / "work" / "deliveries.layout1" / "consumer=good").is_dir()
 
     first = _summary(pg_url, run_id)
     D, S, M, P = st.DELIVERED, st.SILENT_GAP, st.MISMATCH, st.PHANTOM
@@ -143,9 +169,10 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, capsys):
     search = _search(pg_url, a)
     assert [(k, s) for k, s, _ in search] == [(f"{a}/2", 2), (f"{a}/k3", 3)]
 
-    # The same run id again: same rows everywhere.
-    assert pipeline.main(argv) == pipeline.EXIT_FAILED_GATE
-    capsys.readouterr()
+    # The same run id again: same rows everywhere, and no second migration.
+    again_run = _pipeline(argv)
+    assert again_run.returncode == runner.EXIT_FAILED_GATE, again_run.stderr[-3000:]
+    assert "full-rebuild pipeline" not in again_run.stderr
     assert _summary(pg_url, run_id) == first
     again = pq.read_table(tmp_path / "work" / "audit_log").to_pandas()
     cols = ["topic", "seq", "ts", "tag", "data", "data_sha256", "origin"]

@@ -67,9 +67,11 @@ def world(spark):
         [(t, s, 1_000 + s, None, n, None, payload(s, t)) for t, s, n in SOURCE], SOURCE_RECORDS)
     gaps = spark.createDataFrame(GAP_ROWS, GAPS)
     detail = reconcile(compact(landing).cache(), records, gaps).cache()
-    statuses = {(r.consumer, r.topic, r.seq): (r.status, r.copies) for r in detail.collect()}
+    statuses = {(r.consumer, r.topic, s): (r.status, r.copies) for r in detail.collect()
+                for s in range(r.seq, r.seq_to + 1)}
     summary = {(r.consumer, r.topic, r.status): r["count"]
                for r in summarize(detail, "run-1").collect()}
+    assert all(r.revised == 0 for r in summarize(detail, "run-1").collect())
     return statuses, summary
 
 

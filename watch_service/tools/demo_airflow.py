@@ -22,6 +22,7 @@ import psycopg
 from watch_service.tools.airflow_env import airflow_env
 from watch_service.protocol.authz import change_topic
 from watch_service.settings import PROJECT_ROOT
+from watch_service.store import runs
 
 CONSUMER = "demo"
 FAULTS = ("--fault-drop-fraction", "0.01", "--fault-corrupt", "3", "--fault-seed", "7")
@@ -125,10 +126,9 @@ def run_airflow(demo) -> None:
                                 stderr=subprocess.STDOUT)
     demo.airflow_ok = _follow_tasks(demo, proc, log_path) == 0
     with psycopg.connect(demo.db_url) as conn:  # the DAG derives it from the data interval
-        row = conn.execute("SELECT run_id FROM pipeline_runs WHERE updated_at >= %s "
-                           "ORDER BY updated_at DESC LIMIT 1", (began,)).fetchone()
-    demo.check(row is not None, f"the DAG recorded no pipeline run; see {log_path}")
-    demo.pipeline_run = row[0]
+        run_id = runs.latest_run_since(conn, began)
+    demo.check(run_id is not None, f"the DAG recorded no pipeline run; see {log_path}")
+    demo.pipeline_run = run_id
 
 
 def _follow_tasks(demo, proc: subprocess.Popen, log_path: Path) -> int:
@@ -160,11 +160,10 @@ def summarize(demo) -> list[str]:
     faults = [json.loads(x) for x in (demo.landing / CONSUMER / "faults.jsonl").read_text().splitlines()
               if x.strip()] if (demo.landing / CONSUMER / "faults.jsonl").exists() else []
     with psycopg.connect(demo.db_url) as conn:
-        rows = conn.execute(
-            "SELECT topic, status, count, remaining FROM reconcile_summary WHERE run_id = %s "
-            "AND consumer = %s ORDER BY topic, status", (demo.pipeline_run, CONSUMER)).fetchall()
-        run = conn.execute("SELECT status, defects_found, defects_remaining FROM pipeline_runs "
-                           "WHERE run_id = %s", (demo.pipeline_run,)).fetchone()
+        rows = [(t, s, n, left) for c, t, s, n, left, _ in runs.run_summary(conn, demo.pipeline_run)
+                if c == CONSUMER]
+        found = runs.get_run(conn, demo.pipeline_run)
+        run = None if found is None else found[:3]
     by_topic: dict[str, dict[str, tuple[int, int | None]]] = {}
     for topic, status, count, remaining in rows:
         by_topic.setdefault(topic, {})[status] = (count, remaining)

@@ -1,0 +1,29 @@
+"""The jobs' access to the run tables: a connection per call from ``args.database_url``, the
+SQL itself in ``watch_service.store.runs`` (shared with the Airflow plugin)."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+import psycopg
+
+from watch_service.store import runs
+
+
+@contextlib.contextmanager
+def connect(url: str, transaction: bool = False) -> Iterator[psycopg.Connection]:
+    """An autocommit connection, or with ``transaction`` one whose statements commit together
+    when the block ends (roll back on error)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if transaction:
+            with conn.transaction():
+                yield conn
+        else:
+            yield conn
+
+
+def record_step(args, step: str, figures: Mapping[str, object]) -> None:
+    """Merge a step's figures into ``pipeline_runs`` (nothing without a database URL)."""
+    if getattr(args, "database_url", None):
+        with connect(args.database_url) as conn:
+            runs.record_step(conn, args.run_id, step, figures)

@@ -1,0 +1,202 @@
+"""The pipeline's run tables (migrations 003, 006): ``pipeline_runs``, ``reconcile_summary``
+and the incremental state ``reconcile_runs`` / ``reconcile_windows``. All their SQL lives here.
+
+Every function takes a synchronous DB-API connection (psycopg 3, or psycopg2 as Airflow's
+``PostgresHook.get_conn()`` gives) and never commits: the caller owns the transaction (open the
+connection with ``autocommit=True`` for one-statement calls; ``commit_reconcile`` and
+``record_verify`` must run inside one transaction so their rows appear together). Writes are
+idempotent upserts keyed by run_id, so a step re-run under the same run_id replaces its rows.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+START_RUN = """
+INSERT INTO pipeline_runs (run_id) VALUES (%(run_id)s)
+ON CONFLICT (run_id) DO UPDATE
+   SET status = 'running', started_at = now(), updated_at = now(), finished_at = NULL,
+       steps = '{}'::jsonb, defects_found = NULL, defects_remaining = NULL
+"""
+RECORD_STEP = """
+INSERT INTO pipeline_runs (run_id, steps) VALUES (%(run_id)s, %(step)s::jsonb)
+ON CONFLICT (run_id) DO UPDATE
+   SET steps = pipeline_runs.steps || excluded.steps, updated_at = now()
+"""
+FINISH_RUN = """
+UPDATE pipeline_runs
+   SET status = %(status)s, defects_found = %(found)s, defects_remaining = %(remaining)s,
+       finished_at = now(), updated_at = now()
+ WHERE run_id = %(run_id)s
+"""
+GET_RUN = """SELECT status, defects_found, defects_remaining, steps
+               FROM pipeline_runs WHERE run_id = %(run_id)s"""
+RECENT_RUNS = """
+WITH recent AS (
+    SELECT run_id, status AS run_status, started_at, finished_at
+    FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
+)
+SELECT r.run_id, r.run_status, r.started_at, r.finished_at, s.consumer, s.topic,
+       s.status, s.count - s.revised AS count, s.remaining
+FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
+ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
+"""
+RUN_SUMMARY = """SELECT consumer, topic, status, count - revised, remaining, example_seqs
+                   FROM reconcile_summary WHERE run_id = %(run_id)s ORDER BY 1, 2, 3"""
+LATEST_RUN_SINCE = """SELECT run_id FROM pipeline_runs WHERE updated_at >= %(since)s
+                       ORDER BY updated_at DESC LIMIT 1"""
+# Net verdicts of every committed reconcile run: what a full audit must reproduce.
+CUMULATIVE = """
+SELECT s.consumer, s.topic, s.status, sum(s.count - s.revised)::bigint
+  FROM reconcile_summary s JOIN reconcile_runs r USING (run_id)
+ WHERE r.warehouse = %(warehouse)s
+ GROUP BY 1, 2, 3 HAVING sum(s.count - s.revised) <> 0
+"""
+PROGRESS = """
+SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.start_seq, w.seq_to,
+       w.filter_node
+  FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
+ WHERE r.warehouse = %(warehouse)s AND w.run_id <> %(run_id)s
+ ORDER BY w.consumer, w.topic, w.seq_to DESC
+"""
+LAST_BATCH = """SELECT coalesce(max(batch_to), 0) FROM reconcile_runs
+                 WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s"""
+LATER_RUNS = """SELECT count(*) FROM reconcile_runs
+                 WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s AND recorded_at > (
+                       SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)"""
+FORGET_RECONCILE = [
+    "DELETE FROM reconcile_summary WHERE run_id = %(run_id)s",
+    "DELETE FROM reconcile_runs WHERE run_id = %(run_id)s",
+]
+INSERT_RUN = """INSERT INTO reconcile_runs (run_id, warehouse, batch_from, batch_to, repairs_open)
+                VALUES (%(run_id)s, %(warehouse)s, %(batch_from)s, %(batch_to)s,
+                        %(repairs_open)s)"""
+INSERT_WINDOW = """INSERT INTO reconcile_windows
+                   (run_id, consumer, topic, start_seq, seq_from, seq_to, filter_node)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s)"""
+INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
+                    VALUES (%s, %s, %s, %s, %s, %s)"""
+COMMITTED_RUNS = "SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s"
+OPEN_REPAIRS = """SELECT run_id FROM reconcile_runs
+                   WHERE warehouse = %(warehouse)s AND repairs_open AND run_id <> %(run_id)s
+                   ORDER BY batch_to"""
+SET_REPAIRS_OPEN = """UPDATE reconcile_runs SET repairs_open = %(open)s
+                       WHERE run_id = ANY(%(run_ids)s)"""
+RESET_REMAINING = """UPDATE reconcile_summary SET remaining = 0, example_seqs = '{}'
+                      WHERE run_id = %(run_id)s AND status = ANY(%(defects)s)"""
+SET_REMAINING = """UPDATE reconcile_summary SET remaining = %s, example_seqs = %s
+                    WHERE run_id = %s AND consumer = %s AND topic = %s AND status = %s"""
+
+
+def _execute(conn: Any, sql: str, params: Any = None) -> Any:
+    cur = conn.cursor()
+    cur.execute(sql, params)
+    return cur
+
+
+def start_run(conn: Any, run_id: str) -> None:
+    """Mark ``run_id`` running, forgetting the figures an earlier attempt of it recorded."""
+    _execute(conn, START_RUN, {"run_id": run_id})
+
+
+def record_step(conn: Any, run_id: str, step: str, figures: Mapping[str, object]) -> None:
+    """Merge one step's figures (seconds, counts) into the run's ``steps``."""
+    _execute(conn, RECORD_STEP, {"run_id": run_id,
+                                 "step": json.dumps({step: dict(figures)}, default=str)})
+
+
+def mark_failed(conn: Any, run_id: str) -> None:
+    """A step could not run: the run ends ``failed`` without defect figures."""
+    _execute(conn, FINISH_RUN, {"run_id": run_id, "status": "failed", "found": None,
+                                "remaining": None})
+
+
+def finish_run(conn: Any, run_id: str, passed: bool, found: int, remaining: int) -> None:
+    _execute(conn, FINISH_RUN, {"run_id": run_id, "status": "passed" if passed else "failed",
+                                "found": found, "remaining": remaining})
+
+
+def get_run(conn: Any, run_id: str) -> tuple | None:
+    """(status, defects_found, defects_remaining, steps) of a run, or None."""
+    return _execute(conn, GET_RUN, {"run_id": run_id}).fetchone()
+
+
+def latest_run_since(conn: Any, since: Any) -> str | None:
+    row = _execute(conn, LATEST_RUN_SINCE, {"since": since}).fetchone()
+    return None if row is None else row[0]
+
+
+def recent_runs(conn: Any, limit: int = 20) -> list[dict[str, Any]]:
+    """Newest runs first: one dict per (run, consumer, topic, status) with its net count."""
+    cur = _execute(conn, RECENT_RUNS, {"limit": limit})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def run_summary(conn: Any, run_id: str) -> list[tuple]:
+    """(consumer, topic, status, net count, remaining, example_seqs) rows of one run."""
+    return [tuple(r) for r in _execute(conn, RUN_SUMMARY, {"run_id": run_id}).fetchall()]
+
+
+def cumulative_summary(conn: Any, warehouse: str) -> dict[tuple[str, str, str], int]:
+    """Net count per (consumer, topic, status) over the warehouse's reconcile runs."""
+    return {(c, t, s): int(n) for c, t, s, n in
+            _execute(conn, CUMULATIVE, {"warehouse": warehouse}).fetchall()}
+
+
+def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[tuple]]:
+    """What the warehouse's runs other than ``run_id`` committed: (highest delivery batch
+    read, progress rows (consumer, topic, start_seq, reconciled_through, filter_node)).
+    Refuses to redo a run that later runs built on."""
+    key = {"warehouse": warehouse, "run_id": run_id}
+    if _execute(conn, LATER_RUNS, key).fetchone()[0]:
+        raise ValueError(f"reconcile run {run_id} cannot be re-run: later runs built on it")
+    last = int(_execute(conn, LAST_BATCH, key).fetchone()[0])
+    return last, [tuple(r) for r in _execute(conn, PROGRESS, key).fetchall()]
+
+
+def commit_reconcile(conn: Any, warehouse: str, run_id: str, batches: tuple[int, int],
+                     repairs_open: bool,
+                     windows: Iterable[Sequence], summary: Iterable[Sequence]) -> None:
+    """Replace the run's windows and summary: windows are (consumer, topic, start_seq,
+    seq_from, seq_to, filter_node), summary rows (consumer, topic, status, count, revised).
+    Call inside one transaction."""
+    for sql in FORGET_RECONCILE:
+        _execute(conn, sql, {"run_id": run_id})
+    _execute(conn, INSERT_RUN, {"run_id": run_id, "warehouse": warehouse,
+                                "batch_from": batches[0],
+                                "batch_to": batches[1], "repairs_open": repairs_open})
+    cur = conn.cursor()
+    cur.executemany(INSERT_WINDOW, [(run_id, *w) for w in windows])
+    cur.executemany(INSERT_SUMMARY, [(run_id, *s) for s in summary])
+
+
+def committed_runs(conn: Any, warehouse: str) -> set[str]:
+    return {r[0] for r in _execute(conn, COMMITTED_RUNS, {"warehouse": warehouse}).fetchall()}
+
+
+def open_repairs(conn: Any, warehouse: str, run_id: str) -> list[str]:
+    """The warehouse's earlier runs whose repairable defects no verify saw repaired yet."""
+    return [r[0] for r in _execute(conn, OPEN_REPAIRS,
+                                   {"warehouse": warehouse, "run_id": run_id}).fetchall()]
+
+
+def record_verify(conn: Any, run_id: str, report: Iterable[Sequence], defects: Sequence[str],
+                  carried: Sequence[str], carried_left: int, still_open: Sequence[str]) -> bool:
+    """Store what verify found and finish the run; returns whether it passed.
+
+    ``report`` rows are (consumer, topic, status, found, remaining, example_seqs) of this run's
+    defects; its defect rows not in it had nothing left. ``carried`` are earlier runs with open
+    repairs that this verify re-checked, ``carried_left`` their repairable seqs still missing
+    (they fail this run's gate too), ``still_open`` the runs (this one included) whose
+    repairable defects remain. Call inside one transaction."""
+    report = [tuple(r) for r in report]
+    _execute(conn, RESET_REMAINING, {"run_id": run_id, "defects": list(defects)})
+    conn.cursor().executemany(SET_REMAINING, [(r[4], list(r[5] or []), run_id, *r[:3])
+                                              for r in report])
+    _execute(conn, SET_REPAIRS_OPEN, {"open": False, "run_ids": [run_id, *carried]})
+    _execute(conn, SET_REPAIRS_OPEN, {"open": True, "run_ids": list(still_open)})
+    remaining = sum(int(r[4]) for r in report) + carried_left
+    finish_run(conn, run_id, remaining == 0, sum(int(r[3]) for r in report), remaining)
+    return remaining == 0
