@@ -90,7 +90,7 @@ def timed(spark, fn, repeats: int) -> tuple[float, float, object]:
 def run_reconcile(spark, target, deliveries_path: str, detail_path: str) -> dict[str, int]:
     """What reconcile's main does, less the PostgreSQL summary write."""
     deliveries = spark.read.schema(DELIVERIES).parquet(deliveries_path)
-    scope, signalled = held_locally(spark, deliveries)
+    scope, signalled, _ = held_locally(spark, deliveries)
     records, gaps = jdbc.read_records(spark, target, 4), jdbc.read_gaps(spark, target)
     reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
         detail_path)
