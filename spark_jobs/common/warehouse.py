@@ -21,9 +21,10 @@ from pyspark.sql.types import StructType
 from spark_jobs.common import storage
 from spark_jobs.common.schemas import conform
 from spark_jobs.layout import LAYOUT_VERSION, Layout
+from watch_service.protocol.errors import AuditsyncError
 
 
-class WarehouseError(RuntimeError):
+class WarehouseError(AuditsyncError):
     """The warehouse cannot be used as it is; the message says why and what to do."""
 
 
