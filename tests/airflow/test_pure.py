@@ -28,7 +28,6 @@ def test_requests_are_built_without_io():
         "GET", "http://svc:8400/v0/topics",
         {"Accept": "application/json", "Authorization": "Bearer k3y"}, 3.0)
     assert "Authorization" not in hook.topics_request("http://svc:8400", None).headers
-    assert hook.ready_request("https://svc").url == "https://svc/readyz"
 
 
 @pytest.mark.parametrize(("schema", "host", "port", "url"), [
