@@ -86,6 +86,15 @@ def _alive(pid: int) -> bool:
     return SERVER_CLASS.encode() in cmdline
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a child not yet reaped is a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def _accepts(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True
@@ -140,7 +149,7 @@ def wait_ready(settings: Settings, state: ServerState,
     log_path = home(settings) / "server.log"
     deadline = time.monotonic() + timeout_s
     while not _accepts(state.host, state.port):
-        if not _alive(state.pid) or time.monotonic() > deadline:
+        if not _running(state.pid) or time.monotonic() > deadline:
             terminate(state.pid)
             (home(settings) / "server.json").unlink(missing_ok=True)
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
