@@ -2,7 +2,7 @@
 
 * :class:`QualityCheckpointOperator` runs the Great Expectations checkpoints over one run's
   slice of the outputs (``quality.py``) — its deliveries, its reconcile detail and summary, the
-  audit-log partitions it wrote, as ``spark_jobs.layout.Layout.quality_frames`` selects them —
+  audit-log partitions it wrote, as ``spark_jobs.common.slices.quality_frames`` selects them —
   and fails with a readable summary (``summary.py``): the failed expectations, how many rows
   broke them with examples, and the link to the Data Docs. The whole history is re-verified
   on demand by the ``audit_full`` DAG, not here.
@@ -66,18 +66,10 @@ def default_docs_url() -> str:
 
 def run_slice(spark, landing: str, warehouse: str, run_id: str) -> dict[str, Any]:
     """The run's datasets, by suite name, as the warehouse layout selects them."""
+    from spark_jobs.common.slices import quality_frames
     from spark_jobs.layout import Layout
 
-    from .jobs import Paths, quality_datasets
-
-    layout = Layout(Path(landing), Path(warehouse), run_id)
-    select = getattr(layout, "quality_frames", None)
-    if select is not None:
-        return dict(select(spark))
-    # A warehouse of the full-rebuild pipeline: its outputs are the whole history.
-    datasets = quality_datasets(Paths(landing, warehouse, run_id))
-    check_outputs(datasets)
-    return {name: read_dataset(spark, name, path) for name, path in datasets.items()}
+    return quality_frames(spark, Layout(Path(landing), Path(warehouse), run_id))
 
 
 class QualityCheckpointOperator(BaseOperator):

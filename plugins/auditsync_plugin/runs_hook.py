@@ -1,8 +1,8 @@
 """The pipeline's run tables in PostgreSQL, as Airflow reaches them: a ``PostgresHook`` on the
 ``auditsync_pg`` connection whose methods hand a psycopg connection to the store's functions.
 
-The SQL itself lives beside the rest of the pipeline's result tables (``spark_jobs.common.results``
-today), never in an operator; this hook only decides which connection and transaction it runs in.
+The SQL itself lives with the rest of the pipeline's run tables (``watch_service.store.runs``),
+never in an operator; this hook only decides which connection and transaction it runs in.
 Importing this module imports the Postgres provider, not psycopg's pool or anything heavy.
 """
 from __future__ import annotations
@@ -13,10 +13,9 @@ from typing import Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-DEFAULT_CONN_ID = "auditsync_pg"
+from watch_service.store import runs
 
-RUN_SQL = """SELECT status, defects_found, defects_remaining, steps
-               FROM pipeline_runs WHERE run_id = %s"""
+DEFAULT_CONN_ID = "auditsync_pg"
 
 
 class PipelineRunsHook(PostgresHook):
@@ -30,13 +29,11 @@ class PipelineRunsHook(PostgresHook):
 
     def start_run(self, run_id: str) -> None:
         """Mark ``run_id`` running, forgetting what an earlier attempt of it recorded."""
-        from spark_jobs.common.results import START_RUN
-
         with closing(self.get_conn()) as conn:
-            conn.execute(START_RUN, {"run_id": run_id})
+            runs.start_run(conn, run_id)
             conn.commit()
 
     def run_row(self, run_id: str) -> Sequence[Any] | None:
         """(status, defects_found, defects_remaining, steps) of ``run_id``, or None."""
         with closing(self.get_conn()) as conn:
-            return conn.execute(RUN_SQL, (run_id,)).fetchone()
+            return runs.get_run(conn, run_id)

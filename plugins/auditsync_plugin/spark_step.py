@@ -92,11 +92,8 @@ class SparkStepOperator(SparkSubmitOperator):
     def execute(self, context) -> Any:
         remote = connect_url(self.connect_conn_id)
         if remote is not None:
-            module = importlib.import_module(f"spark_jobs.{self.step}.main")
-            if hasattr(module, "run"):
-                return self.run_connected(module, remote)
-            self.log.warning("spark_jobs.%s.main has no run(spark, args): spark-submit instead "
-                             "of Spark Connect", self.step)
+            return self.run_connected(importlib.import_module(f"spark_jobs.{self.step}.main"),
+                                      remote)
         if self._driver_error:
             raise AirflowException(self._driver_error)
         return super().execute(context)

@@ -223,26 +223,23 @@ def test_data_docs_paths_cannot_leave_the_docs_folder(tmp_path: Path):
 def test_job_arguments_are_the_pipeline_runners():
     paths = jobs.Paths("/l", "/w", "R")
     assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
-    assert jobs.args("compact", paths, "DB") == [
-        "--landing", "/l", "--out", "/w/deliveries", "--database-url", "DB", "--run-id", "R"]
-    assert jobs.args("verify", paths, "DB") == [
-        "--detail", "/w/runs/R/detail", "--audit-log", "/w/audit_log",
-        "--out", "/w/runs/R/remaining", "--database-url", "DB", "--run-id", "R"]
-    assert jobs.args("backfill", paths, "DB", target="search_index")[-2:] == [
+    assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
+    assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]
+    assert jobs.args("backfill", paths, target="search_index")[-2:] == [
         "--target", "search_index"]
     with pytest.raises(ValueError, match="--target is for backfill"):
-        jobs.args("backfill", paths, "DB", target="both")
+        jobs.args("backfill", paths, target="both")
     with pytest.raises(ValueError, match="unknown Spark job"):
         jobs.application(Path("/p"), "nope")
-    assert jobs.quality_datasets(paths) == {
-        "deliveries": "/w/deliveries", "reconciliation": "/w/runs/R/summary",
-        "remaining": "/w/runs/R/remaining", "audit_log": "/w/audit_log"}
+    # The database URL is never an argument: it travels in the environment.
+    assert not any("database" in a for step in ("compact", "reconcile", "backfill", "verify")
+                   for a in jobs.args(step, paths))
 
 
 def test_templated_roots_survive_path_building():
     paths = jobs.Paths("{{ var.value.l }}", "{{ var.value.w }}", "{{ ds }}")
-    assert jobs.args("reconcile", paths, "{{ conn.pg.get_uri() }}")[:4] == [
-        "--deliveries", "{{ var.value.w }}/deliveries", "--out", "{{ var.value.w }}/runs/{{ ds }}"]
+    assert jobs.args("reconcile", paths)[:4] == ["--work", "{{ var.value.w }}",
+                                                 "--run-id", "{{ ds }}"]
 
 
 def test_publish_refuses_a_run_that_did_not_pass():
