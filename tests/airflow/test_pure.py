@@ -300,3 +300,29 @@ def test_airflow_env_overrides(tmp_path: Path):
 def test_connection_json_refuses_a_url_without_host():
     with pytest.raises(ValueError, match="expected scheme://host"):
         connection_json("local[*]", "spark")
+
+
+# -- Spark Connect ---------------------------------------------------------------------------
+def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
+    from watch_service.tools.spark_connect import SERVER_CLASS, command
+
+    jar = tmp_path / "pg.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
+    cmd = command(15099, "local[2]", python="/venv/bin/python")
+    assert cmd[:3] == ["/venv/bin/spark-submit", "--class", SERVER_CLASS]
+    assert cmd[-1] == "spark-internal"
+    flags = dict(zip(cmd[1:-1:2], cmd[2:-1:2]))
+    assert flags["--master"] == "local[2]" and flags["--jars"] == str(jar)
+    confs = {c.split("=", 1)[0]: c.split("=", 1)[1] for c in cmd if c.startswith("spark.")}
+    assert confs["spark.connect.grpc.binding.port"] == "15099"
+    assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback by default
+    assert confs["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_airflow_env_names_the_spark_connect_server(tmp_path: Path):
+    env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_SPARK_CONNECT": "sc://h:15002"})
+    assert json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]) == {
+        "conn_type": "spark_connect", "host": "h", "port": 15002}
+    assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" not in airflow_env(Settings(local_dir=tmp_path),
+                                                                   {})
