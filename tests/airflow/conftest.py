@@ -197,7 +197,6 @@ def landing(airflow_home, watch_service, pg_url) -> Landing:
 # -- the audit_sync DAG, run with `airflow dags test` -------------------------------------------
 FAULT_DATE = "2025-06-01T12:05:00+00:00"     # interval [11:45, 12:00)
 PHANTOM_DATE = "2025-06-01T12:20:00+00:00"   # interval [12:00, 12:15)
-CONNECT_PHANTOM_DATE = "2025-06-01T12:35:00+00:00"   # interval [12:15, 12:30)
 
 
 def pipeline_run_id(start: str, end: str) -> str:
@@ -305,11 +304,11 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
 
 @pytest.fixture(scope="session")
 def phantom_connect_run(airflow_home, phantom_run, tmp_path_factory) -> DagTest:
-    """The phantom's landing zone again, its Spark steps on the Spark Connect server: the gate
-    fails the same way, the verdict in the failure message."""
+    """The phantom's data interval again (same pipeline run id, so its rows are replaced by
+    identical ones), into a fresh warehouse, its Spark steps on the Spark Connect server: the
+    gate fails the same way, the verdict in the failure message."""
     warehouse = tmp_path_factory.mktemp("phantom-connect") / "warehouse"
-    run = dags_test(airflow_home, CONNECT_PHANTOM_DATE,
-                    pipeline_run_id("20250601T121500Z", "20250601T123000Z"),
+    run = dags_test(airflow_home, PHANTOM_DATE, phantom_run.run_id,
                     landing=phantom_run.landing, warehouse=warehouse)
     run.facts["phantom"] = phantom_run.facts["phantom"]
     return run
