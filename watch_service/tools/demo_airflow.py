@@ -19,10 +19,10 @@ from pathlib import Path
 import aiohttp
 import psycopg
 
-from watch_service.protocol.authz import change_topic
-from watch_service.settings import PROJECT_ROOT
 from watch_service.tools import spark_connect
 from watch_service.tools.airflow_env import airflow_env
+from watch_service.protocol.authz import change_topic
+from watch_service.settings import PROJECT_ROOT
 
 CONSUMER = "demo"
 FAULTS = ("--fault-drop-fraction", "0.01", "--fault-corrupt", "3", "--fault-seed", "7")
