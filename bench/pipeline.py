@@ -55,6 +55,9 @@ CONSUMER = "bench"
 FRAME = 500
 FRAMES_PER_SEGMENT = 100
 TS0 = 1_700_000_000_000
+# One record per second per topic: 5 M records span about two weeks of audit-log date
+# partitions, and a new interval's records land in the newest one, as in production.
+TS_STEP_MS = 1_000
 BIN = Path(sys.executable).parent
 
 
@@ -99,7 +102,7 @@ class World:
                     self._chunk(conn, topic, lo, hi)
                 self.heads[topic] += n
                 conn.execute("UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
-                             (self.heads[topic], TS0 + self.heads[topic], topic))
+                             (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic))
         return time.monotonic() - started
 
     def _chunk(self, conn, topic: str, lo: int, hi: int) -> None:
@@ -108,7 +111,7 @@ class World:
                 for s in seqs]
         with conn.cursor().copy("COPY records (topic, seq, ts, data) FROM STDIN") as copy:
             for s, d in zip(seqs, data):
-                copy.write_row((topic, s, TS0 + s, d))
+                copy.write_row((topic, s, TS0 + s * TS_STEP_MS, d))
         frames = [(s - lo) // FRAME for s in seqs]
         first_frame = self.frame_no + 1
         frame_nos = [first_frame + f for f in frames]
@@ -120,7 +123,7 @@ class World:
             "consumer": [CONSUMER] * n, "filter_node": pa.nulls(n, pa.string()),
             "frame_no": frame_nos, "frame_id": [f"{topic}:{c}" for c in cursors],
             "received_ms": [now] * n, "kind": ["record"] * n, "topic": [topic] * n,
-            "cursor": cursors, "seq": seqs, "ts": [TS0 + s for s in seqs],
+            "cursor": cursors, "seq": seqs, "ts": [TS0 + s * TS_STEP_MS for s in seqs],
             "tag": pa.nulls(n, pa.string()), "node": pa.nulls(n, pa.string()),
             "meta": pa.nulls(n, pa.string()), "data": data,
             "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
