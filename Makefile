@@ -62,13 +62,16 @@ bench: setup
 	$(PY) bench/run_all.py
 
 # Airflow's UI with this project's DAGs and plugin on http://127.0.0.1:8080 (user admin; the
-# generated password is in .local/airflow/passwords.json). Stop with Ctrl-C.
+# generated password is in .local/airflow/passwords.json). Stop with Ctrl-C. The Spark steps
+# run on a Spark Connect server (stop it with `auditsync spark-connect stop`).
 airflow: setup
 	$(PY) -m watch_service.cli db start
 	$(PY) -m watch_service.cli migrate
+	$(PY) -m watch_service.cli spark-connect start
 	$(PY) -m watch_service.tools.airflow_env airflow db migrate
 	$(PY) -m watch_service.tools.airflow_env airflow standalone
 
 clean:
+	-$(PY) -m watch_service.cli spark-connect stop
 	-$(PY) -m watch_service.cli db stop
 	rm -rf $(LOCAL) $(VENV)

@@ -6,12 +6,12 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 from auditsync_plugin import jobs
 from auditsync_plugin.operators import (PublishOperator, QualityCheckpointOperator,
                                         StartRunOperator)
 from auditsync_plugin.sensors import SinkCursorSensor
+from auditsync_plugin.spark_step import SparkStepOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:
@@ -19,7 +19,6 @@ PROJECT = Path(__file__).resolve().parent.parent
 SCHEDULE = os.environ.get("AUDITSYNC_SCHEDULE", "*/15 * * * *")
 SPARK_SUBMIT = os.environ.get("AUDITSYNC_SPARK_SUBMIT",
                               str(Path(sys.executable).with_name("spark-submit")))
-JDBC_JAR = os.environ.get("AUDITSYNC_JDBC_JAR", "/usr/share/java/postgresql.jar")
 SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
 
 # The pipeline's run id is a function of the data interval, so re-running a run (or clearing
@@ -29,7 +28,8 @@ RUN_ID = ("audit_sync_{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}"
 PATHS = jobs.Paths(landing="{{ var.value.auditsync_landing }}",
                    warehouse="{{ var.value.auditsync_warehouse }}", run_id=RUN_ID)
 CONSUMERS = "{{ var.value.get('auditsync_consumers', '') }}"
-DATABASE_URL = "{{ conn.auditsync_pg.get_uri() }}"
+# Handed to the steps in their environment, never in a process's arguments (visible in `ps`).
+STEP_ENV = {jobs.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
 
 AUDIT_LOG = Asset(name="auditsync_audit_log", uri="auditsync://warehouse/audit_log",
                   group="auditsync")
@@ -41,11 +41,13 @@ QUALITY_REPORT = Asset(name="auditsync_quality_report", uri="auditsync://gx/data
                        group="auditsync")
 
 
-def spark_job(task_id: str, job: str, target: str | None = None) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
-        task_id=task_id, application=jobs.application(PROJECT, job),
-        application_args=jobs.args(job, PATHS, DATABASE_URL, target=target),
-        conn_id="spark_default", spark_binary=SPARK_SUBMIT, jars=JDBC_JAR,
+def spark_job(task_id: str, job: str, target: str | None = None) -> SparkStepOperator:
+    """One step: over Spark Connect when ``spark_connect_default`` exists, else spark-submit
+    through ``spark_default`` (the JDBC driver from ``spark_jobs.common.session``)."""
+    return SparkStepOperator(
+        task_id=task_id, step=job, application=jobs.application(PROJECT, job),
+        application_args=jobs.args(job, PATHS, target=target), env_vars=STEP_ENV,
+        conn_id="spark_default", spark_binary=SPARK_SUBMIT,
         name=f"audit_sync.{task_id}", driver_memory="1g",
         # WARN keeps the task log to what the jobs print (their result line, verify's verdict),
         # which is also what a failed task's message ends with.
@@ -70,11 +72,17 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
 5. **backfill_audit_log** ∥ **backfill_search_index** — re-read what is missing or mismatched
    from PostgreSQL and write it, idempotently.
 6. **verify** — fails the run when a defect is left after backfill.
-7. **quality** — Great Expectations checkpoints; Data Docs under *Browse → Reconciliation*.
+7. **quality** — Great Expectations checkpoints over this run's slice (its deliveries,
+   reconcile detail and summary, the audit-log partitions it wrote); Data Docs under
+   *Browse → Reconciliation*. The `audit_full` DAG re-verifies all history on demand.
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
 
 The pipeline run id is derived from the data interval, so a re-run rewrites the same outputs.
-Connections: `spark_default`, `auditsync_watch` (HTTP), `auditsync_pg`. Variables:
+The Spark steps run as clients of a long-running Spark Connect server when the
+`spark_connect_default` connection exists (`auditsync spark-connect start`; no JVM start per
+step), else each is a `spark-submit` through `spark_default` (e.g. a standalone cluster).
+Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_watch` (HTTP),
+`auditsync_pg`. Variables:
 `auditsync_landing`, `auditsync_warehouse`, `auditsync_gx_root`, `auditsync_consumers`.
 """,
     schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
@@ -94,7 +102,7 @@ Connections: `spark_default`, `auditsync_watch` (HTTP), `auditsync_pg`. Variable
     verify = spark_job("verify", "verify")
     quality = QualityCheckpointOperator(
         task_id="quality", gx_root="{{ var.value.auditsync_gx_root }}", run_name=RUN_ID,
-        datasets=jobs.quality_datasets(PATHS))
+        run={"landing": PATHS.landing, "warehouse": PATHS.warehouse, "run_id": RUN_ID})
     publish = PublishOperator(task_id="publish", run_id_value=RUN_ID,
                               outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT])
 

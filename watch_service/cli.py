@@ -80,6 +80,8 @@ _DELEGATED = (
     ("watch", "watch_service.sink.watch_command", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
+    ("spark-connect", "watch_service.tools.spark_connect",
+     "the long-running Spark Connect server the pipeline's steps use"),
 )
 
 

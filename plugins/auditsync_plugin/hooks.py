@@ -91,9 +91,6 @@ class WatchServiceHook(BaseHook):
     def topics_request(self, base: str, key: str | None) -> Request:
         return self.build(base, key, "GET", "/v0/topics", self.timeout_s)
 
-    def ready_request(self, base: str) -> Request:
-        return self.build(base, None, "GET", "/readyz", self.timeout_s)
-
     # -- I/O ---------------------------------------------------------------------------------
     def endpoint(self) -> tuple[str, str | None]:
         """(base URL, bearer key) from the connection, looked up once."""
@@ -121,8 +118,3 @@ class WatchServiceHook(BaseHook):
         if status != 200:
             raise WatchServiceError(f"GET /v0/topics: {error_message(status, body)}")
         return parse_heads(body)
-
-    def is_ready(self) -> tuple[bool, str]:
-        base, _ = self.endpoint()
-        status, body = self.send(self.ready_request(base))
-        return status == 200, body.decode(errors="replace")

@@ -2,15 +2,20 @@
 
 The flags and the folder layout are the pipeline runner's (``spark_jobs.layout.Layout``,
 what ``auditsync pipeline run`` passes), so Airflow and the runner cannot drift apart. The DAG
-hands in Jinja templates as the roots, run id and database URL; the result is templated
-``application_args`` that Airflow renders per run. Pure string building.
+hands in Jinja templates as the roots and run id; the result is templated ``application_args``
+that Airflow renders per run. They hold no database URL: the steps read it from
+``AUDITSYNC_DATABASE_URL`` (``DATABASE_ENV``), so no password shows in ``ps``. Pure string
+building.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from spark_jobs.common.cli import DATABASE_URL_ENV
 from spark_jobs.layout import STEPS, Layout
+
+DATABASE_ENV = DATABASE_URL_ENV
 
 # The backfill main repairs both by default; ``--target`` makes it do one, so the DAG runs the
 # audit log and the search index repairs as parallel tasks.
@@ -28,16 +33,6 @@ class Paths:
     def layout(self) -> Layout:
         return Layout(Path(self.landing), Path(self.warehouse), self.run_id)
 
-    @property
-    def deliveries(self) -> str:
-        return f"{self.warehouse}/deliveries"
-
-    @property
-    def audit_log(self) -> str:
-        return f"{self.warehouse}/audit_log"
-
-    def run_path(self, name: str) -> str:
-        return str(self.layout.run_dir / name)
 
 
 def application(project: Path, job: str) -> str:
@@ -46,21 +41,14 @@ def application(project: Path, job: str) -> str:
     return str(project / "spark_jobs" / job / "main.py")
 
 
-def args(job: str, paths: Paths, database_url: str, partitions: int = 4,
-         target: str | None = None) -> list[str]:
+def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None) -> list[str]:
     """``main.py`` arguments of ``job`` for one pipeline run; ``target`` only for backfill."""
     if job not in STEPS:
         raise ValueError(f"unknown Spark job {job!r}; expected one of {STEPS}")
-    out = paths.layout.step_args(job, database_url, partitions)
+    out = paths.layout.step_args(job, partitions)
     if target is not None:
         if job != "backfill" or target not in BACKFILL_TARGETS:
             raise ValueError(f"--target is for backfill, one of {BACKFILL_TARGETS}; "
                              f"got {job} {target!r}")
         out += ["--target", target]
     return out
-
-
-def quality_datasets(paths: Paths) -> dict[str, str]:
-    """What the Great Expectations checkpoints validate, by suite name."""
-    return {"deliveries": paths.deliveries, "reconciliation": paths.run_path("summary"),
-            "remaining": paths.run_path("remaining"), "audit_log": paths.audit_log}

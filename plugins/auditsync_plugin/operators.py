@@ -1,13 +1,19 @@
 """Operators of the audit_sync DAG that are not a plain ``spark-submit``.
 
-* :class:`QualityCheckpointOperator` runs the Great Expectations checkpoints over the run's
-  outputs (``quality.py``) and fails with a readable summary (``summary.py``): the failed
-  expectations, how many rows broke them with examples, and the link to the Data Docs.
+* :class:`QualityCheckpointOperator` runs the Great Expectations checkpoints over one run's
+  slice of the outputs (``quality.py``) — its deliveries, its reconcile detail and summary, the
+  audit-log partitions it wrote, as ``spark_jobs.common.slices.quality_frames`` selects them —
+  and fails with a readable summary (``summary.py``): the failed expectations, how many rows
+  broke them with examples, and the link to the Data Docs. The whole history is re-verified
+  on demand by the ``audit_full`` DAG, not here.
 * :class:`StartRunOperator` resets the run's ``pipeline_runs`` row, so a re-run starts clean.
 * :class:`PublishOperator` reads the passed run from ``pipeline_runs`` and attaches it to the
   run's asset events, so downstream DAGs scheduled on those assets see the run id and counts.
 
-Heavy imports (pyspark, great_expectations) happen inside ``execute`` only.
+The run tables are reached through :class:`~auditsync_plugin.runs_hook.PipelineRunsHook`, the
+Spark session through the jobs' one builder (``spark_jobs.common.session``): over Spark
+Connect when the ``spark_connect_default`` connection exists, else a local JVM. Heavy imports
+(pyspark, great_expectations) happen inside ``execute`` only.
 """
 from __future__ import annotations
 
@@ -20,7 +26,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from .spark_step import CONNECT_CONN_ID, connect_url
+
 HOUR_MS = 3_600_000
+PG_CONN_ID = "auditsync_pg"
 
 
 def check_outputs(datasets: Mapping[str, str]) -> None:
@@ -31,6 +40,23 @@ def check_outputs(datasets: Mapping[str, str]) -> None:
                                    + ", ".join(f"{n} ({p})" for n, p in missing.items()))
 
 
+def has_data(path: str) -> bool:
+    """Whether a Parquet folder holds any data file (an empty interval writes none)."""
+    return any(Path(path).rglob("*.parquet"))
+
+
+def read_dataset(spark, name: str, path: str):
+    """A dataset as written; its schema from ``spark_jobs.common.schemas`` when it is empty,
+    where Parquet has nothing to infer one from."""
+    from spark_jobs.common import schemas
+
+    if has_data(path):
+        return spark.read.parquet(path)
+    known = {"deliveries": schemas.DELIVERIES, "reconciliation": schemas.SUMMARY,
+             "remaining": schemas.DETAIL, "audit_log": schemas.AUDIT_LOG}
+    return spark.createDataFrame([], known[name])
+
+
 def default_docs_url() -> str:
     from airflow.sdk.configuration import conf
 
@@ -38,41 +64,59 @@ def default_docs_url() -> str:
     return f"{base.rstrip('/')}/auditsync/docs/index.html"
 
 
-class QualityCheckpointOperator(BaseOperator):
-    """``datasets``: ``{name: parquet folder}`` with names from ``quality.suites``;
-    ``docs_url``: where people open the Data Docs (default: the plugin's page under the
-    API server's ``[api] base_url``)."""
+def run_slice(spark, landing: str, warehouse: str, run_id: str) -> dict[str, Any]:
+    """The run's datasets, by suite name, as the warehouse layout selects them."""
+    from spark_jobs.common.slices import quality_frames
+    from spark_jobs.layout import Layout
 
-    template_fields: Sequence[str] = ("gx_root", "datasets", "run_name", "docs_url")
+    return quality_frames(spark, Layout(Path(landing), Path(warehouse), run_id))
+
+
+class QualityCheckpointOperator(BaseOperator):
+    """``run``: ``{"landing", "warehouse", "run_id"}`` of the pipeline run to validate, or
+    ``datasets``: ``{name: parquet folder}`` with names from ``quality.suites``; ``docs_url``:
+    where people open the Data Docs (default: the plugin's page under the API server's
+    ``[api] base_url``)."""
+
+    template_fields: Sequence[str] = ("gx_root", "datasets", "run", "run_name", "docs_url")
     ui_color = "#fff4e0"
 
-    def __init__(self, *, gx_root: str, datasets: Mapping[str, str], run_name: str,
+    def __init__(self, *, gx_root: str, run_name: str,
+                 datasets: Mapping[str, str] | None = None, run: Mapping[str, str] | None = None,
                  docs_url: str | None = None, spark_master: str = "local[2]",
-                 **kwargs: Any) -> None:
+                 connect_conn_id: str | None = CONNECT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if (datasets is None) == (run is None):
+            raise ValueError("QualityCheckpointOperator: give either datasets or run")
         self.gx_root = gx_root
-        self.datasets = dict(datasets)
+        self.datasets = dict(datasets or {})
+        self.run = dict(run or {})
         self.run_name = run_name
         self.docs_url = docs_url
         self.spark_master = spark_master
+        self.connect_conn_id = connect_conn_id
 
     def execute(self, context) -> dict[str, Any]:
-        from pyspark.sql import SparkSession
-
         from spark_jobs.common import statuses as st
+        from spark_jobs.common.session import build_session
 
         from . import quality
         from .summary import summarize
 
-        check_outputs(self.datasets)
-        spark = (SparkSession.builder.master(self.spark_master).appName("audit_sync_quality")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        if self.datasets:
+            check_outputs(self.datasets)
+        remote = connect_url(self.connect_conn_id)
+        self.log.info("Spark: %s", remote or self.spark_master)
+        spark = build_session("audit_sync_quality", master=self.spark_master, remote=remote,
+                              conf={"spark.ui.enabled": "false"})
         try:
-            frames = {name: spark.read.parquet(path) for name, path in self.datasets.items()}
-            # The outputs hold everything delivered so far, not just this interval: nothing
-            # may be stamped later than now (plus an hour of clock skew).
+            if self.run:
+                frames = run_slice(spark, self.run["landing"], self.run["warehouse"],
+                                   self.run["run_id"])
+            else:
+                frames = {name: read_dataset(spark, name, path)
+                          for name, path in self.datasets.items()}
+            # Nothing may be stamped later than now (plus an hour of clock skew).
             bounds = quality.Bounds(max_ts_ms=int(time.time() * 1000) + HOUR_MS)
             results = quality.run(
                 Path(self.gx_root), frames, self.run_name, bounds, st.SUMMARY_STATUSES,
@@ -87,33 +131,23 @@ class QualityCheckpointOperator(BaseOperator):
                 "docs_index": str(quality.docs_index(Path(self.gx_root)))}
 
 
-def _database_url(conn_id: str) -> str:
-    from airflow.sdk import BaseHook
-
-    return BaseHook.get_connection(conn_id).get_uri()
-
-
 class StartRunOperator(BaseOperator):
     """Mark the pipeline run ``running`` in ``pipeline_runs``, forgetting what an earlier
     attempt of the same run id recorded (so a re-run starts clean, like the runner does)."""
 
     template_fields: Sequence[str] = ("run_id_value",)
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = "auditsync_pg",
+    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> str:
-        from spark_jobs.common.results import start_run
+        from .runs_hook import PipelineRunsHook
 
-        start_run(_database_url(self.pg_conn_id), self.run_id_value)
+        PipelineRunsHook(self.pg_conn_id).start_run(self.run_id_value)
         return self.run_id_value
-
-
-RUN_SQL = """SELECT status, defects_found, defects_remaining, steps
-               FROM pipeline_runs WHERE run_id = %s"""
 
 
 def published_extra(run_id: str, row: Sequence[Any] | None) -> dict[str, Any]:
@@ -134,17 +168,16 @@ class PublishOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("run_id_value",)
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = "auditsync_pg",
+    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
-        import psycopg
+        from .runs_hook import PipelineRunsHook
 
-        with psycopg.connect(_database_url(self.pg_conn_id), connect_timeout=10) as conn:
-            row = conn.execute(RUN_SQL, (self.run_id_value,)).fetchone()
+        row = PipelineRunsHook(self.pg_conn_id).run_row(self.run_id_value)
         extra = published_extra(self.run_id_value, row)
         for asset in self.outlets:
             context["outlet_events"][asset].extra = extra

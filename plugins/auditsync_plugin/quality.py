@@ -3,6 +3,7 @@
 Datasets (each a Spark DataFrame handed in by the operator):
 
 * ``deliveries`` — the compacted landing zone, one row per delivered frame item;
+* ``detail`` — the run's reconcile verdicts, per (consumer, topic, seq or seq range);
 * ``reconciliation`` — the run's per (consumer, topic, status) counts;
 * ``remaining`` — defects left after backfill (verify's output, one row per seq): none;
 * ``audit_log`` — the repaired audit log: ``(topic, seq)`` unique, no nulls where a record
@@ -61,6 +62,11 @@ def suites(bounds: Bounds, summary_statuses: tuple[str, ...],
             gxe.ExpectColumnValuesToBeBetween(column="seq", min_value=1, row_condition=is_record),
             gxe.ExpectColumnValuesToBeBetween(column="received_ms", **ts_range),
             gxe.ExpectColumnValuesToBeBetween(column="ts", row_condition=is_record, **ts_range),
+        ],
+        "detail": [
+            *_not_null("consumer", "topic", "seq", "status"),
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(summary_statuses)),
+            gxe.ExpectColumnValuesToBeBetween(column="seq", min_value=0),
         ],
         "reconciliation": [
             *_not_null("run_id", "consumer", "topic", "status", "count"),

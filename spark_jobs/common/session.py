@@ -5,9 +5,13 @@ JDBC driver discovery, first hit wins:
 2. ``/usr/share/java/postgresql.jar`` — Debian's ``libpostgresql-jdbc-java``;
 3. ``spark.jars.packages=org.postgresql:postgresql:42.7.4`` — only when
    ``AUDITSYNC_SPARK_MAVEN=1`` says Maven Central is reachable from here.
-Otherwise ``JdbcDriverMissing`` says how to get one. This is the only place the Spark jobs read
-the environment; everything else arrives as command-line arguments. Importing this module does
-not import pyspark (the pipeline runner uses the discovery to build ``spark-submit`` flags).
+Otherwise ``JdbcDriverMissing`` says how to get one. This is the only place that looks the
+driver up: the runner, the DAG, the Spark Connect server and the tests all ask here. Importing
+this module does not import pyspark (the runner and the DAG only need the flags).
+
+One builder for every session: a job's own JVM (``spark-submit`` or ``master``), or a client
+of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
+driver on its classpath and keeps its static settings; only session settings travel then.
 """
 from __future__ import annotations
 
@@ -66,15 +70,28 @@ def submit_flags(environ: Mapping[str, str] | None = None) -> list[str]:
     return ["--jars", where] if kind == "jar" else ["--packages", where]
 
 
+def submit_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The same, as Airflow's ``SparkSubmitOperator`` keywords (``jars`` or ``packages``)."""
+    kind, where = jdbc_driver(environ)
+    return {"jars": where} if kind == "jar" else {"packages": where}
+
+
 def build_session(app_name: str, master: str | None = None,
-                  conf: Mapping[str, str] | None = None) -> "SparkSession":
+                  conf: Mapping[str, str] | None = None,
+                  remote: str | None = None) -> "SparkSession":
     """The session for a job. ``master`` only outside ``spark-submit`` (which sets its own);
-    ``conf`` adds or overrides settings (tests: shuffle partitions, UI off)."""
+    ``remote`` (``sc://host:port``) makes it a Spark Connect client instead; ``conf`` adds or
+    overrides settings (tests: shuffle partitions, UI off)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    for key, value in {**BASE_CONF, **jdbc_conf(), **(conf or {})}.items():
+    if remote:
+        builder = builder.remote(remote)
+        settings = {**BASE_CONF, **(conf or {})}
+    else:
+        if master:
+            builder = builder.master(master)
+        settings = {**BASE_CONF, **jdbc_conf(), **(conf or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

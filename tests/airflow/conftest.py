@@ -1,8 +1,11 @@
 """Shared setup of the Airflow layer, built once per session because every piece is slow:
 
 * the plugin on ``sys.path`` (as Airflow puts it) for the in-process pure tests;
+* ``spark_connect``: the project's Spark Connect server (``auditsync spark-connect``), which
+  the DAG's Spark steps and the quality checkpoint use as clients;
 * ``airflow_home``: an Airflow home with the environment ``airflow_env`` computes for this
-  project (embedded defaults: SQLite metadata, Spark ``local[2]``), migrated once;
+  project (embedded defaults: SQLite metadata, Spark ``local[2]``, the ``spark_connect_default``
+  connection to that server), migrated once;
 * ``landing``: the real watch service (its own process) with three topics — one capped and
   trimmed by the ``retention`` DAG, so the sink sees a tombstone — and the real sink (its own
   process, with fault injection: dropped and corrupted records) writing a landing zone until
@@ -25,10 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from watch_service.tools.airflow_env import airflow_env
 from watch_service.settings import Settings
+from watch_service.tools import spark_connect as spark_connect_server
+from watch_service.tools.airflow_env import airflow_env
 
-from ..support import ServiceProcess, unique
+from ..support import ServiceProcess, free_port, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "plugins") not in sys.path:
@@ -36,6 +40,7 @@ if str(ROOT / "plugins") not in sys.path:
 
 BIN = Path(sys.executable).parent
 CONSUMER = "primary"
+CONNECT_CONN = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
 FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed", "11"]
 
 
@@ -65,8 +70,9 @@ class AirflowHome:
     env: dict[str, str]
 
     def run(self, *args: str, timeout: float = 300, extra_env: dict | None = None,
-            check: bool = False) -> subprocess.CompletedProcess:
-        out = subprocess.run([str(BIN / "airflow"), *args], env={**self.env, **(extra_env or {})},
+            check: bool = False, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in {**self.env, **(extra_env or {})}.items() if k not in unset}
+        out = subprocess.run([str(BIN / "airflow"), *args], env=env,
                              capture_output=True, text=True, timeout=timeout, cwd=self.local)
         if check and out.returncode != 0:
             raise AssertionError(f"airflow {' '.join(args)} exited {out.returncode}:\n"
@@ -97,15 +103,28 @@ def watch_service(pg_url, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def airflow_home(pg_url, watch_service, tmp_path_factory) -> AirflowHome:
+def spark_connect(tmp_path_factory):
+    """The Spark Connect server, started in the background (it comes up while the Airflow
+    home migrates and the sink fills the landing zone) and stopped by its pid at the end."""
+    settings = Settings(local_dir=tmp_path_factory.mktemp("spark-connect"))
+    state = spark_connect_server.start(settings, port=free_port(), master="local[2]",
+                                       driver_memory="1g", timeout_s=None)
+    yield settings, state
+    spark_connect_server.terminate(state.pid)
+
+
+@pytest.fixture(scope="session")
+def airflow_home(pg_url, watch_service, spark_connect, tmp_path_factory) -> AirflowHome:
     local = tmp_path_factory.mktemp("airflow-local")
+    connect_settings, connect = spark_connect
     env = airflow_env(Settings(local_dir=local, database_url=pg_url), {
         "AUDITSYNC_WATCH_URL": watch_service.url, "AUDITSYNC_SPARK_MASTER": "local[2]",
-        "AUDITSYNC_SENSOR_TIMEOUT_S": "120"})
+        "AUDITSYNC_SENSOR_TIMEOUT_S": "120", "AUDITSYNC_SPARK_CONNECT": connect.url})
     full = {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"}
     home = AirflowHome(local, full)
     home.run("db", "migrate", check=True, timeout=180)
+    spark_connect_server.wait_ready(connect_settings, connect)
     return home
 
 
@@ -209,13 +228,16 @@ def task_states(home: AirflowHome) -> dict[str, str]:
 
 def dags_test(home: AirflowHome, date: str, run_id: str, *, landing: Path | None = None,
               warehouse: Path | None = None, extra_env: dict | None = None,
-              extra_args: tuple[str, ...] = ()) -> DagTest:
+              extra_args: tuple[str, ...] = (), spark_connect: bool = True) -> DagTest:
+    """One DAG run; ``spark_connect=False`` drops the Spark Connect connection, so every Spark
+    step is a ``spark-submit`` through ``spark_default`` (the cluster path)."""
     landing = landing or home.landing
     warehouse = warehouse or home.warehouse
     env = {"AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
            "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(warehouse), **(extra_env or {})}
     started = time.monotonic()
-    out = home.run("dags", "test", "audit_sync", date, *extra_args, extra_env=env, timeout=900)
+    out = home.run("dags", "test", "audit_sync", date, *extra_args, extra_env=env, timeout=900,
+                   unset=() if spark_connect else (CONNECT_CONN,))
     output = out.stdout + out.stderr
     (home.local / f"dags-test-{run_id}-{int(started)}.log").write_text(output)
     return DagTest(out.returncode, output, time.monotonic() - started, run_id,
@@ -264,7 +286,8 @@ def write_phantom(consumer_dir: Path, topic: str, seq: int) -> None:
 @pytest.fixture(scope="session")
 def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     """A copy of the landing zone plus one delivery of a seq that never existed: a defect no
-    backfill can repair, so verify fails the run."""
+    backfill can repair, so verify fails the run. Without Spark Connect: the spark-submit
+    fallback, whose failure message ends with the job's verdict."""
     import shutil
 
     root = tmp_path_factory.mktemp("phantom") / "landing"
@@ -274,6 +297,18 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     write_phantom(root / CONSUMER, topic, phantom_seq)
     run = dags_test(airflow_home, PHANTOM_DATE,
                     pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
-                    landing=root, warehouse=root.parent / "warehouse")
+                    landing=root, warehouse=root.parent / "warehouse", spark_connect=False)
     run.facts["phantom"] = (topic, phantom_seq)
+    return run
+
+
+@pytest.fixture(scope="session")
+def phantom_connect_run(airflow_home, phantom_run, tmp_path_factory) -> DagTest:
+    """The phantom's data interval again (same pipeline run id, so its rows are replaced by
+    identical ones), into a fresh warehouse, its Spark steps on the Spark Connect server: the
+    gate fails the same way, the verdict in the failure message."""
+    warehouse = tmp_path_factory.mktemp("phantom-connect") / "warehouse"
+    run = dags_test(airflow_home, PHANTOM_DATE, phantom_run.run_id,
+                    landing=phantom_run.landing, warehouse=warehouse)
+    run.facts["phantom"] = phantom_run.facts["phantom"]
     return run

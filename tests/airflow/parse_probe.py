@@ -42,6 +42,10 @@ print(json.dumps({
     "doc_md": bool(dag and dag.doc_md),
     "schedule": [type(dag.timetable).__name__, dag.timetable.expression] if dag else None,
     "spark": {t.task_id: [t._conn_id, t._spark_binary, t.jars] for t in dag.tasks
-              if type(t).__name__ == "SparkSubmitOperator"} if dag else {},
+              if "SparkSubmitOperator" in {c.__name__ for c in type(t).__mro__}} if dag else {},
+    "spark_argv": {t.task_id: list(t.application_args) for t in dag.tasks
+                   if hasattr(t, "application_args")} if dag else {},
+    "spark_env": {t.task_id: t.env_vars for t in dag.tasks if hasattr(t, "env_vars")}
+    if dag else {},
     "outlets": sorted(a.name for t in dag.tasks for a in t.outlets) if dag else [],
 }))

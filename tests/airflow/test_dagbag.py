@@ -34,7 +34,7 @@ def parsed(tmp_path_factory) -> dict:
 
 def test_no_import_errors_and_both_dags(parsed):
     assert parsed["import_errors"] == {}
-    assert parsed["dags"] == ["audit_sync", "retention"]
+    assert parsed["dags"] == ["audit_full", "audit_sync", "retention"]
     assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
 
 
@@ -55,8 +55,33 @@ def test_the_pipeline_wiring(parsed):
     assert parsed["catchup"] is False and parsed["doc_md"]
     assert parsed["schedule"] == ["CronDataIntervalTimetable", "*/15 * * * *"]
     spark_submit = str(Path(sys.executable).with_name("spark-submit"))
+    assert sorted(parsed["spark"]) == sorted(["compact", "reconcile", *backfill, "verify"])
     for task, (conn_id, binary, jars) in parsed["spark"].items():
         assert (conn_id, binary, jars) == ("spark_default", spark_submit,
                                            "/usr/share/java/postgresql.jar"), task
     assert parsed["outlets"] == ["auditsync_audit_log", "auditsync_quality_report",
                                  "auditsync_reconciliation", "auditsync_search_index"]
+
+
+def test_no_credentials_in_process_arguments(parsed):
+    """The database URL reaches the Spark steps in their environment, never in argv (``ps``)."""
+    assert len(parsed["spark_argv"]) == 5
+    for task, argv in parsed["spark_argv"].items():
+        assert not any("database-url" in a or "get_uri" in a for a in argv), (task, argv)
+        assert parsed["spark_env"][task] == {
+            "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}, task
+
+
+def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):
+    """Neither the DAG nor Airflow's environment decide the JDBC driver: the jobs' lookup does,
+    and it takes the user's AUDITSYNC_JDBC_JAR first."""
+    jar = tmp_path / "my-postgresql.jar"
+    jar.write_bytes(b"PK")
+    env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_JDBC_JAR": str(jar)})
+    assert env["AUDITSYNC_JDBC_JAR"] == str(jar)
+    assert "AUDITSYNC_JDBC_JAR" not in airflow_env(Settings(local_dir=tmp_path), {})
+    from auditsync_plugin.spark_step import SparkStepOperator
+
+    monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
+    op = SparkStepOperator(task_id="t", step="compact", application="x.py")
+    assert op.jars == str(jar) and op.packages is None

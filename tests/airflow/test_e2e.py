@@ -104,3 +104,42 @@ def test_a_phantom_delivery_fails_verify_with_a_readable_message(phantom_run, pg
     [(status,)] = pg_rows(pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s",
                           phantom_run.run_id)
     assert status == "failed"
+
+
+def test_the_spark_steps_ran_as_spark_connect_clients(fault_run, airflow_home):
+    """Each Spark step is its own task, run in the task's process against the long-running
+    server: no spark-submit, no JVM start per step."""
+    assert fault_run.returncode == 0, fault_run.output[-3000:]
+    url = airflow_home.env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]
+    assert '"conn_type": "spark_connect"' in url
+    assert "Spark Connect sc://127.0.0.1:" in fault_run.output
+    for step in ("compact", "reconcile", "backfill", "verify"):
+        assert f": {step} --work " in fault_run.output, step
+    assert "Spark-Submit cmd" not in fault_run.output
+
+
+def test_a_phantom_fails_verify_on_spark_connect_too(phantom_connect_run, pg_url):
+    topic, seq = phantom_connect_run.facts["phantom"]
+    assert phantom_connect_run.returncode != 0
+    states = phantom_connect_run.states
+    assert states["verify"] == "failed" and all(states[b] == "success" for b in BACKFILL)
+    assert states["quality"] == states["publish"] == "upstream_failed"
+    failure = phantom_connect_run.output[phantom_connect_run.output.index(
+        "Spark step verify did not pass (Spark Connect sc://"):]
+    assert "defects remain after backfill" in failure
+    line = next(x for x in failure.splitlines() if "phantom" in x and "e.g. seq" in x)
+    assert topic in line and f"e.g. seq {seq}" in line
+    [(status,)] = pg_rows(pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s",
+                          phantom_connect_run.run_id)
+    assert status == "failed"
+
+
+def test_the_full_audit_dag_agrees_with_the_incremental_run(fault_run, airflow_home):
+    """The on-demand audit re-judges all history and finds what the run found."""
+    assert fault_run.returncode == 0, fault_run.output[-3000:]
+    out = airflow_home.run("dags", "test", "audit_full", "2025-06-01T13:00:00+00:00",
+                           timeout=600)
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-4000:]
+    assert "agrees with the incremental runs" in output
+    assert list((fault_run.warehouse / "audits").iterdir())

@@ -28,7 +28,6 @@ def test_requests_are_built_without_io():
         "GET", "http://svc:8400/v0/topics",
         {"Accept": "application/json", "Authorization": "Bearer k3y"}, 3.0)
     assert "Authorization" not in hook.topics_request("http://svc:8400", None).headers
-    assert hook.ready_request("https://svc").url == "https://svc/readyz"
 
 
 @pytest.mark.parametrize(("schema", "host", "port", "url"), [
@@ -224,26 +223,23 @@ def test_data_docs_paths_cannot_leave_the_docs_folder(tmp_path: Path):
 def test_job_arguments_are_the_pipeline_runners():
     paths = jobs.Paths("/l", "/w", "R")
     assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
-    assert jobs.args("compact", paths, "DB") == [
-        "--landing", "/l", "--out", "/w/deliveries", "--database-url", "DB", "--run-id", "R"]
-    assert jobs.args("verify", paths, "DB") == [
-        "--detail", "/w/runs/R/detail", "--audit-log", "/w/audit_log",
-        "--out", "/w/runs/R/remaining", "--database-url", "DB", "--run-id", "R"]
-    assert jobs.args("backfill", paths, "DB", target="search_index")[-2:] == [
+    assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
+    assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]
+    assert jobs.args("backfill", paths, target="search_index")[-2:] == [
         "--target", "search_index"]
     with pytest.raises(ValueError, match="--target is for backfill"):
-        jobs.args("backfill", paths, "DB", target="both")
+        jobs.args("backfill", paths, target="both")
     with pytest.raises(ValueError, match="unknown Spark job"):
         jobs.application(Path("/p"), "nope")
-    assert jobs.quality_datasets(paths) == {
-        "deliveries": "/w/deliveries", "reconciliation": "/w/runs/R/summary",
-        "remaining": "/w/runs/R/remaining", "audit_log": "/w/audit_log"}
+    # The database URL is never an argument: it travels in the environment.
+    assert not any("database" in a for step in ("compact", "reconcile", "backfill", "verify")
+                   for a in jobs.args(step, paths))
 
 
 def test_templated_roots_survive_path_building():
     paths = jobs.Paths("{{ var.value.l }}", "{{ var.value.w }}", "{{ ds }}")
-    assert jobs.args("reconcile", paths, "{{ conn.pg.get_uri() }}")[:4] == [
-        "--deliveries", "{{ var.value.w }}/deliveries", "--out", "{{ var.value.w }}/runs/{{ ds }}"]
+    assert jobs.args("reconcile", paths)[:4] == ["--work", "{{ var.value.w }}",
+                                                 "--run-id", "{{ ds }}"]
 
 
 def test_publish_refuses_a_run_that_did_not_pass():
@@ -304,3 +300,29 @@ def test_airflow_env_overrides(tmp_path: Path):
 def test_connection_json_refuses_a_url_without_host():
     with pytest.raises(ValueError, match="expected scheme://host"):
         connection_json("local[*]", "spark")
+
+
+# -- Spark Connect ---------------------------------------------------------------------------
+def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
+    from watch_service.tools.spark_connect import SERVER_CLASS, command
+
+    jar = tmp_path / "pg.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
+    cmd = command(15099, "local[2]", python="/venv/bin/python")
+    assert cmd[:3] == ["/venv/bin/spark-submit", "--class", SERVER_CLASS]
+    assert cmd[-1] == "spark-internal"
+    flags = dict(zip(cmd[1:-1:2], cmd[2:-1:2]))
+    assert flags["--master"] == "local[2]" and flags["--jars"] == str(jar)
+    confs = {c.split("=", 1)[0]: c.split("=", 1)[1] for c in cmd if c.startswith("spark.")}
+    assert confs["spark.connect.grpc.binding.port"] == "15099"
+    assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback by default
+    assert confs["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_airflow_env_names_the_spark_connect_server(tmp_path: Path):
+    env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_SPARK_CONNECT": "sc://h:15002"})
+    assert json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]) == {
+        "conn_type": "spark_connect", "host": "h", "port": 15002}
+    assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" not in airflow_env(Settings(local_dir=tmp_path),
+                                                                   {})

@@ -79,7 +79,8 @@ def test_the_cluster_gives_the_local_results(fault_run, spark_cluster, airflow_h
         extra_env={"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
             {"conn_type": "spark", "host": url}), "SPARK_LOCAL_IP": "127.0.0.1"},
         # Only the Spark jobs: the sink wait and the checkpoint do not touch the cluster.
-        extra_args=("--mark-success-pattern", "wait_for_sinks|quality|publish"))
+        extra_args=("--mark-success-pattern", "wait_for_sinks|quality|publish"),
+        spark_connect=False)
     assert run.returncode == 0, run.output[-5000:]
     assert f"--master {url}" in run.output
     # Every Spark job of the run was an application of the standalone master.

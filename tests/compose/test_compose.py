@@ -48,7 +48,8 @@ def command(service: dict) -> str:
 
 def test_every_part_of_the_deployment_is_there(services):
     expected = {"postgres", "migrate", "watch", "sink", "spark-master", "spark-worker-1",
-                "spark-worker-2", "airflow-db", "airflow-init", *AIRFLOW_SERVICES}
+                "spark-worker-2", "spark-connect", "airflow-db", "airflow-init",
+                *AIRFLOW_SERVICES}
     assert expected <= set(services)
     workers = [n for n, s in services.items() if "deploy.worker.Worker" in command(s)]
     assert sorted(workers) == ["spark-worker-1", "spark-worker-2"]
@@ -89,6 +90,22 @@ def test_the_dag_submits_to_the_spark_master(services):
     for name in AIRFLOW_SERVICES:
         conn = json.loads(services[name]["environment"]["AIRFLOW_CONN_SPARK_DEFAULT"])
         assert conn == {"conn_type": "spark", "host": SPARK_MASTER}
+
+
+def test_the_steps_reach_a_spark_connect_server_on_the_cluster(services):
+    server = services["spark-connect"]
+    assert command(server).split()[:3] == ["auditsync", "spark-connect", "serve"]
+    assert f"--master {SPARK_MASTER}" in command(server)
+    assert "--port 15002" in command(server) and "--host 0.0.0.0" in command(server)
+    assert "data:/data" in server["volumes"]
+    assert depends(services["airflow-scheduler"])["spark-connect"] == "service_healthy"
+    for name in AIRFLOW_SERVICES:
+        conn = json.loads(services[name]["environment"]["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+        assert conn == {"conn_type": "spark_connect", "host": "spark-connect", "port": 15002}
+        # The JDBC driver is the image's (AUDITSYNC_JDBC_JAR), not decided per service.
+        assert "AUDITSYNC_JDBC_JAR" not in services[name]["environment"]
+    assert "AUDITSYNC_JDBC_JAR=/usr/share/java/postgresql.jar" in \
+        services["watch"]["build"]["dockerfile_inline"]
 
 
 def test_processes_that_share_files_share_the_data_volume(compose, services):

@@ -7,7 +7,12 @@ a few ``AUDITSYNC_*`` overrides passed in explicitly (it never reads ``os.enviro
 
 ``python -m watch_service.tools.airflow_env`` prints the variables as shell ``export`` lines;
 ``python -m watch_service.tools.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
-standalone``).
+standalone``); there, a Spark Connect server started by ``auditsync spark-connect start`` is
+picked up as the ``spark_connect_default`` connection unless ``AUDITSYNC_SPARK_CONNECT`` says
+otherwise.
+
+The JDBC driver is not decided here: the Spark steps find it themselves
+(``spark_jobs.common.session.jdbc_driver``), honouring a user's ``AUDITSYNC_JDBC_JAR``.
 """
 from __future__ import annotations
 
@@ -25,7 +30,6 @@ from watch_service.store.database import database_url
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_USERS = "admin:admin"
 DEFAULT_SCHEDULE = "*/15 * * * *"
-JDBC_JAR = "/usr/share/java/postgresql.jar"
 
 # Overrides this module honours (all optional), with what they set.
 OVERRIDES = {
@@ -38,6 +42,9 @@ OVERRIDES = {
     "AUDITSYNC_SCHEDULE": f"audit_sync cron schedule (default {DEFAULT_SCHEDULE!r})",
     "AUDITSYNC_AIRFLOW_USERS": f"simple auth manager users (default {DEFAULT_USERS!r})",
     "AUDITSYNC_SENSOR_TIMEOUT_S": "how long the sink-cursor sensor waits before failing",
+    "AUDITSYNC_SPARK_CONNECT": "spark_connect_default connection (sc://host:port); unset: "
+                               "every Spark step is a spark-submit through spark_default",
+    "AUDITSYNC_JDBC_JAR": "the PostgreSQL JDBC driver jar, passed through unchanged",
 }
 
 
@@ -96,11 +103,13 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
         "AIRFLOW_VAR_AUDITSYNC_GX_ROOT": str(local / "gx"),
         "AIRFLOW_VAR_AUDITSYNC_CONSUMERS": over.get("AUDITSYNC_CONSUMERS", ""),
         "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
-        "AUDITSYNC_JDBC_JAR": JDBC_JAR,
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
     }
-    for name in ("AUDITSYNC_SCHEDULE", "AUDITSYNC_SENSOR_TIMEOUT_S"):
+    if "AUDITSYNC_SPARK_CONNECT" in over:
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connection_json(
+            over["AUDITSYNC_SPARK_CONNECT"], "spark_connect")
+    for name in ("AUDITSYNC_SCHEDULE", "AUDITSYNC_SENSOR_TIMEOUT_S", "AUDITSYNC_JDBC_JAR"):
         if name in over:
             env[name] = over[name]
     return env
@@ -109,9 +118,15 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
 def main(argv: list[str] | None = None) -> int:
     from watch_service import settings as settings_mod
 
+    from watch_service.tools.spark_connect import running_url
+
     argv = sys.argv[1:] if argv is None else argv
     try:
-        env = airflow_env(settings_mod.load(), os.environ)
+        settings = settings_mod.load()
+        overrides = dict(os.environ)
+        if "AUDITSYNC_SPARK_CONNECT" not in overrides:
+            overrides["AUDITSYNC_SPARK_CONNECT"] = running_url(settings) or ""
+        env = airflow_env(settings, overrides)
     except SettingsError as exc:
         print(f"auditsync airflow-env: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 import psycopg
 
+from watch_service.tools import spark_connect
 from watch_service.tools.airflow_env import airflow_env
 from watch_service.protocol.authz import change_topic
 from watch_service.settings import PROJECT_ROOT
@@ -99,12 +100,42 @@ def wait_for_sink(demo, heads: dict[str, int]) -> None:
              f"({sum(heads.values())} seqs)")
 
 
+def start_spark_connect(demo) -> tuple[spark_connect.ServerState | None, bool]:
+    """The Spark Connect server the DAG's steps use: the one ``auditsync spark-connect start``
+    left running, else one of the demo's own (starting while Airflow migrates). Returns it and
+    whether the demo started it; (None, False) when it cannot, so the steps spark-submit."""
+    running = spark_connect.read_state(demo.settings)
+    if running:
+        demo.say("spark", f"Spark Connect server pid {running.pid} at {running.url} (reused)")
+        return running, False
+    try:
+        state = spark_connect.start(demo.settings, timeout_s=None)
+    except spark_connect.SparkConnectError as exc:
+        demo.say("spark", f"no Spark Connect server ({exc}); each step will spark-submit")
+        return None, False
+    demo.say("spark", f"Spark Connect server pid {state.pid} at {state.url} (log: "
+             f"{spark_connect.home(demo.settings) / 'server.log'})")
+    return state, True
+
+
 def run_airflow(demo) -> None:
-    """``airflow db migrate`` then ``airflow dags test audit_sync`` on the interval just ended."""
+    """``airflow db migrate`` then ``airflow dags test audit_sync`` on the interval just ended,
+    its Spark steps on a Spark Connect server (stopped afterwards if the demo started it)."""
+    server, started = start_spark_connect(demo)
+    try:
+        _run_airflow(demo, server)
+    finally:
+        if started and server is not None:
+            spark_connect.stop(demo.settings)
+            demo.say("stop", f"Spark Connect server pid {server.pid} stopped")
+
+
+def _run_airflow(demo, server: spark_connect.ServerState | None) -> None:
     env = airflow_env(demo.settings, {
         "AUDITSYNC_WATCH_URL": demo.service_url, "AUDITSYNC_SPARK_MASTER": "local[2]",
         "AUDITSYNC_LANDING": str(demo.landing), "AUDITSYNC_WAREHOUSE": str(demo.work_dir / "warehouse"),
-        "AUDITSYNC_CONSUMERS": CONSUMER, "AUDITSYNC_SENSOR_TIMEOUT_S": "120"})
+        "AUDITSYNC_CONSUMERS": CONSUMER, "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
+        "AUDITSYNC_SPARK_CONNECT": server.url if server else ""})
     demo.gx_root = Path(env["AIRFLOW_VAR_AUDITSYNC_GX_ROOT"])
     bin_dir = Path(sys.executable).parent
     full = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -114,6 +145,8 @@ def run_airflow(demo) -> None:
         migrated = subprocess.run([str(bin_dir / "airflow"), "db", "migrate"], env=full,
                                   stdout=log, stderr=subprocess.STDOUT, timeout=300)
     demo.check(migrated.returncode == 0, f"airflow db migrate failed; see {log_path}")
+    if server is not None:
+        spark_connect.wait_ready(demo.settings, server)
     now = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
     logical = now - dt.timedelta(minutes=now.minute % 15 + 15)
     demo.say("airflow", f"metadata DB ready; airflow dags test audit_sync {logical.isoformat()} "

@@ -1,8 +1,8 @@
 """Recent reconciliation runs, per topic, for the plugin's page.
 
-``RUNS_SQL`` reads the pipeline's result tables in PostgreSQL (migration 003); :func:`pivot`
-turns its (run, consumer, topic, status, count, remaining) rows into one line per topic, and
-:func:`render_page` makes the HTML. Everything but :func:`fetch` is pure.
+:func:`fetch` reads the pipeline's run tables through ``watch_service.store.runs``;
+:func:`pivot` turns its (run, consumer, topic, status, net count, remaining) rows into one line
+per topic, and :func:`render_page` makes the HTML. Everything but :func:`fetch` is pure.
 """
 from __future__ import annotations
 
@@ -10,19 +10,6 @@ import dataclasses
 import html
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-# Newest runs first; each (run, consumer, topic, status) count, and for defects what verify
-# found left after backfill (NULL until verify ran).
-RUNS_SQL = """
-WITH recent AS (
-    SELECT run_id, status AS run_status, started_at, finished_at
-    FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
-)
-SELECT r.run_id, r.run_status, r.started_at, r.finished_at, s.consumer, s.topic,
-       s.status, s.count, s.remaining
-FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
-ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
-"""
 
 
 @dataclasses.dataclass
@@ -120,8 +107,10 @@ td:nth-child(3) {{ white-space: nowrap; }}
 
 
 def fetch(conninfo: Mapping[str, Any], limit: int = 20) -> list[dict[str, Any]]:
+    """The newest runs' rows (``watch_service.store.runs.recent_runs``)."""
     import psycopg
-    from psycopg.rows import dict_row
 
-    with psycopg.connect(**conninfo, connect_timeout=5, row_factory=dict_row) as conn:
-        return conn.execute(RUNS_SQL, {"limit": limit}).fetchall()
+    from watch_service.store import runs
+
+    with psycopg.connect(**conninfo, connect_timeout=5, autocommit=True) as conn:
+        return runs.recent_runs(conn, limit)

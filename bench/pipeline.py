@@ -1,0 +1,278 @@
+"""What a pipeline run costs as history grows, and the fixed cost of an empty DAG run.
+
+Starts its own throwaway PostgreSQL (the project's embedded cluster, a temp folder, a free
+loopback port) and one local Spark session, then:
+
+* for each history size (default 0, 1 M and 5 M records in 4 topics, cumulative): writes the
+  missing history directly — source rows with COPY into ``records``, the landing zone as sink
+  segments written with pyarrow (``part-<first>-<last>.parquet``, 500-record frames) — and
+  reconciles it with one untimed pipeline run; then adds 2,000 new records the same way and
+  times one more run, step by step (``spark_jobs.runner.run_steps``, in-process);
+* the fixed cost of an empty run: the same in-process run with nothing new, and
+  ``airflow dags test audit_sync`` on an empty landing zone (sensor marked done), with the Spark
+  steps on a Spark Connect server (``auditsync spark-connect``) and as one ``spark-submit``
+  each, interleaved so both see the same machine load (medians of ``--dag-runs``).
+
+Prints per-step seconds, the ratio of each run to the run over an empty history (target: 5 M
+within 1.2 x) and of the Spark Connect DAG run to the spark-submit one (target: at most half),
+and the load average before and after. Not a test: it reports, it does not assert.
+Measured here (2 cores shared with other work, load average 2-5.5), with the incremental
+pipeline: empty DAG run 40.4 / 30.9 s on Spark Connect against 109.9 / 102.9 s with a
+spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline's empty DAG run
+was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
+first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
+``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
+[--skip-dag] [--quick]`` (``--quick``: sizes 0,100000, one DAG run each).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import os
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from spark_jobs.layout import STEPS, Layout  # noqa: E402
+from watch_service.settings import Settings  # noqa: E402
+from watch_service.sink.landing import SCHEMA, segment_name  # noqa: E402
+from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
+from watch_service.store.migrate import migrate  # noqa: E402
+from watch_service.tools import spark_connect  # noqa: E402
+from watch_service.tools.airflow_env import airflow_env  # noqa: E402
+
+TOPICS = tuple(f"bench-{i}" for i in range(4))
+CONSUMER = "bench"
+FRAME = 500
+FRAMES_PER_SEGMENT = 100
+TS0 = 1_700_000_000_000
+# One record per second per topic: 5 M records span about two weeks of audit-log date
+# partitions, and a new interval's records land in the newest one, as in production.
+TS_STEP_MS = 1_000
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+class World:
+    """The source (PostgreSQL) and one consumer's landing zone, grown together."""
+
+    def __init__(self, url: str, landing: Path) -> None:
+        self.url = url
+        self.dir = landing / CONSUMER
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.heads = dict.fromkeys(TOPICS, 0)
+        self.frame_no = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE records SET UNLOGGED")  # a throwaway cluster: speed only
+            conn.execute("INSERT INTO topics (name) SELECT unnest(%s::text[])", (list(TOPICS),))
+
+    @property
+    def total(self) -> int:
+        return sum(self.heads.values())
+
+    def add(self, count: int) -> float:
+        """``count`` new records spread over the topics, in the source and the landing zone."""
+        started = time.monotonic()
+        per_topic = [count // len(TOPICS) + (i < count % len(TOPICS)) for i in range(len(TOPICS))]
+        with psycopg.connect(self.url) as conn:
+            conn.execute("SET synchronous_commit = off")
+            for topic, n in zip(TOPICS, per_topic):
+                first = self.heads[topic] + 1
+                for lo in range(first, first + n, FRAME * FRAMES_PER_SEGMENT):
+                    hi = min(lo + FRAME * FRAMES_PER_SEGMENT, first + n) - 1
+                    self._chunk(conn, topic, lo, hi)
+                self.heads[topic] += n
+                conn.execute("UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
+                             (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic))
+        return time.monotonic() - started
+
+    def _chunk(self, conn, topic: str, lo: int, hi: int) -> None:
+        seqs = list(range(lo, hi + 1))
+        data = [f'{{"i":{s},"topic":"{topic}","v":"{(s * 2654435761) % 2**32:08x}"}}'
+                for s in seqs]
+        with conn.cursor().copy("COPY records (topic, seq, ts, data) FROM STDIN") as copy:
+            for s, d in zip(seqs, data):
+                copy.write_row((topic, s, TS0 + s * TS_STEP_MS, d))
+        frames = [(s - lo) // FRAME for s in seqs]
+        first_frame = self.frame_no + 1
+        frame_nos = [first_frame + f for f in frames]
+        cursors = [min(lo + (f + 1) * FRAME - 1, hi) for f in frames]
+        self.frame_no = frame_nos[-1]
+        n = len(seqs)
+        now = int(time.time() * 1000)
+        table = pa.table({
+            "consumer": [CONSUMER] * n, "filter_node": pa.nulls(n, pa.string()),
+            "frame_no": frame_nos, "frame_id": [f"{topic}:{c}" for c in cursors],
+            "received_ms": [now] * n, "kind": ["record"] * n, "topic": [topic] * n,
+            "cursor": cursors, "seq": seqs, "ts": [TS0 + s * TS_STEP_MS for s in seqs],
+            "tag": pa.nulls(n, pa.string()), "node": pa.nulls(n, pa.string()),
+            "meta": pa.nulls(n, pa.string()), "data": data,
+            "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
+            "reason": pa.nulls(n, pa.string()), "gap_from": pa.nulls(n, pa.int64()),
+            "gap_to": pa.nulls(n, pa.int64()), "head_seq": pa.nulls(n, pa.int64())},
+            schema=SCHEMA)
+        pq.write_table(table, self.dir / segment_name(first_frame, self.frame_no))
+
+
+def pipeline_run(spark, world: World, work: Path, run_id: str) -> dict[str, float]:
+    """One in-process pipeline run (the runner's steps on ``spark``); seconds per step."""
+    from spark_jobs import runner
+    from watch_service.store import runs
+
+    layout = Layout(world.dir.parent, work, run_id)
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        runs.start_run(conn, run_id)
+    seconds = {}
+    for step in STEPS:
+        t0 = time.monotonic()
+        runner.run_steps(spark, layout, world.url, steps=(step,))
+        seconds[step] = time.monotonic() - t0
+    seconds["total"] = sum(seconds.values())
+    return seconds
+
+
+def history_runs(base: Path, url: str, sizes: list[int], new: int) -> dict[int, dict]:
+    from spark_jobs.common.session import build_session
+
+    world = World(url, base / "landing")
+    work = base / "warehouse"
+    spark = build_session("bench-pipeline", master="local[2]",
+                          conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+    results: dict[int, dict] = {}
+    try:
+        for size in sorted(sizes):
+            if size > world.total:
+                built = world.add(size - world.total)
+                t0 = time.monotonic()
+                pipeline_run(spark, world, work, f"history-{size}")
+                print(f"history {size:>9,}: written in {built:.1f} s, reconciled in "
+                      f"{time.monotonic() - t0:.1f} s ({load()})", flush=True)
+            if size == min(sizes):
+                empty = pipeline_run(spark, world, work, f"empty-{size}")
+                results[-1] = empty
+                print(f"empty run over {size:,}: {fmt(empty)}", flush=True)
+            world.add(new)
+            results[size] = pipeline_run(spark, world, work, f"plus{new}-{size}")
+            print(f"+{new:,} over {size:>9,}: {fmt(results[size])} ({load()})", flush=True)
+    finally:
+        spark.stop()
+    return results
+
+
+def fmt(seconds: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:6.1f}" for k, v in seconds.items())
+
+
+def dag_runs(base: Path, url: str, runs: int) -> dict[str, list[float]]:
+    """Empty ``airflow dags test audit_sync`` runs, Spark Connect and spark-submit alternating."""
+    settings = Settings(local_dir=base / "dag", database_url=url)
+    server = spark_connect.start(settings, port=free_port(), driver_memory="1g")
+    env = airflow_env(settings, {"AUDITSYNC_SPARK_MASTER": "local[2]",
+                                 "AUDITSYNC_WATCH_URL": "http://127.0.0.1:1",
+                                 "AUDITSYNC_SPARK_CONNECT": server.url})
+    full = {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=full, check=True,
+                   capture_output=True)
+    times: dict[str, list[float]] = {"spark-connect": [], "spark-submit": []}
+    first = dt.datetime(2025, 6, 1, 12, 5, tzinfo=dt.timezone.utc)
+    try:
+        for i in range(runs):
+            for k, mode in enumerate(times):
+                date = (first + dt.timedelta(minutes=15 * (2 * i + k))).isoformat()
+                times[mode].append(_dag_run(base, full, mode, date, i))
+    finally:
+        spark_connect.stop(settings)
+    return times
+
+
+def _dag_run(base: Path, env: dict, mode: str, date: str, i: int) -> float:
+    landing = base / "dag-landing"
+    landing.mkdir(exist_ok=True)
+    run_env = {**env, "AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
+               "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(base / f"dag-warehouse-{mode}")}
+    if mode == "spark-submit":
+        run_env.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
+    t0 = time.monotonic()
+    out = subprocess.run([str(BIN / "airflow"), "dags", "test", "audit_sync", date,
+                          "--mark-success-pattern", "wait_for_sinks"], env=run_env,
+                         capture_output=True, text=True)
+    seconds = time.monotonic() - t0
+    (base / f"dag-{mode}-{i}.log").write_text(out.stdout + out.stderr)
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        tasks = db.execute(
+            "SELECT task_id, state, duration FROM task_instance WHERE run_id = (SELECT run_id "
+            "FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1) ORDER BY 1")
+        shown = "  ".join(f"{t} {s} {d or 0:.1f}" for t, s, d in tasks.fetchall())
+    print(f"empty DAG run ({mode}): {seconds:.1f} s exit {out.returncode}  [{shown}] "
+          f"({load()})", flush=True)
+    return seconds
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="0,1000000,5000000")
+    parser.add_argument("--new", type=int, default=2000)
+    parser.add_argument("--dag-runs", type=int, default=2)
+    parser.add_argument("--skip-dag", action="store_true")
+    parser.add_argument("--dag-only", action="store_true", help="only the empty DAG runs")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [0, 100_000] if args.quick else [int(x) for x in args.sizes.split(",")]
+    dag_n = 1 if args.quick else args.dag_runs
+    base = Path(tempfile.mkdtemp(prefix="auditsync-bench-pipeline-"))
+    base.chmod(0o755)  # the embedded server runs as the postgres user
+    pg = EmbeddedPostgres(base / "pg", free_port())
+    print(f"bench/pipeline.py: {load()}", flush=True)
+    try:
+        pg.start()
+        migrate(pg.url)
+        dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n)
+        results = {} if args.dag_only else history_runs(base, pg.url, sizes, args.new)
+    finally:
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    if dags:
+        connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))
+        print(f"\nempty DAG run (median of {dag_n}): Spark Connect {connect:.1f} s, "
+              f"spark-submit {submit:.1f} s, ratio {connect / submit:.2f} (target <= 0.5)")
+    if not results:
+        return 0
+    first = results[min(sizes)]["total"]
+    print(f"\n== per-step seconds of a run adding {args.new:,} records")
+    for size in sorted(sizes):
+        r = results[size]
+        print(f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x")
+    print(f"empty in-process run: {fmt(results[-1])}")
+    biggest = results[max(sizes)]["total"] / first
+    print(f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); "
+          f"{load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,39 @@
+"""The pipeline's run tables in PostgreSQL, as Airflow reaches them: a ``PostgresHook`` on the
+``auditsync_pg`` connection whose methods hand a psycopg connection to the store's functions.
+
+The SQL itself lives with the rest of the pipeline's run tables (``watch_service.store.runs``),
+never in an operator; this hook only decides which connection and transaction it runs in.
+Importing this module imports the Postgres provider, not psycopg's pool or anything heavy.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import closing
+from typing import Any
+
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+from watch_service.store import runs
+
+DEFAULT_CONN_ID = "auditsync_pg"
+
+
+class PipelineRunsHook(PostgresHook):
+    """``pipeline_runs`` / ``reconcile_summary`` through the ``auditsync_pg`` connection."""
+
+    default_conn_name = DEFAULT_CONN_ID
+    hook_name = "auditsync pipeline runs"
+
+    def __init__(self, postgres_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(postgres_conn_id=postgres_conn_id, **kwargs)
+
+    def start_run(self, run_id: str) -> None:
+        """Mark ``run_id`` running, forgetting what an earlier attempt of it recorded."""
+        with closing(self.get_conn()) as conn:
+            runs.start_run(conn, run_id)
+            conn.commit()
+
+    def run_row(self, run_id: str) -> Sequence[Any] | None:
+        """(status, defects_found, defects_remaining, steps) of ``run_id``, or None."""
+        with closing(self.get_conn()) as conn:
+            return runs.get_run(conn, run_id)

@@ -1,0 +1,125 @@
+"""One Spark step of the pipeline as one Airflow task, over Spark Connect when there is a server.
+
+A cold ``spark-submit`` costs 12–15 s of JVM start per step on a small machine, most of an
+interval's run. When the ``spark_connect_default`` connection exists (the Spark provider's
+Spark Connect connection type: host, port, optional token), :class:`SparkStepOperator` calls
+the step's in-process entry point ``spark_jobs.<step>.main.run(spark, argv)`` with a client
+session of that long-running server; every step stays its own task with its own log. Without
+the connection it is exactly Airflow's ``SparkSubmitOperator`` (the standalone-cluster path).
+
+Either way the database URL travels in the environment (``AUDITSYNC_DATABASE_URL``), never in a
+process's arguments, and the JDBC driver comes from ``spark_jobs.common.session`` (which honours
+``AUDITSYNC_JDBC_JAR``). Importing this module imports neither pyspark nor the step modules.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
+
+from spark_jobs.layout import STEPS
+
+CONNECT_CONN_ID = "spark_connect_default"
+OUTPUT_TAIL_LINES = 40
+
+
+def connect_url(conn_id: str | None) -> str | None:
+    """The ``sc://`` URL of connection ``conn_id``, or None when it is not defined."""
+    if not conn_id:
+        return None
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return SparkConnectHook(conn_id).get_connection_url()
+    except AirflowNotFoundException:
+        return None
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` for the block, the previous values restored after (the
+    in-process step reads its database URL as a spawned one would)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def failure_message(step: str, remote: str, output: str, figures: Mapping[str, Any]) -> str:
+    """What a failed gate says: its figures, then its output's tail (verify's verdict)."""
+    tail = "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
+    verdict = str(figures.get("verdict") or "")
+    text = f"Spark step {step} did not pass (Spark Connect {remote}): {dict(figures)}"
+    return "\n".join(x for x in (text, tail, verdict) if x)
+
+
+class SparkStepOperator(SparkSubmitOperator):
+    """``step``: one of ``spark_jobs.layout.STEPS``; ``application_args``: its ``main.py`` flags;
+    ``connect_conn_id``: the Spark Connect connection to prefer (None: always spark-submit)."""
+
+    ui_color = "#fde8d7"
+
+    def __init__(self, *, step: str, connect_conn_id: str | None = CONNECT_CONN_ID,
+                 **kwargs: Any) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown Spark step {step!r}; expected one of {STEPS}")
+        driver_error = None
+        if "jars" not in kwargs and "packages" not in kwargs:
+            from spark_jobs.common.session import JdbcDriverMissing, submit_options
+
+            try:
+                kwargs.update(submit_options())
+            except JdbcDriverMissing as exc:  # reported when a spark-submit would need it
+                driver_error = str(exc)
+        super().__init__(**kwargs)
+        self._driver_error = driver_error
+        self.step = step
+        self.connect_conn_id = connect_conn_id
+
+    def execute(self, context) -> Any:
+        remote = connect_url(self.connect_conn_id)
+        if remote is not None:
+            return self.run_connected(importlib.import_module(f"spark_jobs.{self.step}.main"),
+                                      remote)
+        if self._driver_error:
+            raise AirflowException(self._driver_error)
+        return super().execute(context)
+
+    def run_connected(self, module: Any, remote: str) -> dict[str, Any]:
+        """The step in this process, as a client of the Spark Connect server at ``remote``:
+        ``module.run(spark, args)`` with the flags a spark-submit would get."""
+        from spark_jobs.common.session import build_session
+
+        argv = [str(a) for a in self.application_args or []]
+        self.log.info("Spark Connect %s: %s %s", remote, self.step, " ".join(argv))
+        out = io.StringIO()
+        try:
+            with environment(self.env_vars or {}):
+                args = module.build_parser().parse_args(argv)
+                with contextlib.redirect_stdout(out):
+                    spark = build_session(f"audit_sync.{self.task_id}", remote=remote)
+                    try:
+                        figures = module.run(spark, args)
+                    finally:
+                        spark.stop()
+        finally:  # what the step printed reaches the task log, whatever happened
+            output = out.getvalue()
+            for line in output.splitlines():
+                self.log.info("%s", line)
+        self.log.info("%s: %s", self.step, figures)
+        if isinstance(figures, dict) and figures.get("passed") is False:
+            raise AirflowException(failure_message(self.step, remote, output, figures))
+        return figures
