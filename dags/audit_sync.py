@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
-from auditsync_plugin import jobs
+from auditsync_plugin import step_args
 from auditsync_plugin.operators import (PublishOperator, QualityCheckpointOperator,
                                         StartRunOperator)
 from auditsync_plugin.sensors import SinkCursorSensor
@@ -25,11 +25,11 @@ SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
 # a task) rewrites the same outputs instead of adding new ones.
 RUN_ID = ("audit_sync_{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}"
           "_{{ data_interval_end.strftime('%Y%m%dT%H%M%SZ') }}")
-PATHS = jobs.Paths(landing="{{ var.value.auditsync_landing }}",
+PATHS = step_args.Paths(landing="{{ var.value.auditsync_landing }}",
                    warehouse="{{ var.value.auditsync_warehouse }}", run_id=RUN_ID)
 CONSUMERS = "{{ var.value.get('auditsync_consumers', '') }}"
 # Handed to the steps in their environment, never in a process's arguments (visible in `ps`).
-STEP_ENV = {jobs.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
+STEP_ENV = {step_args.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
 
 AUDIT_LOG = Asset(name="auditsync_audit_log", uri="auditsync://warehouse/audit_log",
                   group="auditsync")
@@ -45,8 +45,8 @@ def spark_job(task_id: str, job: str, target: str | None = None) -> SparkStepOpe
     """One step: over Spark Connect when ``spark_connect_default`` exists, else spark-submit
     through ``spark_default`` (the JDBC driver from ``spark_jobs.common.session``)."""
     return SparkStepOperator(
-        task_id=task_id, step=job, application=jobs.application(PROJECT, job),
-        application_args=jobs.args(job, PATHS, target=target), env_vars=STEP_ENV,
+        task_id=task_id, step=job, application=step_args.application(PROJECT, job),
+        application_args=step_args.args(job, PATHS, target=target), env_vars=STEP_ENV,
         conn_id="spark_default", spark_binary=SPARK_SUBMIT,
         name=f"audit_sync.{task_id}", driver_memory="1g",
         # WARN keeps the task log to what the jobs print (their result line, verify's verdict),
@@ -98,7 +98,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     compact = spark_job("compact", "compact")
     reconcile = spark_job("reconcile", "reconcile")
     backfill = [spark_job(f"backfill_{target}", "backfill", target=target)
-                for target in jobs.BACKFILL_TARGETS]
+                for target in step_args.BACKFILL_TARGETS]
     verify = spark_job("verify", "verify")
     quality = QualityCheckpointOperator(
         task_id="quality", gx_root="{{ var.value.auditsync_gx_root }}", run_name=RUN_ID,

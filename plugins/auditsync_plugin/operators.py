@@ -3,7 +3,7 @@
 * :class:`QualityCheckpointOperator` runs the Great Expectations checkpoints over one run's
   slice of the outputs (``quality.py``) — its deliveries, its reconcile detail and summary, the
   audit-log partitions it wrote, as ``spark_jobs.common.slices.quality_frames`` selects them —
-  and fails with a readable summary (``summary.py``): the failed expectations, how many rows
+  and fails with a readable summary (``quality_summary.py``): the failed expectations, how many rows
   broke them with examples, and the link to the Data Docs. The whole history is re-verified
   on demand by the ``audit_full`` DAG, not here.
 * :class:`StartRunOperator` resets the run's ``pipeline_runs`` row, so a re-run starts clean.
@@ -101,7 +101,7 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common.session import build_session
 
         from . import quality
-        from .summary import summarize
+        from .quality_summary import summarize
 
         if self.datasets:
             check_outputs(self.datasets)

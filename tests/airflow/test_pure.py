@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from auditsync_plugin import jobs
+from auditsync_plugin import step_args as jobs
 from auditsync_plugin.hooks import (Request, WatchServiceError, WatchServiceHook, base_url,
                                     error_message, parse_heads)
 from auditsync_plugin.sink_cursors import (Lag, SinkPosition, decide, parse_state,
                                            read_positions, split_consumers)
-from auditsync_plugin.summary import summarize
+from auditsync_plugin.quality_summary import summarize
 from auditsync_plugin.ui.app import resolve_doc
 from auditsync_plugin.ui.runs import pivot, render_page
 from watch_service.tools.airflow_env import airflow_env, connection_json
