@@ -31,7 +31,6 @@ import datetime as dt
 import hashlib
 import os
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -54,6 +53,7 @@ from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools import spark_connect  # noqa: E402
 from watch_service.tools.airflow_env import airflow_env  # noqa: E402
+from watch_service.tools.local import free_port  # noqa: E402
 
 TOPICS = tuple(f"bench-{i}" for i in range(4))
 CONSUMER = "bench"
@@ -64,12 +64,6 @@ TS0 = 1_700_000_000_000
 # partitions, and a new interval's records land in the newest one, as in production.
 TS_STEP_MS = 1_000
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load() -> str:
