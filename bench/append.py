@@ -15,6 +15,7 @@ topic), the ratio of each HTTP figure to COPY, and whether batched HTTP append m
 (>= 50,000 records/s and >= 25 % of COPY). Bounded to TIME_LIMIT_S; stops what it started by PID.
 Not a test: it reports, it does not assert. ``python bench/append.py [--repeats N] [--quick]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,18 @@ TIME_LIMIT_S = 110
 
 def record(i: int) -> dict:
     """A typical audit record: ~120 bytes of data plus a little meta."""
-    return {"data": {"actor": f"user-{i % 97}", "action": "update", "object": f"doc-{i}",
-                     "fields": ["title", "body"], "n": i},
-            "meta": {"ip": "10.0.0.1"}, "tag": "update", "node": f"node-{i % 4}"}
+    return {
+        "data": {
+            "actor": f"user-{i % 97}",
+            "action": "update",
+            "object": f"doc-{i}",
+            "fields": ["title", "body"],
+            "n": i,
+        },
+        "meta": {"ip": "10.0.0.1"},
+        "tag": "update",
+        "node": f"node-{i % 4}",
+    }
 
 
 class CpuMeter:
@@ -89,12 +99,13 @@ class CpuMeter:
 
 
 class Bench:
-    def __init__(self, services: dict[str, str], db_url: str, repeats: int, scale: float,
-                 cpu: CpuMeter) -> None:
+    def __init__(
+        self, services: dict[str, str], db_url: str, repeats: int, scale: float, cpu: CpuMeter
+    ) -> None:
         self.services, self.db_url, self.repeats, self.cpu = services, db_url, repeats, cpu
         self.url = services["sync"]
         self.cpu_per_record: tuple[float, float, float] = (0.0, 0.0, 0.0)
-        self.single_requests = int(2000 * scale)   # per repeat, across all clients
+        self.single_requests = int(2000 * scale)  # per repeat, across all clients
         self.batched_records = int(60_000 * scale)
         self.copy_rows = int(200_000 * scale)
         self.topic_no = 0
@@ -106,17 +117,20 @@ class Bench:
             assert r.status == 201, await r.text()
         return name
 
-    async def http_append(self, per_request: int, total_records: int, topics: int = 1,
-                          service: str = "sync") -> float:
+    async def http_append(
+        self, per_request: int, total_records: int, topics: int = 1, service: str = "sync"
+    ) -> float:
         """records/s with CLIENTS clients, each on its own connection, posting pre-encoded bodies
         to one topic (or spread over ``topics`` topics)."""
         self.url, self.cpu.service = self.services[service], service
         requests_per_client = max(1, total_records // per_request // CLIENTS)
-        bodies = [orjson.dumps({"records": [record(i * per_request + j)
-                                            for j in range(per_request)]})
-                  for i in range(64)]
-        sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
-                    for _ in range(CLIENTS)]
+        bodies = [
+            orjson.dumps({"records": [record(i * per_request + j) for j in range(per_request)]})
+            for i in range(64)
+        ]
+        sessions = [
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(CLIENTS)
+        ]
         try:
             names = [await self.new_topic(sessions[0]) for _ in range(topics)]
             headers = {"Content-Type": "application/json"}
@@ -124,8 +138,9 @@ class Bench:
             async def client(session: aiohttp.ClientSession, c: int) -> None:
                 url = f"{self.url}/v0/topics/{names[c % topics]}/records"
                 for k in range(requests_per_client):
-                    async with session.post(url, data=bodies[(c + k) % len(bodies)],
-                                            headers=headers) as r:
+                    async with session.post(
+                        url, data=bodies[(c + k) % len(bodies)], headers=headers
+                    ) as r:
                         if r.status != 200:
                             raise RuntimeError(f"append failed: {r.status} {await r.text()}")
                         await r.read()
@@ -156,8 +171,15 @@ class Bench:
         """rows/s of one COPY (one transaction) into a fresh table shaped like ``records``."""
         table = f"bench_copy_{self.topic_no}"
         self.topic_no += 1
-        encoded = [(orjson.dumps(r["data"]).decode(), orjson.dumps(r["meta"]).decode(),
-                    r["tag"], r["node"]) for r in map(record, range(1024))]
+        encoded = [
+            (
+                orjson.dumps(r["data"]).decode(),
+                orjson.dumps(r["meta"]).decode(),
+                r["tag"],
+                r["node"],
+            )
+            for r in map(record, range(1024))
+        ]
         ts = time.time_ns() // 1_000_000
         self.cpu.service = "sync"  # idle during COPY: shows as ~0
         async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
@@ -165,9 +187,13 @@ class Bench:
             try:
                 cpu_before = self.cpu.sample()
                 started = time.perf_counter()
-                async with conn.transaction(), conn.cursor() as cur, cur.copy(
+                async with (
+                    conn.transaction(),
+                    conn.cursor() as cur,
+                    cur.copy(
                         f"COPY {table} (topic, seq, ts, tag, node, meta, data) FROM STDIN"
-                ) as cp:
+                    ) as cp,
+                ):
                     for seq in range(1, rows + 1):
                         data, meta, tag, node = encoded[seq % 1024]
                         await cp.write_row(("bench-copy", seq, ts, tag, node, meta, data))
@@ -179,8 +205,9 @@ class Bench:
 
     def note_cpu(self, before: tuple[float, float, float], records: int) -> None:
         after = self.cpu.sample()
-        self.cpu_per_record = tuple((a - b) / records * 1e6
-                                    for a, b in zip(after, before, strict=True))
+        self.cpu_per_record = tuple(
+            (a - b) / records * 1e6 for a, b in zip(after, before, strict=True)
+        )
 
     async def measure(self, name: str, fn: Callable[[], Awaitable[float]]) -> float:
         await fn()  # warm-up: connections, plans, caches
@@ -191,38 +218,52 @@ class Bench:
         median = statistics.median(runs)
         spread = ", ".join(f"{r:,.0f}" for r in runs)
         service, pg, own = (statistics.median(c[i] for c in cpu) for i in range(3))
-        print(f"  {name:<34} {median:>10,.0f} records/s   (runs: {spread})\n"
-              f"  {'':<34} CPU per record: service {service:.1f} us, PostgreSQL {pg:.1f} us, "
-              f"bench {own:.1f} us", flush=True)
+        print(
+            f"  {name:<34} {median:>10,.0f} records/s   (runs: {spread})\n"
+            f"  {'':<34} CPU per record: service {service:.1f} us, PostgreSQL {pg:.1f} us, "
+            f"bench {own:.1f} us",
+            flush=True,
+        )
         return median
 
     async def run(self) -> dict[str, float]:
         return {
-            "single": await self.measure(f"HTTP single-record x{CLIENTS} clients",
-                                         lambda: self.http_append(1, self.single_requests)),
-            "batched": await self.measure(f"HTTP {BATCH}-record batches x{CLIENTS} clients",
-                                          lambda: self.http_append(BATCH, self.batched_records)),
+            "single": await self.measure(
+                f"HTTP single-record x{CLIENTS} clients",
+                lambda: self.http_append(1, self.single_requests),
+            ),
+            "batched": await self.measure(
+                f"HTTP {BATCH}-record batches x{CLIENTS} clients",
+                lambda: self.http_append(BATCH, self.batched_records),
+            ),
             # the same over CLIENTS topics: how much the per-topic head lock (L1) costs
             "batched_spread": await self.measure(
-                f"  same, over {CLIENTS} topics", lambda: self.http_append(
-                    BATCH, self.batched_records, topics=CLIENTS)),
+                f"  same, over {CLIENTS} topics",
+                lambda: self.http_append(BATCH, self.batched_records, topics=CLIENTS),
+            ),
             "batched_async": await self.measure(
-                "  same, synchronous_commit=off", lambda: self.http_append(
-                    BATCH, self.batched_records, service="async")),
-            "copy": await self.measure("psycopg COPY (one connection)",
-                                       lambda: self.copy(self.copy_rows)),
+                "  same, synchronous_commit=off",
+                lambda: self.http_append(BATCH, self.batched_records, service="async"),
+            ),
+            "copy": await self.measure(
+                "psycopg COPY (one connection)", lambda: self.copy(self.copy_rows)
+            ),
         }
 
 
 def report(results: dict[str, float]) -> bool:
     copy = results["copy"]
-    print(f"  ratio to COPY: single {results['single'] / copy:.1%}, "
-          f"batched {results['batched'] / copy:.1%}, "
-          f"batched over {CLIENTS} topics {results['batched_spread'] / copy:.1%}, "
-          f"batched with synchronous_commit=off {results['batched_async'] / copy:.1%}")
+    print(
+        f"  ratio to COPY: single {results['single'] / copy:.1%}, "
+        f"batched {results['batched'] / copy:.1%}, "
+        f"batched over {CLIENTS} topics {results['batched_spread'] / copy:.1%}, "
+        f"batched with synchronous_commit=off {results['batched_async'] / copy:.1%}"
+    )
     ok = results["batched"] >= TARGET_RPS and results["batched"] >= TARGET_COPY_SHARE * copy
-    print(f"  target (batched >= {TARGET_RPS:,}/s and >= {TARGET_COPY_SHARE:.0%} of COPY): "
-          f"{'met' if ok else 'NOT met'}")
+    print(
+        f"  target (batched >= {TARGET_RPS:,}/s and >= {TARGET_COPY_SHARE:.0%} of COPY): "
+        f"{'met' if ok else 'NOT met'}"
+    )
     return ok
 
 
@@ -269,21 +310,36 @@ def main(argv: list[str] | None = None) -> int:
         url = cluster.start()
         migrate(url)
         for commit in ("on", "off"):
-            services.append(ServiceProcess(url, log_path=base / f"service-{commit}.log", env={
-                "AUDITSYNC_RETENTION_INTERVAL_S": "3600",
-                "AUDITSYNC_SYNCHRONOUS_COMMIT": commit}).start())
+            services.append(
+                ServiceProcess(
+                    url,
+                    log_path=base / f"service-{commit}.log",
+                    env={
+                        "AUDITSYNC_RETENTION_INTERVAL_S": "3600",
+                        "AUDITSYNC_SYNCHRONOUS_COMMIT": commit,
+                    },
+                ).start()
+            )
         sync, async_ = services
-        print(f"append benchmark: PostgreSQL :{cluster.port}, service {sync.url} "
-              f"(pid {sync.proc.pid}; synchronous_commit=off twin pid {async_.proc.pid}), "
-              f"{os.cpu_count()} CPUs")
+        print(
+            f"append benchmark: PostgreSQL :{cluster.port}, service {sync.url} "
+            f"(pid {sync.proc.pid}; synchronous_commit=off twin pid {async_.proc.pid}), "
+            f"{os.cpu_count()} CPUs"
+        )
         fsync_ms = fsync_latency_ms(base)
-        print(f"  fdatasync in the data folder: p50 {fsync_ms:.2f} ms. One topic's appends commit "
-              f"one after another (L1), so a topic tops out near {BATCH} records / "
-              f"(fsync + statement) = {BATCH / (fsync_ms + 0.7) * 1000:,.0f}/s here")
+        print(
+            f"  fdatasync in the data folder: p50 {fsync_ms:.2f} ms. One topic's appends commit "
+            f"one after another (L1), so a topic tops out near {BATCH} records / "
+            f"(fsync + statement) = {BATCH / (fsync_ms + 0.7) * 1000:,.0f}/s here"
+        )
         postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
-        bench = Bench({"sync": sync.url, "async": async_.url}, url, args.repeats,
-                      0.1 if args.quick else 1.0,
-                      CpuMeter({"sync": sync.pid, "async": async_.pid}, postmaster))
+        bench = Bench(
+            {"sync": sync.url, "async": async_.url},
+            url,
+            args.repeats,
+            0.1 if args.quick else 1.0,
+            CpuMeter({"sync": sync.pid, "async": async_.pid}, postmaster),
+        )
         results = uvloop.run(bench.run())
         report(results)
         print(f"  ({time.monotonic() - began:.1f} s in all)")

@@ -13,6 +13,7 @@ own round trip and commit). Prints p50 / p99 / max per path and the ratios to SS
 
 Bounded (N writes, 120 s budget), loopback only; stops what it starts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,16 +51,23 @@ BUDGET_S = 120.0
 
 
 def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> ServiceProcess:
-    env = {"AUDITSYNC_GRPC_PORT": str(grpc_port), "AUDITSYNC_GRPC_KEY": KEY,
-           "AUDITSYNC_HOME": str(home)}
+    env = {
+        "AUDITSYNC_GRPC_PORT": str(grpc_port),
+        "AUDITSYNC_GRPC_KEY": KEY,
+        "AUDITSYNC_HOME": str(home),
+    }
     return ServiceProcess(db_url, port, env=env).start()
 
 
 def update(i: int) -> RelationshipUpdate:
     return RelationshipUpdate(
-        operation=RelationshipUpdate.OPERATION_TOUCH, relationship=Relationship(
-            resource=ObjectReference(object_type="bench_doc", object_id=str(i)), relation="viewer",
-            subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u"))))
+        operation=RelationshipUpdate.OPERATION_TOUCH,
+        relationship=Relationship(
+            resource=ObjectReference(object_type="bench_doc", object_id=str(i)),
+            relation="viewer",
+            subject=SubjectReference(object=ObjectReference(object_type="user", object_id="u")),
+        ),
+    )
 
 
 def seq(token: str) -> int:
@@ -80,8 +88,9 @@ class Received:
 
     def done(self, first: int) -> bool:
         with self.lock:
-            return all(sum(1 for s in got if s > first) >= self.expected
-                       for got in self.at.values())
+            return all(
+                sum(1 for s in got if s > first) >= self.expected for got in self.at.values()
+            )
 
 
 def spicedb_reader(target: str, start, got: Received, stop: threading.Event) -> None:
@@ -122,8 +131,9 @@ def pct(values: list[float], p: float) -> float:
 
 async def run(writes: int, url: str, target: str) -> None:
     client = InsecureClient(target, KEY)
-    first = await asyncio.to_thread(client.WriteRelationships,
-                                    WriteRelationshipsRequest(updates=[update(-1)]))
+    first = await asyncio.to_thread(
+        client.WriteRelationships, WriteRelationshipsRequest(updates=[update(-1)])
+    )
     first_seq = seq(first.written_at.token)
     got, stop = Received(writes), threading.Event()
     spice = threading.Thread(target=spicedb_reader, args=(target, first.written_at, got, stop))
@@ -131,8 +141,10 @@ async def run(writes: int, url: str, target: str) -> None:
     started: dict[int, float] = {}
     acks: list[float] = []
     async with aiohttp.ClientSession() as http:
-        readers = [asyncio.create_task(permify_reader(http, url, first.written_at.token, got)),
-                   asyncio.create_task(sse_reader(http, url, first_seq, got))]
+        readers = [
+            asyncio.create_task(permify_reader(http, url, first.written_at.token, got)),
+            asyncio.create_task(sse_reader(http, url, first_seq, got)),
+        ]
         await asyncio.sleep(0.5)  # let the three streams settle before timing starts
 
         def write_all() -> None:
@@ -159,8 +171,11 @@ def report(started: dict[int, float], got: Received, acks: list[float]) -> None:
     print(f"writes: {len(started)} (one relationship each, sequential, loopback)")
     print(f"{'path':<22}{'received':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     p50s = {}
-    for path, label in (("spicedb", "SpiceDB Watch (gRPC)"), ("permify", "Permify REST watch"),
-                        ("sse", "SSE watch")):
+    for path, label in (
+        ("spicedb", "SpiceDB Watch (gRPC)"),
+        ("permify", "Permify REST watch"),
+        ("sse", "SSE watch"),
+    ):
         lat = [(got.at[path][s] - t0) * 1000 for s, t0 in started.items() if s in got.at[path]]
         if not lat:
             print(f"{label:<22}{0:>9}")
@@ -171,8 +186,10 @@ def report(started: dict[int, float], got: Received, acks: list[float]) -> None:
         for path in ("spicedb", "permify"):
             if path in p50s:
                 print(f"p50 {path} / sse: {p50s[path] / p50s['sse']:.2f}x")
-    print(f"write ack (WriteRelationships round trip): p50 {pct(acks, 50):.2f} ms, "
-          f"p99 {pct(acks, 99):.2f} ms")
+    print(
+        f"write ack (WriteRelationships round trip): p50 {pct(acks, 50):.2f} ms, "
+        f"p99 {pct(acks, 99):.2f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
 [--skip-dag] [--quick]`` (``--quick``: sizes 0,100000, one DAG run each).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,14 +101,15 @@ class World:
                     hi = min(lo + FRAME * FRAMES_PER_SEGMENT, first + n) - 1
                     self._chunk(conn, topic, lo, hi)
                 self.heads[topic] += n
-                conn.execute("UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
-                             (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic))
+                conn.execute(
+                    "UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
+                    (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic),
+                )
         return time.monotonic() - started
 
     def _chunk(self, conn, topic: str, lo: int, hi: int) -> None:
         seqs = list(range(lo, hi + 1))
-        data = [f'{{"i":{s},"topic":"{topic}","v":"{(s * 2654435761) % 2**32:08x}"}}'
-                for s in seqs]
+        data = [f'{{"i":{s},"topic":"{topic}","v":"{(s * 2654435761) % 2**32:08x}"}}' for s in seqs]
         with conn.cursor().copy("COPY records (topic, seq, ts, data) FROM STDIN") as copy:
             for s, d in zip(seqs, data):
                 copy.write_row((topic, s, TS0 + s * TS_STEP_MS, d))
@@ -118,17 +120,30 @@ class World:
         self.frame_no = frame_nos[-1]
         n = len(seqs)
         now = int(time.time() * 1000)
-        table = pa.table({
-            "consumer": [CONSUMER] * n, "filter_node": pa.nulls(n, pa.string()),
-            "frame_no": frame_nos, "frame_id": [f"{topic}:{c}" for c in cursors],
-            "received_ms": [now] * n, "kind": ["record"] * n, "topic": [topic] * n,
-            "cursor": cursors, "seq": seqs, "ts": [TS0 + s * TS_STEP_MS for s in seqs],
-            "tag": pa.nulls(n, pa.string()), "node": pa.nulls(n, pa.string()),
-            "meta": pa.nulls(n, pa.string()), "data": data,
-            "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
-            "reason": pa.nulls(n, pa.string()), "gap_from": pa.nulls(n, pa.int64()),
-            "gap_to": pa.nulls(n, pa.int64()), "head_seq": pa.nulls(n, pa.int64())},
-            schema=SCHEMA)
+        table = pa.table(
+            {
+                "consumer": [CONSUMER] * n,
+                "filter_node": pa.nulls(n, pa.string()),
+                "frame_no": frame_nos,
+                "frame_id": [f"{topic}:{c}" for c in cursors],
+                "received_ms": [now] * n,
+                "kind": ["record"] * n,
+                "topic": [topic] * n,
+                "cursor": cursors,
+                "seq": seqs,
+                "ts": [TS0 + s * TS_STEP_MS for s in seqs],
+                "tag": pa.nulls(n, pa.string()),
+                "node": pa.nulls(n, pa.string()),
+                "meta": pa.nulls(n, pa.string()),
+                "data": data,
+                "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
+                "reason": pa.nulls(n, pa.string()),
+                "gap_from": pa.nulls(n, pa.int64()),
+                "gap_to": pa.nulls(n, pa.int64()),
+                "head_seq": pa.nulls(n, pa.int64()),
+            },
+            schema=SCHEMA,
+        )
         pq.write_table(table, self.dir / segment_name(first_frame, self.frame_no))
 
 
@@ -154,8 +169,11 @@ def history_runs(base: Path, url: str, sizes: list[int], new: int) -> dict[int, 
 
     world = World(url, base / "landing")
     work = base / "warehouse"
-    spark = build_session("bench-pipeline", master="local[2]",
-                          conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+    spark = build_session(
+        "bench-pipeline",
+        master="local[2]",
+        conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
+    )
     results: dict[int, dict] = {}
     try:
         for size in sorted(sizes):
@@ -163,8 +181,11 @@ def history_runs(base: Path, url: str, sizes: list[int], new: int) -> dict[int, 
                 built = world.add(size - world.total)
                 t0 = time.monotonic()
                 pipeline_run(spark, world, work, f"history-{size}")
-                print(f"history {size:>9,}: written in {built:.1f} s, reconciled in "
-                      f"{time.monotonic() - t0:.1f} s ({load()})", flush=True)
+                print(
+                    f"history {size:>9,}: written in {built:.1f} s, reconciled in "
+                    f"{time.monotonic() - t0:.1f} s ({load()})",
+                    flush=True,
+                )
             if size == min(sizes):
                 empty = pipeline_run(spark, world, work, f"empty-{size}")
                 results[-1] = empty
@@ -185,15 +206,21 @@ def dag_runs(base: Path, url: str, runs: int) -> dict[str, list[float]]:
     """Empty ``airflow dags test audit_sync`` runs, Spark Connect and spark-submit alternating."""
     settings = Settings(local_dir=base / "dag", database_url=url)
     server = spark_connect.start(settings, port=free_port(), driver_memory="1g")
-    env = airflow_env(settings, {"AUDITSYNC_SPARK_MASTER": "local[2]",
-                                 "AUDITSYNC_WATCH_URL": "http://127.0.0.1:1",
-                                 "AUDITSYNC_SPARK_CONNECT": server.url})
+    env = airflow_env(
+        settings,
+        {
+            "AUDITSYNC_SPARK_MASTER": "local[2]",
+            "AUDITSYNC_WATCH_URL": "http://127.0.0.1:1",
+            "AUDITSYNC_SPARK_CONNECT": server.url,
+        },
+    )
     full = {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=full, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=full, check=True, capture_output=True
+    )
     times: dict[str, list[float]] = {"spark-connect": [], "spark-submit": []}
-    first = dt.datetime(2025, 6, 1, 12, 5, tzinfo=dt.timezone.utc)
+    first = dt.datetime(2025, 6, 1, 12, 5, tzinfo=dt.UTC)
     try:
         for i in range(runs):
             for k, mode in enumerate(times):
@@ -207,23 +234,40 @@ def dag_runs(base: Path, url: str, runs: int) -> dict[str, list[float]]:
 def _dag_run(base: Path, env: dict, mode: str, date: str, i: int) -> float:
     landing = base / "dag-landing"
     landing.mkdir(exist_ok=True)
-    run_env = {**env, "AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
-               "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(base / f"dag-warehouse-{mode}")}
+    run_env = {
+        **env,
+        "AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
+        "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(base / f"dag-warehouse-{mode}"),
+    }
     if mode == "spark-submit":
         run_env.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
     t0 = time.monotonic()
-    out = subprocess.run([str(BIN / "airflow"), "dags", "test", "audit_sync", date,
-                          "--mark-success-pattern", "wait_for_sinks"], env=run_env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            str(BIN / "airflow"),
+            "dags",
+            "test",
+            "audit_sync",
+            date,
+            "--mark-success-pattern",
+            "wait_for_sinks",
+        ],
+        env=run_env,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - t0
     (base / f"dag-{mode}-{i}.log").write_text(out.stdout + out.stderr)
     with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
         tasks = db.execute(
             "SELECT task_id, state, duration FROM task_instance WHERE run_id = (SELECT run_id "
-            "FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1) ORDER BY 1")
+            "FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1) ORDER BY 1"
+        )
         shown = "  ".join(f"{t} {s} {d or 0:.1f}" for t, s, d in tasks.fetchall())
-    print(f"empty DAG run ({mode}): {seconds:.1f} s exit {out.returncode}  [{shown}] "
-          f"({load()})", flush=True)
+    print(
+        f"empty DAG run ({mode}): {seconds:.1f} s exit {out.returncode}  [{shown}] ({load()})",
+        flush=True,
+    )
     return seconds
 
 
@@ -252,8 +296,10 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(base, ignore_errors=True)
     if dags:
         connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))
-        print(f"\nempty DAG run (median of {dag_n}): Spark Connect {connect:.1f} s, "
-              f"spark-submit {submit:.1f} s, ratio {connect / submit:.2f} (target <= 0.5)")
+        print(
+            f"\nempty DAG run (median of {dag_n}): Spark Connect {connect:.1f} s, "
+            f"spark-submit {submit:.1f} s, ratio {connect / submit:.2f} (target <= 0.5)"
+        )
     if not results:
         return 0
     first = results[min(sizes)]["total"]
@@ -263,8 +309,9 @@ def main(argv: list[str]) -> int:
         print(f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x")
     print(f"empty in-process run: {fmt(results[-1])}")
     biggest = results[max(sizes)]["total"] / first
-    print(f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); "
-          f"{load()}")
+    print(
+        f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); {load()}"
+    )
     return 0
 
 

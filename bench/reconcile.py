@@ -21,6 +21,7 @@ and PostgreSQL 99.7 s (COPY 18.7 + query 81.0).
 ``python bench/reconcile.py [--full | --sizes N,...] [--repeats N] [--datacompy-max-rows N]
 [--quick]``; the default is 1 M rows (reconcile median of 3, datacompy and PostgreSQL once).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,7 +94,8 @@ def run_reconcile(spark, target, deliveries_path: str, detail_path: str) -> dict
     scope, signalled, _ = held_locally(spark, deliveries)
     records, gaps = jdbc.read_records(spark, target, 4), jdbc.read_gaps(spark, target)
     reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
-        detail_path)
+        detail_path
+    )
     detail = spark.read.schema(DETAIL).parquet(detail_path)
     counts: dict[str, int] = {}
     for row in summarize(detail, "bench").collect():
@@ -106,11 +108,16 @@ def run_datacompy(spark, target, deliveries_path: str) -> int:
     from pyspark.sql import functions as F
 
     source = jdbc.read_records(spark, target, 4).select(
-        "topic", "seq", F.sha2("data", 256).alias("h"))
-    delivered = (spark.read.schema(DELIVERIES).parquet(deliveries_path)
-                 .select("topic", "seq", F.sha2("data", 256).alias("h")))
-    cmp = SparkSQLCompare(spark, source, delivered, join_columns=["topic", "seq"],
-                          cache_intermediates=True)
+        "topic", "seq", F.sha2("data", 256).alias("h")
+    )
+    delivered = (
+        spark.read.schema(DELIVERIES)
+        .parquet(deliveries_path)
+        .select("topic", "seq", F.sha2("data", 256).alias("h"))
+    )
+    cmp = SparkSQLCompare(
+        spark, source, delivered, join_columns=["topic", "seq"], cache_intermediates=True
+    )
     differing = cmp.df1_unq_rows.count() + cmp.df2_unq_rows.count()
     return differing + cmp.intersect_rows.count() - cmp.count_matching_rows()
 
@@ -120,8 +127,9 @@ def run_pg(url: str, deliveries_path: str) -> tuple[float, float, dict]:
     started = time.monotonic()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_deliveries")
-        conn.execute("CREATE UNLOGGED TABLE bench_deliveries "
-                     "(topic text, seq bigint, data_sha256 text)")
+        conn.execute(
+            "CREATE UNLOGGED TABLE bench_deliveries (topic text, seq bigint, data_sha256 text)"
+        )
         buffer = pa.BufferOutputStream()
         pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
         with conn.cursor().copy("COPY bench_deliveries FROM STDIN (FORMAT csv)") as copy:
@@ -141,36 +149,55 @@ def bench_size(spark, url: str, work: Path, n: int, repeats: int, args) -> dict:
     per_topic = n // TOPICS
     target = jdbc.jdbc_target(url)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\n== {n:,} source records ({TOPICS} topics x {per_topic:,}); load average {load}",
-          flush=True)
+    print(
+        f"\n== {n:,} source records ({TOPICS} topics x {per_topic:,}); load average {load}",
+        flush=True,
+    )
     print(f"source generated in PostgreSQL in {load_source(url, per_topic):.1f} s", flush=True)
     landing, deliveries = str(work / f"landing-{n}"), str(work / f"deliveries-{n}")
     t0 = time.monotonic()
     make_landing(spark, target, per_topic, landing)
     print(f"landing zone written in {time.monotonic() - t0:.1f} s", flush=True)
-    t_compact, c_compact, _ = timed(spark, lambda: compact(
-        spark.read.schema(LANDING).parquet(f"{landing}/*")).write.mode("overwrite")
-        .partitionBy("consumer").parquet(deliveries), 1)
+    t_compact, c_compact, _ = timed(
+        spark,
+        lambda: (
+            compact(spark.read.schema(LANDING).parquet(f"{landing}/*"))
+            .write.mode("overwrite")
+            .partitionBy("consumer")
+            .parquet(deliveries)
+        ),
+        1,
+    )
     print(f"compact: {t_compact:.1f} s (JVM CPU {c_compact:.0f} s)", flush=True)
     t_rec, c_rec, counts = timed(
-        spark, lambda: run_reconcile(spark, target, deliveries, str(work / "detail")), repeats)
+        spark, lambda: run_reconcile(spark, target, deliveries, str(work / "detail")), repeats
+    )
     want = expected(per_topic)
     ok = all(counts.get(k, 0) == v for k, v in want.items())
-    print(f"reconcile: {t_rec:.1f} s, JVM CPU {c_rec:.0f} s ({n / t_rec:,.0f} source rows/s, "
-          f"median of {repeats}); counts {'match' if ok else 'DIFFER'}: {counts}", flush=True)
+    print(
+        f"reconcile: {t_rec:.1f} s, JVM CPU {c_rec:.0f} s ({n / t_rec:,.0f} source rows/s, "
+        f"median of {repeats}); counts {'match' if ok else 'DIFFER'}: {counts}",
+        flush=True,
+    )
     result = {"n": n, "reconcile": t_rec, "ok": ok}
     if n <= args.datacompy_max_rows:
         t_dc, c_dc, differing = timed(spark, lambda: run_datacompy(spark, target, deliveries), 1)
         result["datacompy"] = t_dc
-        print(f"datacompy SparkSQLCompare: {t_dc:.1f} s, JVM CPU {c_dc:.0f} s "
-              f"({n / t_dc:,.0f} rows/s), {differing:,} differing rows; reconcile is "
-              f"{t_dc / t_rec:.2f}x faster (CPU {c_dc / max(c_rec, 1e-9):.2f}x)", flush=True)
+        print(
+            f"datacompy SparkSQLCompare: {t_dc:.1f} s, JVM CPU {c_dc:.0f} s "
+            f"({n / t_dc:,.0f} rows/s), {differing:,} differing rows; reconcile is "
+            f"{t_dc / t_rec:.2f}x faster (CPU {c_dc / max(c_rec, 1e-9):.2f}x)",
+            flush=True,
+        )
     if not args.skip_pg:
         load, query, pg_counts = run_pg(url, deliveries)
         result["pg"] = (load, query)
-        print(f"PostgreSQL only: COPY {load:.1f} s + query {query:.1f} s, i.e. "
-              f"{query / t_rec:.2f}x reconcile's time ({(load + query) / t_rec:.2f}x with the "
-              f"COPY); counts {'match' if pg_counts == want else pg_counts}", flush=True)
+        print(
+            f"PostgreSQL only: COPY {load:.1f} s + query {query:.1f} s, i.e. "
+            f"{query / t_rec:.2f}x reconcile's time ({(load + query) / t_rec:.2f}x with the "
+            f"COPY); counts {'match' if pg_counts == want else pg_counts}",
+            flush=True,
+        )
     return result
 
 
@@ -184,8 +211,10 @@ def report(results: list[dict]) -> None:
             line += f", PostgreSQL {sum(r['pg']):6.1f} s ({sum(r['pg']) / r['reconcile']:.2f}x)"
         print(line + ("" if r["ok"] else "  COUNTS DIFFER"))
         if r["n"] >= 10_000_000:
-            print(f"target 10 M in <= {TARGET_S} s: "
-                  f"{'met' if r['reconcile'] <= TARGET_S else 'NOT met'}")
+            print(
+                f"target 10 M in <= {TARGET_S} s: "
+                f"{'met' if r['reconcile'] <= TARGET_S else 'NOT met'}"
+            )
     compared = [r for r in results if "datacompy" in r]
     if compared:
         faster = all(r["reconcile"] < r["datacompy"] for r in compared)
@@ -195,14 +224,23 @@ def report(results: list[dict]) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="1000000",
-                        help="source sizes (default 1 M, ~5 min); --full adds 10 M")
+    parser.add_argument(
+        "--sizes", default="1000000", help="source sizes (default 1 M, ~5 min); --full adds 10 M"
+    )
     parser.add_argument("--full", action="store_true", help="1 M and 10 M (~10 min more)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="reconcile runs per size (default: 3 below 5 M rows, else 1)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="reconcile runs per size (default: 3 below 5 M rows, else 1)",
+    )
     parser.add_argument("--quick", action="store_true", help="1 M rows, one run, no datacompy")
-    parser.add_argument("--datacompy-max-rows", type=int, default=1_000_000,
-                        help="run datacompy up to this size (it took ~20 min at 10 M)")
+    parser.add_argument(
+        "--datacompy-max-rows",
+        type=int,
+        default=1_000_000,
+        help="run datacompy up to this size (it took ~20 min at 10 M)",
+    )
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument("--driver-memory", default="6g")
     args = parser.parse_args(argv)
@@ -218,9 +256,15 @@ def main(argv: list[str]) -> int:
     try:
         url = cluster.start()
         migrate(url)
-        spark = build_session("auditsync-bench-reconcile", "local[2]", {
-            "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "16"})
+        spark = build_session(
+            "auditsync-bench-reconcile",
+            "local[2]",
+            {
+                "spark.driver.memory": args.driver_memory,
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "16",
+            },
+        )
         spark.sparkContext.setLogLevel("ERROR")
         for n in sizes:
             repeats = 1 if args.quick else (args.repeats or (3 if n < 5_000_000 else 1))

@@ -4,6 +4,7 @@ Each ``bench/*.py`` other than this file runs as its own process with this inter
 benchmark's servers and memory are gone before the next starts. Extra arguments are passed to
 every benchmark (e.g. ``--quick``). Exits non-zero if any benchmark failed or overran.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -19,8 +20,9 @@ TIMEOUTS_S = {"reconcile.py": 900, "pipeline.py": 1800}
 
 
 def benchmarks() -> list[Path]:
-    return sorted(p for p in HERE.glob("*.py")
-                  if p.name != Path(__file__).name and not p.name.startswith("_"))
+    return sorted(
+        p for p in HERE.glob("*.py") if p.name != Path(__file__).name and not p.name.startswith("_")
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -48,8 +50,10 @@ def main(argv: list[str]) -> int:
             proc.wait()
             raise
         elapsed = time.monotonic() - started
-        print(f"== {path.name}: {'ok' if code == 0 else f'FAILED ({code})'} in {elapsed:.1f} s\n",
-              flush=True)
+        print(
+            f"== {path.name}: {'ok' if code == 0 else f'FAILED ({code})'} in {elapsed:.1f} s\n",
+            flush=True,
+        )
         if code != 0:
             failed.append(path.name)
     if failed:

@@ -14,6 +14,7 @@ just before sending it (same machine clock), the watcher subtracts at ``data_rec
 Figures: p50 / p99 / max per watcher count (medians of repeats), the ratio to the floor,
 records lost, delivered records/s at saturation, and the service's RSS with 5,000 idle streams.
 """
+
 from __future__ import annotations
 
 import array
@@ -39,13 +40,15 @@ sys.path.insert(0, str(ROOT))
 
 from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
-RATE = {1: 500, 10: 500, 100: 500, 1000: 100}   # rec/s per watcher count
+RATE = {1: 500, 10: 500, 100: 500, 1000: 100}  # rec/s per watcher count
 REPEATS = {1: 3, 10: 3, 100: 3, 1000: 1}
 MEASURE_S = {1: 3, 10: 3, 100: 3, 1000: 5}
 CLIENT_PROCS = 2
 IDLE_STREAMS = 5000
-TARGETS = ("100 watchers @500/s: p50 ≤ 2 ms, p99 ≤ 5 ms, ≤ 2× floor; 1000 @100/s: p99 ≤ 50 ms, "
-           "no loss; ≥ 100k delivered rec/s; 5,000 idle streams < 500 MiB RSS")
+TARGETS = (
+    "100 watchers @500/s: p50 ≤ 2 ms, p99 ≤ 5 ms, ≤ 2× floor; 1000 @100/s: p99 ≤ 50 ms, "
+    "no loss; ≥ 100k delivered rec/s; 5,000 idle streams < 500 MiB RSS"
+)
 T_RE = re.compile(rb'"t":(\d+)')
 SEQ_RE = re.compile(rb'"\$seq":(\d+)')
 T0 = time.monotonic()
@@ -85,7 +88,7 @@ class Watcher(asyncio.Protocol):
         if end < 0:
             self.buf = buf
             return
-        block, self.buf = buf[:end + 2], buf[end + 2:]
+        block, self.buf = buf[: end + 2], buf[end + 2 :]
         if not self.ready.done() and self.marker in block:
             self.ready.set_result(True)
         for t in T_RE.findall(block):
@@ -112,9 +115,11 @@ async def watcher_main(pipe) -> None:
             port, paths, marker = args
             for i in range(0, len(paths), 100):  # paced: the listen backlog is finite
                 batch = []
-                for path in paths[i:i + 100]:
-                    req = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                           f"Accept: text/event-stream\r\n\r\n").encode()
+                for path in paths[i : i + 100]:
+                    req = (
+                        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        f"Accept: text/event-stream\r\n\r\n"
+                    ).encode()
                     factory = functools.partial(Watcher, req, marker, lat)
                     _, w = await loop.create_connection(factory, "127.0.0.1", port)
                     batch.append(w)
@@ -141,6 +146,7 @@ async def watcher_main(pipe) -> None:
 
 def watcher_proc(pipe) -> None:
     import uvloop
+
     raise_nofile()
     uvloop.run(watcher_main(pipe))
 
@@ -164,7 +170,7 @@ class Watchers:
 
     async def connect(self, port: int, paths: list[str], marker: bytes) -> None:
         for i, p in enumerate(self.pipes):
-            p.send(("connect", port, paths[i::len(self.pipes)], marker))
+            p.send(("connect", port, paths[i :: len(self.pipes)], marker))
         for p in self.pipes:
             reply = await asyncio.to_thread(p.recv)
             assert reply[0] == "ready", reply
@@ -200,8 +206,10 @@ class RelayClient(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self not in self.clients:  # the request: answer like an SSE endpoint
-            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; "
-                                 b"charset=utf-8\r\nCache-Control: no-store\r\n\r\nretry: 2000\n\n")
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; "
+                b"charset=utf-8\r\nCache-Control: no-store\r\n\r\nretry: 2000\n\n"
+            )
             self.clients.append(self)
 
     def connection_lost(self, exc) -> None:
@@ -213,6 +221,7 @@ async def relay_main(db_url: str, port: int) -> None:
     """LISTEN, turn each notification into the SSE frame the service would send, and write
     whatever is pending to every client once per loop turn (coalesced, like a good relay)."""
     import psycopg
+
     clients: list[RelayClient] = []
     pending: list[bytes] = []
     loop = asyncio.get_running_loop()
@@ -222,6 +231,7 @@ async def relay_main(db_url: str, port: int) -> None:
         pending.clear()
         for client in clients:
             client.transport.write(data)
+
     await loop.create_server(lambda: RelayClient(clients), "127.0.0.1", port, backlog=4096)
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
         await conn.execute("LISTEN bench")
@@ -233,13 +243,21 @@ async def relay_main(db_url: str, port: int) -> None:
             if not pending:
                 loop.call_soon(flush)
             pending.append(
-                b"id: " + frame_id + b'\nevent: record\ndata: {"topic":"floor","records":[{"$seq":'
-                + b"%d" % seq + b',"$ts":' + ts.encode() + b',"data":' + data.encode()
-                + b'}],"from_seq":%d,"to_seq":%d,"head_seq":%d}\n\n' % (seq - 1, seq, seq))
+                b"id: "
+                + frame_id
+                + b'\nevent: record\ndata: {"topic":"floor","records":[{"$seq":'
+                + b"%d" % seq
+                + b',"$ts":'
+                + ts.encode()
+                + b',"data":'
+                + data.encode()
+                + b'}],"from_seq":%d,"to_seq":%d,"head_seq":%d}\n\n' % (seq - 1, seq, seq)
+            )
 
 
 def relay_proc(db_url: str, port: int) -> None:
     import uvloop
+
     raise_nofile()
     uvloop.run(relay_main(db_url, port))
 
@@ -256,6 +274,7 @@ async def produce(send, rate: int, seconds: float, inflight: int = 8) -> int:
     async def one(i: int) -> None:
         async with gate:
             await send(i)
+
     try:
         for i in range(n):
             delay = start + i / rate - time.monotonic()
@@ -278,6 +297,7 @@ class FloorProducer:
 
     async def __aenter__(self) -> FloorProducer:
         import psycopg
+
         self.free: asyncio.Queue = asyncio.Queue()
         for _ in range(self.n):
             conn = await psycopg.AsyncConnection.connect(self.db_url, autocommit=True)
@@ -295,7 +315,9 @@ class FloorProducer:
             data = json.dumps({"t": t}, separators=(",", ":"))
             await conn.execute(
                 "WITH i AS (INSERT INTO bench_floor (data) VALUES (%s::json) RETURNING id) "
-                "SELECT pg_notify('bench', %s) FROM i", (data, f"{t // 1_000_000} {data}"))
+                "SELECT pg_notify('bench', %s) FROM i",
+                (data, f"{t // 1_000_000} {data}"),
+            )
         finally:
             self.free.put_nowait(conn)
 
@@ -303,8 +325,9 @@ class FloorProducer:
 # -- the service -------------------------------------------------------------------------------
 def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
     env = {"AUDITSYNC_PORT": str(port), "AUDITSYNC_POOL_MAX": "20", "AUDITSYNC_KEYS_FILE": None}
-    return ServiceProcess(db_url, port, env=env, log_path=log_path,
-                          preexec_fn=raise_nofile).start(timeout=30)
+    return ServiceProcess(db_url, port, env=env, log_path=log_path, preexec_fn=raise_nofile).start(
+        timeout=30
+    )
 
 
 def cpu_s(pid: int) -> float:
@@ -327,6 +350,7 @@ async def sessions(http, url: str, topic: str, n: int) -> list[str]:
         async with gate, http.post(f"{url}/v0/watch", json=body) as r:
             assert r.status == 200, await r.text()
             return (await r.json())["stream_url"]
+
     return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
@@ -355,16 +379,23 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
         lats.sort()
         lost += sum(max(0, sent - c) for c in counts)
         gaps_total += gaps
-        runs.append({"p50": pct(lats, 0.5), "p99": pct(lats, 0.99),
-                     "max": lats[-1] / 1e6 if lats else float("nan"), "rate": sent / elapsed,
-                     "cpu_pct": 100 * cpu / (time.monotonic() - t0),
-                     "us_per_delivery": 1e6 * cpu / max(1, sum(counts))})
+        runs.append(
+            {
+                "p50": pct(lats, 0.5),
+                "p99": pct(lats, 0.99),
+                "max": lats[-1] / 1e6 if lats else float("nan"),
+                "rate": sent / elapsed,
+                "cpu_pct": 100 * cpu / (time.monotonic() - t0),
+                "us_per_delivery": 1e6 * cpu / max(1, sum(counts)),
+            }
+        )
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     return {**out, "lost": lost, "gaps": gaps_total, "repeats": len(runs)}
 
 
-async def saturation(watchers: Watchers, http, url: str, topic: str,
-                     seconds: float = 5) -> tuple[float, float]:
+async def saturation(
+    watchers: Watchers, http, url: str, topic: str, seconds: float = 5
+) -> tuple[float, float]:
     batch = [{"data": {"t": 0}}] * 200
     appended = 0
     stop = time.monotonic() + seconds
@@ -375,6 +406,7 @@ async def saturation(watchers: Watchers, http, url: str, topic: str,
             async with http.post(f"{url}/v0/topics/{topic}/records", json={"records": batch}) as r:
                 assert r.status == 200
                 appended += len(batch)
+
     await watchers.ask("reset")
     t0 = time.monotonic()
     await asyncio.gather(*(pump() for _ in range(4)))
@@ -402,6 +434,7 @@ async def bench() -> None:
         db_url = pg.start()
         migrate(db_url)
         import psycopg
+
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data json NOT NULL)")
         load = os.getloadavg()[0]
@@ -422,9 +455,11 @@ async def bench() -> None:
                 await watchers.ask("close")
 
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+
             async def put(topic: str) -> None:
                 async with http.put(f"{url}/v0/topics/{topic}", json={}) as r:
                     assert r.status in (200, 201)
+
             for n in RATE:
                 topic = f"bench-{n}"
                 await put(topic)
@@ -437,12 +472,15 @@ async def bench() -> None:
                     async with http.post(f"{url}/v0/topics/{topic}/records", json=body) as r:
                         assert r.status == 200
                     rtts.append(time.time_ns() - t)
+
                 await watchers.connect(svc_port, await sessions(http, url, topic, n), b"caught-up")
                 results[f"service {n}"] = await run_level(watchers, send, n, service.pid)
                 rtts.sort()
-                log(f"service {n:5d} watchers @ {RATE[n]}/s: {fmt(results[f'service {n}'])}; "
+                log(
+                    f"service {n:5d} watchers @ {RATE[n]}/s: {fmt(results[f'service {n}'])}; "
                     f"the append POST itself: p50 {pct(rtts, 0.5):.2f} ms "
-                    f"p99 {pct(rtts, 0.99):.2f} ms")
+                    f"p99 {pct(rtts, 0.99):.2f} ms"
+                )
                 await watchers.ask("close")
 
             await put("bench-sat")
@@ -450,8 +488,10 @@ async def bench() -> None:
             await watchers.connect(svc_port, stream_urls, b"caught-up")
             appended, delivered = await saturation(watchers, http, url, "bench-sat")
             await watchers.ask("close")
-            log(f"saturation, 100 watchers: {appended:,.0f} appended rec/s, "
-                f"{delivered:,.0f} delivered rec/s")
+            log(
+                f"saturation, 100 watchers: {appended:,.0f} appended rec/s, "
+                f"{delivered:,.0f} delivered rec/s"
+            )
 
             await put("bench-idle")
             before = rss_mib(service.pid)
@@ -462,9 +502,11 @@ async def bench() -> None:
             async with http.get(f"{url}/metrics") as r:
                 gauge = re.search(r"^auditsync_open_streams (\S+)$", await r.text(), re.M)
             after = rss_mib(service.pid)
-            log(f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
+            log(
+                f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
                 f"service RSS {before:.0f} → {after:.0f} MiB "
-                f"({(after - before) * 1024 / IDLE_STREAMS:.1f} KiB per stream)")
+                f"({(after - before) * 1024 / IDLE_STREAMS:.1f} KiB per stream)"
+            )
             await watchers.ask("close")
         summary(results, appended, delivered, after)
     finally:
@@ -480,27 +522,35 @@ async def bench() -> None:
 
 
 def fmt(r: dict) -> str:
-    return (f"p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms  max {r['max']:.1f} ms  "
-            f"({r['rate']:.0f} rec/s achieved; relay CPU {r['cpu_pct']:.0f}%, "
-            f"{r['us_per_delivery']:.1f} µs per delivered record)  lost {r['lost']}  "
-            f"gaps {r['gaps']}  (median of {r['repeats']})")
+    return (
+        f"p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms  max {r['max']:.1f} ms  "
+        f"({r['rate']:.0f} rec/s achieved; relay CPU {r['cpu_pct']:.0f}%, "
+        f"{r['us_per_delivery']:.1f} µs per delivered record)  lost {r['lost']}  "
+        f"gaps {r['gaps']}  (median of {r['repeats']})"
+    )
 
 
 def summary(results: dict, appended: float, delivered: float, rss: float) -> None:
     print("\n== watch latency: append → client receive (ms), medians of repeats ==")
-    print(f"{'watchers':>8} {'rate':>5} | {'floor p50':>9} {'p99':>7} {'max':>7} | "
-          f"{'service p50':>11} {'p99':>7} {'max':>7} | {'×p50':>5} {'×p99':>5} | "
-          f"{'svc CPU':>7} {'µs/rec':>6} | lost")
+    print(
+        f"{'watchers':>8} {'rate':>5} | {'floor p50':>9} {'p99':>7} {'max':>7} | "
+        f"{'service p50':>11} {'p99':>7} {'max':>7} | {'×p50':>5} {'×p99':>5} | "
+        f"{'svc CPU':>7} {'µs/rec':>6} | lost"
+    )
     for n in RATE:
         f, s = results[f"floor {n}"], results[f"service {n}"]
-        print(f"{n:>8} {RATE[n]:>5} | {f['p50']:>9.2f} {f['p99']:>7.2f} {f['max']:>7.1f} | "
-              f"{s['p50']:>11.2f} {s['p99']:>7.2f} {s['max']:>7.1f} | "
-              f"{s['p50'] / f['p50']:>5.1f} {s['p99'] / f['p99']:>5.1f} | "
-              f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} | {s['lost'] + s['gaps']}")
+        print(
+            f"{n:>8} {RATE[n]:>5} | {f['p50']:>9.2f} {f['p99']:>7.2f} {f['max']:>7.1f} | "
+            f"{s['p50']:>11.2f} {s['p99']:>7.2f} {s['max']:>7.1f} | "
+            f"{s['p50'] / f['p50']:>5.1f} {s['p99'] / f['p99']:>5.1f} | "
+            f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} | {s['lost'] + s['gaps']}"
+        )
     print(f"saturation (100 watchers): {delivered:,.0f} delivered rec/s ({appended:,.0f} appended)")
     print(f"5,000 idle streams: service RSS {rss:.0f} MiB")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
-          "(figures are only as good as the machine is quiet)")
+    print(
+        f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+        "(figures are only as good as the machine is quiet)"
+    )
     print(f"targets: {TARGETS}")
 
 
@@ -510,6 +560,7 @@ if __name__ == "__main__":
         MEASURE_S.update(dict.fromkeys(MEASURE_S, 2))
     raise_nofile()
     import uvloop
+
     try:
         uvloop.run(asyncio.wait_for(bench(), 230))
     except (asyncio.CancelledError, KeyboardInterrupt):

@@ -1,4 +1,5 @@
 """audit_full: re-verify the whole history on demand, independently of the incremental runs."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,8 @@ AUDITSYNC = os.environ.get("AUDITSYNC_CLI", str(Path(sys.executable).with_name("
 with DAG(
     dag_id="audit_full",
     description="full audit: re-judge all history and compare with the incremental runs",
-    doc_md=__doc__ + """
+    doc_md=__doc__
+    + """
 
 Runs `auditsync pipeline audit` over the landing zone and warehouse the `audit_sync` DAG uses:
 it compacts what is new, then re-judges every delivery against every source seq up to each
@@ -37,9 +39,11 @@ Costly by design (it reads all history): no schedule unless `AUDITSYNC_AUDIT_SCH
 ) as dag:
     BashOperator(
         task_id="full_audit",
-        bash_command=(f"{AUDITSYNC} pipeline audit --landing {{{{ var.value.auditsync_landing }}}}"
-                      f" --work {{{{ var.value.auditsync_warehouse }}}}"
-                      " --master '{{ conn.spark_default.host }}'"),
+        bash_command=(
+            f"{AUDITSYNC} pipeline audit --landing {{{{ var.value.auditsync_landing }}}}"
+            f" --work {{{{ var.value.auditsync_warehouse }}}}"
+            " --master '{{ conn.spark_default.host }}'"
+        ),
         env={"DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"},
         append_env=True,
     )

@@ -1,4 +1,5 @@
 """audit_sync: reconcile what the sinks received against PostgreSQL, every data interval."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
+
 from auditsync_plugin import step_args
-from auditsync_plugin.operators import (PublishOperator, QualityCheckpointOperator,
-                                        StartRunOperator)
+from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
@@ -17,48 +18,68 @@ PROJECT = Path(__file__).resolve().parent.parent
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:
 # the DAG processor parses this file constantly). See watch_service/tools/airflow_env.py.
 SCHEDULE = os.environ.get("AUDITSYNC_SCHEDULE", "*/15 * * * *")
-SPARK_SUBMIT = os.environ.get("AUDITSYNC_SPARK_SUBMIT",
-                              str(Path(sys.executable).with_name("spark-submit")))
+SPARK_SUBMIT = os.environ.get(
+    "AUDITSYNC_SPARK_SUBMIT", str(Path(sys.executable).with_name("spark-submit"))
+)
 SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
 
 # The pipeline's run id is a function of the data interval, so re-running a run (or clearing
 # a task) rewrites the same outputs instead of adding new ones.
-RUN_ID = ("audit_sync_{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}"
-          "_{{ data_interval_end.strftime('%Y%m%dT%H%M%SZ') }}")
-PATHS = step_args.Paths(landing="{{ var.value.auditsync_landing }}",
-                   warehouse="{{ var.value.auditsync_warehouse }}", run_id=RUN_ID)
+RUN_ID = (
+    "audit_sync_{{ data_interval_start.strftime('%Y%m%dT%H%M%SZ') }}"
+    "_{{ data_interval_end.strftime('%Y%m%dT%H%M%SZ') }}"
+)
+PATHS = step_args.Paths(
+    landing="{{ var.value.auditsync_landing }}",
+    warehouse="{{ var.value.auditsync_warehouse }}",
+    run_id=RUN_ID,
+)
 CONSUMERS = "{{ var.value.get('auditsync_consumers', '') }}"
 # Handed to the steps in their environment, never in a process's arguments (visible in `ps`).
 STEP_ENV = {step_args.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
 
-AUDIT_LOG = Asset(name="auditsync_audit_log", uri="auditsync://warehouse/audit_log",
-                  group="auditsync")
-SEARCH_INDEX = Asset(name="auditsync_search_index", uri="auditsync://postgres/search_documents",
-                     group="auditsync")
-RECONCILIATION = Asset(name="auditsync_reconciliation", uri="auditsync://warehouse/runs",
-                       group="auditsync")
-QUALITY_REPORT = Asset(name="auditsync_quality_report", uri="auditsync://gx/data_docs",
-                       group="auditsync")
+AUDIT_LOG = Asset(
+    name="auditsync_audit_log", uri="auditsync://warehouse/audit_log", group="auditsync"
+)
+SEARCH_INDEX = Asset(
+    name="auditsync_search_index", uri="auditsync://postgres/search_documents", group="auditsync"
+)
+RECONCILIATION = Asset(
+    name="auditsync_reconciliation", uri="auditsync://warehouse/runs", group="auditsync"
+)
+QUALITY_REPORT = Asset(
+    name="auditsync_quality_report", uri="auditsync://gx/data_docs", group="auditsync"
+)
 
 
 def spark_job(task_id: str, job: str, target: str | None = None) -> SparkStepOperator:
     """One step: over Spark Connect when ``spark_connect_default`` exists, else spark-submit
     through ``spark_default`` (the JDBC driver from ``spark_jobs.common.session``)."""
     return SparkStepOperator(
-        task_id=task_id, step=job, application=step_args.application(PROJECT, job),
-        application_args=step_args.args(job, PATHS, target=target), env_vars=STEP_ENV,
-        conn_id="spark_default", spark_binary=SPARK_SUBMIT,
-        name=f"audit_sync.{task_id}", driver_memory="1g",
+        task_id=task_id,
+        step=job,
+        application=step_args.application(PROJECT, job),
+        application_args=step_args.args(job, PATHS, target=target),
+        env_vars=STEP_ENV,
+        conn_id="spark_default",
+        spark_binary=SPARK_SUBMIT,
+        name=f"audit_sync.{task_id}",
+        driver_memory="1g",
         # WARN keeps the task log to what the jobs print (their result line, verify's verdict),
         # which is also what a failed task's message ends with.
-        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC",
-              "spark.log.level": "WARN"})
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.log.level": "WARN",
+        },
+    )
 
 
 with DAG(
     dag_id="audit_sync",
     description="sink cursors → compact → reconcile → backfill → verify → quality → publish",
-    doc_md=__doc__ + """
+    doc_md=__doc__
+    + """
 
 Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE`):
 
@@ -92,18 +113,30 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     default_args={"retries": 0, "execution_timeout": timedelta(minutes=30)},
     tags=["auditsync"],
 ) as dag:
-    wait = SinkCursorSensor(task_id="wait_for_sinks", landing=PATHS.landing,
-                            consumers=CONSUMERS, timeout=SENSOR_TIMEOUT_S)
+    wait = SinkCursorSensor(
+        task_id="wait_for_sinks",
+        landing=PATHS.landing,
+        consumers=CONSUMERS,
+        timeout=SENSOR_TIMEOUT_S,
+    )
     start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID)
     compact = spark_job("compact", "compact")
     reconcile = spark_job("reconcile", "reconcile")
-    backfill = [spark_job(f"backfill_{target}", "backfill", target=target)
-                for target in step_args.BACKFILL_TARGETS]
+    backfill = [
+        spark_job(f"backfill_{target}", "backfill", target=target)
+        for target in step_args.BACKFILL_TARGETS
+    ]
     verify = spark_job("verify", "verify")
     quality = QualityCheckpointOperator(
-        task_id="quality", gx_root="{{ var.value.auditsync_gx_root }}", run_name=RUN_ID,
-        run={"landing": PATHS.landing, "warehouse": PATHS.warehouse, "run_id": RUN_ID})
-    publish = PublishOperator(task_id="publish", run_id_value=RUN_ID,
-                              outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT])
+        task_id="quality",
+        gx_root="{{ var.value.auditsync_gx_root }}",
+        run_name=RUN_ID,
+        run={"landing": PATHS.landing, "warehouse": PATHS.warehouse, "run_id": RUN_ID},
+    )
+    publish = PublishOperator(
+        task_id="publish",
+        run_id_value=RUN_ID,
+        outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT],
+    )
 
     wait >> start >> compact >> reconcile >> backfill >> verify >> quality >> publish

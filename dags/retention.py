@@ -1,4 +1,5 @@
 """retention: apply every topic's retention (``max_records`` cap, ``ttl_ms``) on a schedule."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,8 @@ AUDITSYNC = os.environ.get("AUDITSYNC_CLI", str(Path(sys.executable).with_name("
 with DAG(
     dag_id="retention",
     description="auditsync retention run",
-    doc_md=__doc__ + """
+    doc_md=__doc__
+    + """
 
 Runs `auditsync retention run` against the `auditsync_pg` connection. Each trim writes its
 `gaps` row in the same transaction (invariant L2), so the audit_sync reconciliation sees the
@@ -26,8 +28,11 @@ a re-run trims nothing new. Schedule: `AUDITSYNC_RETENTION_SCHEDULE` (default ev
     start_date=datetime(2025, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1),
-                  "execution_timeout": timedelta(minutes=10)},
+    default_args={
+        "retries": 1,
+        "retry_delay": timedelta(minutes=1),
+        "execution_timeout": timedelta(minutes=10),
+    },
     tags=["auditsync"],
 ) as dag:
     BashOperator(

@@ -14,6 +14,7 @@ Under ``--work`` (layout version 2, the incremental pipeline)::
     runs/R/manifest.json                   batches the run read, audit partitions it wrote
     audits/A/detail/ summary/              a full audit's verdicts
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,23 +75,38 @@ class Layout:
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
         common = ["--work", str(self.work), "--run-id", self.run_id]
-        extra = {"compact": ["--landing", str(self.landing)],
-                 "reconcile": ["--num-partitions", str(partitions)],
-                 "backfill": ["--num-partitions", str(partitions)],
-                 "verify": []}[step]
+        extra = {
+            "compact": ["--landing", str(self.landing)],
+            "reconcile": ["--num-partitions", str(partitions)],
+            "backfill": ["--num-partitions", str(partitions)],
+            "verify": [],
+        }[step]
         return [*common, *extra]
 
-    def namespace(self, step: str, database_url: str | None = None, partitions: int = 4,
-                  **extra: object) -> argparse.Namespace:
+    def namespace(
+        self, step: str, database_url: str | None = None, partitions: int = 4, **extra: object
+    ) -> argparse.Namespace:
         """What ``step``'s parser makes of ``step_args``, for calling ``run`` in-process."""
         values: dict[str, object] = {
-            "work": str(self.work), "run_id": self.run_id, "database_url": database_url,
-            "master": None, "landing": str(self.landing), "num_partitions": partitions,
-            "target": "both", "examples": 5, "full": False, "max_pushdown_ranges": 1000}
+            "work": str(self.work),
+            "run_id": self.run_id,
+            "database_url": database_url,
+            "master": None,
+            "landing": str(self.landing),
+            "num_partitions": partitions,
+            "target": "both",
+            "examples": 5,
+            "full": False,
+            "max_pushdown_ranges": 1000,
+        }
         values.update(extra)
         return argparse.Namespace(**values)
 
     def quality_paths(self) -> dict[str, Path]:
         """One run's slice for Great Expectations (``spark_jobs.common.slices`` reads them)."""
-        return {"reconciliation": self.run_path("summary"), "detail": self.run_path("detail"),
-                "remaining": self.run_path("remaining"), "manifest": self.manifest}
+        return {
+            "reconciliation": self.run_path("summary"),
+            "detail": self.run_path("detail"),
+            "remaining": self.run_path("remaining"),
+            "manifest": self.manifest,
+        }

@@ -17,6 +17,7 @@ backfill, 2 when a step fails to run.
 from scratch (``reconcile --full``) and compares, per consumer, topic and status, with the
 sum of the incremental runs' verdicts: exit 0 when they agree, 1 when they do not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,26 +43,44 @@ def progress_line(step: str, seconds: float, result: dict | None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="auditsync pipeline",
-                                     description="The Spark reconciliation pipeline.")
+    parser = argparse.ArgumentParser(
+        prog="auditsync pipeline", description="The Spark reconciliation pipeline."
+    )
     sub = parser.add_subparsers(dest="action", required=True)
-    for action, text in (("run", ("one incremental run: compact -> reconcile -> backfill -> "
-                                  "verify")),
-                         ("audit", "re-judge all history and compare with the runs")):
+    for action, text in (
+        ("run", ("one incremental run: compact -> reconcile -> backfill -> verify")),
+        ("audit", "re-judge all history and compare with the runs"),
+    ):
         p = sub.add_parser(action, help=text)
         p.add_argument("--landing", required=True, type=Path, help="the sink's landing directory")
         p.add_argument("--work", required=True, type=Path, help="the warehouse root")
-        p.add_argument("--run-id", default=None, help="default: the UTC time, e.g. 20250101T120000Z")
-        p.add_argument("--database-url", default=None,
-                       help="default: DATABASE_URL, else the embedded cluster")
+        p.add_argument(
+            "--run-id", default=None, help="default: the UTC time, e.g. 20250101T120000Z"
+        )
+        p.add_argument(
+            "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
+        )
         p.add_argument("--master", default="local[2]")
         p.add_argument("--driver-memory", default="2g")
-        p.add_argument("--num-partitions", type=int, default=4,
-                       help="parallel JDBC queries per source table read")
-        p.add_argument("--keep-runs", type=int, default=KEEP_RUNS,
-                       help=f"keep the outputs of this many newest runs (default {KEEP_RUNS})")
-        p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                       help="extra Spark setting (repeatable)")
+        p.add_argument(
+            "--num-partitions",
+            type=int,
+            default=4,
+            help="parallel JDBC queries per source table read",
+        )
+        p.add_argument(
+            "--keep-runs",
+            type=int,
+            default=KEEP_RUNS,
+            help=f"keep the outputs of this many newest runs (default {KEEP_RUNS})",
+        )
+        p.add_argument(
+            "--conf",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="extra Spark setting (repeatable)",
+        )
     return parser
 
 
@@ -83,9 +102,14 @@ def _step_module(step: str):
     return importlib.import_module(f"spark_jobs.{step}.main")
 
 
-def run_steps(spark, layout: Layout, database_url: str, partitions: int = 4,
-              steps: tuple[str, ...] = STEPS,
-              hook: Callable[[str], None] | None = None) -> dict[str, dict]:
+def run_steps(
+    spark,
+    layout: Layout,
+    database_url: str,
+    partitions: int = 4,
+    steps: tuple[str, ...] = STEPS,
+    hook: Callable[[str], None] | None = None,
+) -> dict[str, dict]:
     """Each step's ``run`` in turn with this session; returns their figures by step. A step
     that raises stops the run (the exception propagates)."""
     out: dict[str, dict] = {}
@@ -119,9 +143,14 @@ def prune_runs(layout: Layout, keep: int, database_url: str) -> list[str]:
     if not layout.runs.is_dir():
         return []
     with store.connect(database_url) as conn:
-        protected = set(runs.open_repairs(conn, warehouse.identity(layout), layout.run_id)) | {layout.run_id}
-    folders = sorted((p for p in layout.runs.iterdir() if p.is_dir()),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
+        protected = set(runs.open_repairs(conn, warehouse.identity(layout), layout.run_id)) | {
+            layout.run_id
+        }
+    folders = sorted(
+        (p for p in layout.runs.iterdir() if p.is_dir()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
     removed = [p.name for p in folders[keep:] if p.name not in protected]
     for name in removed:
         storage.remove(layout.runs / name)
@@ -150,27 +179,35 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
         for line in figures["differences"]:
             print(f"[pipeline] differs: {line}", flush=True)
         verdict = "agrees with" if figures["agree"] else "DISAGREES with"
-        print(f"[pipeline] full audit {run_id} {verdict} the incremental runs "
-              f"({time.monotonic() - started:.1f} s)", flush=True)
+        print(
+            f"[pipeline] full audit {run_id} {verdict} the incremental runs "
+            f"({time.monotonic() - started:.1f} s)",
+            flush=True,
+        )
         return 0 if figures["agree"] else EXIT_FAILED_GATE
     with store.connect(url) as conn:
         runs.start_run(conn, run_id)
     print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
     try:
         figures = run_steps(spark, layout, url, args.num_partitions)
-    except Exception as exc:  # noqa: BLE001 - any step error: reported whole, run marked failed
+    except Exception as exc:
         with store.connect(url) as conn:
             runs.mark_failed(conn, run_id)
-        print(f"[pipeline] run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(
+            f"[pipeline] run {run_id} failed: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         return EXIT_STEP_ERROR
     removed = prune_runs(layout, args.keep_runs, url)
     if removed:
-        print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)",
-              flush=True)
+        print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)", flush=True)
     if not figures["verify"]["passed"]:
-        print(f"[pipeline] FAILED quality gate: defects remain after backfill "
-              f"(run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
+        print(
+            f"[pipeline] FAILED quality gate: defects remain after backfill "
+            f"(run {run_id}, {time.monotonic() - started:.1f} s)",
+            flush=True,
+        )
         return EXIT_FAILED_GATE
     print(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
     return 0

@@ -1,4 +1,5 @@
 """Session-wide real parts: a throwaway PostgreSQL cluster and the service over a socket."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,8 @@ import aiohttp
 import psycopg
 import pytest
 
-from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.settings import Settings
+from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
 
 from .support import InProcessService, free_port, unique

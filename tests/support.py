@@ -2,6 +2,7 @@
 in-process service. Free ports and the service as a separate OS process (for restarts and
 second replicas) live in ``watch_service.tools.local``, shared with bench/ and the demo, and are
 re-exported here for the tests."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,9 @@ async def call(http, method: str, url: str, **kw) -> tuple[int, dict]:
         return r.status, await r.json()
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0,
-                   what: str = "condition") -> None:
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
     """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

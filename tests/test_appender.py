@@ -1,13 +1,14 @@
 """Group commit: concurrent appends to one topic share a statement, each keeps its own
 consecutive range, and a request that fails in a merged statement fails alone."""
+
 import asyncio
 
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.engine.appender import Appender
+from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
 pytestmark = pytest.mark.pg
@@ -15,8 +16,9 @@ pytestmark = pytest.mark.pg
 
 @pytest.fixture
 async def pool(pg_url):
-    async with AsyncConnectionPool(pg_url, min_size=1, max_size=4, open=False,
-                                   kwargs={"autocommit": True}) as pool:
+    async with AsyncConnectionPool(
+        pg_url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    ) as pool:
         yield pool
 
 
@@ -38,7 +40,8 @@ async def test_concurrent_requests_share_one_statement_with_their_own_ranges(poo
     assert [(r.first_seq, r.last_seq) for r in results] == [(1, 3), (4, 6), (7, 9)]
     assert {r.ts for r in results} == {results[0].ts}  # one statement, one timestamp
     assert await contents(pool, topic_name) == [
-        (i + 1, f'"{x}{j}"') for i, (x, j) in enumerate((x, j) for x in "abc" for j in range(3))]
+        (i + 1, f'"{x}{j}"') for i, (x, j) in enumerate((x, j) for x in "abc" for j in range(3))
+    ]
 
 
 async def test_a_failing_request_fails_alone_and_writes_nothing(pool, topic_name):
@@ -46,10 +49,12 @@ async def test_a_failing_request_fails_alone_and_writes_nothing(pool, topic_name
         await store.put_topic(conn, topic_name, TopicConfig(None, None))
     appender = Appender(pool)
     bad = batch("b", 2) + batch("x", 1, node="n" * 129)  # breaks the node CHECK in the DB
-    results = await asyncio.gather(appender.append(topic_name, batch("a", 2)),
-                                   appender.append(topic_name, bad),
-                                   appender.append(topic_name, batch("c", 2)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        appender.append(topic_name, batch("a", 2)),
+        appender.append(topic_name, bad),
+        appender.append(topic_name, batch("c", 2)),
+        return_exceptions=True,
+    )
     assert isinstance(results[1], psycopg.errors.CheckViolation)
     assert [(r.first_seq, r.last_seq) for r in (results[0], results[2])] == [(1, 2), (3, 4)]
     assert await contents(pool, topic_name) == [(1, '"a0"'), (2, '"a1"'), (3, '"c0"'), (4, '"c1"')]

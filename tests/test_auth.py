@@ -1,6 +1,7 @@
 """Bearer keys from the keys file: 401 / 403 with the contract body, prefix allowlists, the
 filtered topic list, dev mode, ``?token=`` refused off the SSE routes, and a malformed keys
 file failing at start with AUDITSYNC_KEYS_FILE in the message."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,14 +15,17 @@ from watch_service.web.auth import KeyFileError, KeyRing, hash_secret
 from .support import ROOT, free_port, unique
 
 
-
 def error(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
 def key_entry(key_id: str, secret: str, scopes: list[str], prefixes: list[str] | None) -> str:
-    lines = ["[[keys]]", f'id = "{key_id}"', f'secret_sha256 = "{hash_secret(secret)}"',
-             f"scopes = {scopes!r}".replace("'", '"')]
+    lines = [
+        "[[keys]]",
+        f'id = "{key_id}"',
+        f'secret_sha256 = "{hash_secret(secret)}"',
+        f"scopes = {scopes!r}".replace("'", '"'),
+    ]
     if prefixes is not None:
         lines.append(f"prefixes = {prefixes!r}".replace("'", '"'))
     return "\n".join(lines) + "\n"
@@ -47,10 +51,13 @@ async def keyed(make_service, http, tmp_path) -> Keyed:
     keys = tmp_path / "keys.toml"
     keys.write_text(
         "# test keys\n"
-        + key_entry("root", "root-secret", ["admin", "read", "write"], None)   # prefixes default [""]
+        + key_entry(
+            "root", "root-secret", ["admin", "read", "write"], None
+        )  # prefixes default [""]
         + key_entry("writer", "w-secret", ["write"], [p + "app-"])
         + key_entry("reader", "r-secret", ["read"], [p + "app-", p + "shared-"])
-        + key_entry("nobody", "n-secret", [], [""]))
+        + key_entry("nobody", "n-secret", [], [""])
+    )
     return Keyed(await make_service(keys_file=keys), http, p)
 
 
@@ -61,8 +68,14 @@ async def test_no_key_unknown_key_bad_scheme_are_401(keyed):
     missing = (401, error("unauthorized", "missing bearer key (Authorization: Bearer <key>)"))
     unknown = (401, error("unauthorized", "unknown bearer key"))
     scheme = (401, error("unauthorized", "Authorization: expected 'Bearer <key>'"))
-    for method, path in (("GET", "/v0/topics"), ("PUT", t), ("GET", t), ("DELETE", t),
-                         ("POST", t + "/records"), ("GET", t + "/records")):
+    for method, path in (
+        ("GET", "/v0/topics"),
+        ("PUT", t),
+        ("GET", t),
+        ("DELETE", t),
+        ("POST", t + "/records"),
+        ("GET", t + "/records"),
+    ):
         assert await keyed.call(method, path) == missing
         assert await keyed.call(method, path, "not-a-key") == unknown
         assert await keyed.call(method, path, headers={"Authorization": "Basic cm9vdDp4"}) == scheme
@@ -80,18 +93,28 @@ async def test_scopes(keyed):
     assert (await keyed.call("PUT", t, "root-secret", json={}))[0] == 201
     for secret, key_id in (("w-secret", "writer"), ("r-secret", "reader"), ("n-secret", "nobody")):
         assert await keyed.call("PUT", t, secret, json={}) == (
-            403, error("forbidden", f"key {key_id!r} lacks the 'admin' scope"))
+            403,
+            error("forbidden", f"key {key_id!r} lacks the 'admin' scope"),
+        )
         assert await keyed.call("DELETE", t, secret) == (
-            403, error("forbidden", f"key {key_id!r} lacks the 'admin' scope"))
-    assert await keyed.call("POST", t + "/records", "r-secret", json={"records": [{"data": 1}]}) == (
-        403, error("forbidden", "key 'reader' lacks the 'write' scope"))
+            403,
+            error("forbidden", f"key {key_id!r} lacks the 'admin' scope"),
+        )
+    assert await keyed.call(
+        "POST", t + "/records", "r-secret", json={"records": [{"data": 1}]}
+    ) == (403, error("forbidden", "key 'reader' lacks the 'write' scope"))
     assert await keyed.call("GET", t + "/records", "w-secret") == (
-        403, error("forbidden", "key 'writer' lacks the 'read' scope"))
+        403,
+        error("forbidden", "key 'writer' lacks the 'read' scope"),
+    )
     assert await keyed.call("GET", t, "n-secret") == (
-        403, error("forbidden", "key 'nobody' lacks the 'read' scope"))
+        403,
+        error("forbidden", "key 'nobody' lacks the 'read' scope"),
+    )
 
-    status, appended = await keyed.call("POST", t + "/records", "w-secret",
-                                        json={"records": [{"data": "hello"}]})
+    status, appended = await keyed.call(
+        "POST", t + "/records", "w-secret", json={"records": [{"data": "hello"}]}
+    )
     assert (status, appended["first_seq"]) == (200, 1)
     status, read = await keyed.call("GET", t + "/records", "r-secret")
     assert (status, [r["data"] for r in read["records"]]) == (200, ["hello"])
@@ -105,18 +128,26 @@ async def test_prefix_allowlist(keyed):
     outside = f"{keyed.p}other-1"
     t = f"/v0/topics/{outside}"
     assert (await keyed.call("PUT", t, "root-secret", json={}))[0] == 201
-    assert await keyed.call("POST", t + "/records", "w-secret", json={"records": [{"data": 1}]}) == (
-        403, error("forbidden", f"topic {outside!r} is outside the prefixes of key 'writer'"))
+    assert await keyed.call(
+        "POST", t + "/records", "w-secret", json={"records": [{"data": 1}]}
+    ) == (403, error("forbidden", f"topic {outside!r} is outside the prefixes of key 'writer'"))
     assert await keyed.call("GET", t + "/records", "r-secret") == (
-        403, error("forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"))
+        403,
+        error("forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"),
+    )
     assert await keyed.call("GET", t, "r-secret") == (
-        403, error("forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"))
+        403,
+        error("forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"),
+    )
     # prefixes are prefixes: the writer's "app-" does not cover the reader's "shared-"
     shared = f"{keyed.p}shared-x"
     await keyed.call("PUT", f"/v0/topics/{shared}", "root-secret", json={})
     assert (await keyed.call("GET", f"/v0/topics/{shared}/records", "r-secret"))[0] == 200
-    assert (await keyed.call("POST", f"/v0/topics/{shared}/records", "w-secret",
-                             json={"records": [{"data": 1}]}))[0] == 403
+    assert (
+        await keyed.call(
+            "POST", f"/v0/topics/{shared}/records", "w-secret", json={"records": [{"data": 1}]}
+        )
+    )[0] == 403
     # nothing was written by the refused requests
     status, body = await keyed.call("GET", t, "root-secret")
     assert (status, body["head_seq"]) == (200, 0)
@@ -136,7 +167,7 @@ async def test_topic_list_shows_only_readable_topics(keyed):
 
     assert await listed("root-secret") == names
     assert await listed("r-secret") == names[:3]
-    assert await listed("w-secret") == []     # no read scope: nothing is readable
+    assert await listed("w-secret") == []  # no read scope: nothing is readable
     assert await listed("n-secret") == []
 
 
@@ -145,12 +176,21 @@ async def test_topic_list_shows_only_readable_topics(keyed):
 async def test_query_token_is_refused_on_these_routes(keyed):
     t = f"/v0/topics/{keyed.p}app-1"
     await keyed.call("PUT", t, "root-secret", json={})
-    refused = (401, error("unauthorized", "?token= is accepted only on SSE stream routes; "
-                                          "send Authorization: Bearer <key>"))
-    for method, path, kw in (("GET", "/v0/topics", {}), ("GET", t, {}),
-                             ("GET", t + "/records", {}),
-                             ("POST", t + "/records", {"json": {"records": [{"data": 1}]}}),
-                             ("PUT", t, {"json": {}}), ("DELETE", t, {})):
+    refused = (
+        401,
+        error(
+            "unauthorized",
+            "?token= is accepted only on SSE stream routes; send Authorization: Bearer <key>",
+        ),
+    )
+    for method, path, kw in (
+        ("GET", "/v0/topics", {}),
+        ("GET", t, {}),
+        ("GET", t + "/records", {}),
+        ("POST", t + "/records", {"json": {"records": [{"data": 1}]}}),
+        ("PUT", t, {"json": {}}),
+        ("DELETE", t, {}),
+    ):
         assert await keyed.call(method, f"{path}?token=root-secret", **kw) == refused
     status, body = await keyed.call("GET", t, "root-secret")
     assert (status, body["head_seq"]) == (200, 0)
@@ -165,9 +205,11 @@ async def test_dev_mode_is_open(service, make_service, http, tmp_path, topic_nam
         name = f"{topic_name}-{svc.port}"
         async with http.put(f"{svc.url}/v0/topics/{name}", json={}) as r:
             assert r.status == 201
-        async with http.post(f"{svc.url}/v0/topics/{name}/records",
-                             json={"records": [{"data": 1}]},
-                             headers={"Authorization": "Bearer anything"}) as r:
+        async with http.post(
+            f"{svc.url}/v0/topics/{name}/records",
+            json={"records": [{"data": 1}]},
+            headers={"Authorization": "Bearer anything"},
+        ) as r:
             assert r.status == 200
         async with http.get(f"{svc.url}/v0/topics/{name}/records?token=whatever") as r:
             assert r.status == 200
@@ -176,8 +218,9 @@ async def test_dev_mode_is_open(service, make_service, http, tmp_path, topic_nam
 @pytest.mark.unit
 def test_secret_sha256_is_case_insensitive(tmp_path):
     path = tmp_path / "keys.toml"
-    path.write_text(key_entry("k", "s", ["read"], None).replace(
-        hash_secret("s"), hash_secret("s").upper()))
+    path.write_text(
+        key_entry("k", "s", ["read"], None).replace(hash_secret("s"), hash_secret("s").upper())
+    )
     ring = KeyRing.load(path)
     key = ring.authenticate("Bearer s")
     assert (key.id, key.scopes, key.prefixes) == ("k", frozenset({"read"}), ("",))
@@ -189,23 +232,39 @@ GOOD_HASH = hash_secret("x")
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("text, message", [
-    ("[[keys]\nid = 1", "is not valid TOML: "),
-    ('[[keys]]\nid = "a"\nsecret_sha256 = "abc"\nscopes = []',
-     "keys[0]: secret_sha256 must be 64 hex digits"),
-    (f'[[keys]]\nid = "a"\nsecret_sha256 = "{"g" * 64}"',
-     "keys[0]: secret_sha256 must be 64 hex digits"),
-    (f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nscopes = ["read", "root"]',
-     "keys[0]: scopes must be a subset of ['admin', 'read', 'write']"),
-    (f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nscopes = "read"',
-     "keys[0]: scopes must be a subset of ['admin', 'read', 'write']"),
-    (f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nprefixes = "app-"',
-     "keys[0]: prefixes must be a list of strings"),
-    (f'[[keys]]\nsecret_sha256 = "{GOOD_HASH}"', "keys[0]: id must be a non-empty string"),
-    (f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\n'
-     f'[[keys]]\nid = "b"\nsecret = "plain"', "keys[1]: unknown field(s) ['secret']"),
-    ("keys = [1]", "keys[0]: expected a table"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[keys]\nid = 1", "is not valid TOML: "),
+        (
+            '[[keys]]\nid = "a"\nsecret_sha256 = "abc"\nscopes = []',
+            "keys[0]: secret_sha256 must be 64 hex digits",
+        ),
+        (
+            f'[[keys]]\nid = "a"\nsecret_sha256 = "{"g" * 64}"',
+            "keys[0]: secret_sha256 must be 64 hex digits",
+        ),
+        (
+            f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nscopes = ["read", "root"]',
+            "keys[0]: scopes must be a subset of ['admin', 'read', 'write']",
+        ),
+        (
+            f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nscopes = "read"',
+            "keys[0]: scopes must be a subset of ['admin', 'read', 'write']",
+        ),
+        (
+            f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\nprefixes = "app-"',
+            "keys[0]: prefixes must be a list of strings",
+        ),
+        (f'[[keys]]\nsecret_sha256 = "{GOOD_HASH}"', "keys[0]: id must be a non-empty string"),
+        (
+            f'[[keys]]\nid = "a"\nsecret_sha256 = "{GOOD_HASH}"\n'
+            f'[[keys]]\nid = "b"\nsecret = "plain"',
+            "keys[1]: unknown field(s) ['secret']",
+        ),
+        ("keys = [1]", "keys[0]: expected a table"),
+    ],
+)
 def test_malformed_keys_file(tmp_path, text, message):
     path = tmp_path / "keys.toml"
     path.write_text(text)
@@ -225,8 +284,15 @@ def test_missing_keys_file(tmp_path):
 
 async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "watch_service.cli", *argv, cwd=ROOT,
-        env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "watch_service.cli",
+        *argv,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
 
@@ -237,8 +303,14 @@ async def test_serve_refuses_a_malformed_keys_file(tmp_path):
     db_url = "postgresql://postgres@127.0.0.1:1/never"
     path = tmp_path / "keys.toml"
     path.write_text('[[keys]]\nid = "a"\nsecret_sha256 = "nope"\n')
-    code, out, err = await run_cli("serve", "--no-migrate", "--port", str(free_port()),
-                                   env={"DATABASE_URL": db_url, "AUDITSYNC_KEYS_FILE": str(path)})
+    code, _out, err = await run_cli(
+        "serve",
+        "--no-migrate",
+        "--port",
+        str(free_port()),
+        env={"DATABASE_URL": db_url, "AUDITSYNC_KEYS_FILE": str(path)},
+    )
     assert code == 2
     assert err.strip().splitlines()[-1] == (
-        f"auditsync: AUDITSYNC_KEYS_FILE: {path}: keys[0]: secret_sha256 must be 64 hex digits")
+        f"auditsync: AUDITSYNC_KEYS_FILE: {path}: keys[0]: secret_sha256 must be 64 hex digits"
+    )

@@ -1,5 +1,6 @@
 """Invariant L1 under load, over real sockets: concurrent writers to one topic end with exactly
 seqs 1..N, and a reader tailing the topic meanwhile never sees seq n before n-1."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,8 @@ async def tail(http, url: str, total: int, writers_done: asyncio.Event) -> tuple
         assert "tombstone" not in body
         seqs = [rec["$seq"] for rec in body["records"]]
         assert seqs == list(range(cursor + 1, cursor + 1 + len(seqs))), (
-            f"after cursor {cursor} the reader saw {seqs[:5]}…: a seq before its predecessor")
+            f"after cursor {cursor} the reader saw {seqs[:5]}…: a seq before its predecessor"
+        )
         assert body["head_seq"] >= cursor + len(seqs)
         if seqs:
             reads_with_records += 1
@@ -41,8 +43,7 @@ async def tail(http, url: str, total: int, writers_done: asyncio.Event) -> tuple
 async def write(http, url: str, writer: int, count: int, batch: int = 1) -> list[int]:
     firsts = []
     for i in range(0, count, batch):
-        records = [{"data": {"w": writer, "i": i + j}, "node": f"w{writer}"}
-                   for j in range(batch)]
+        records = [{"data": {"w": writer, "i": i + j}, "node": f"w{writer}"} for j in range(batch)]
         async with http.post(f"{url}/records", json={"records": records}) as r:
             assert r.status == 200, await r.text()
             body = await r.json()

@@ -1,6 +1,7 @@
 """The project's own PostgreSQL cluster: idempotent start, status values, a stale pid file,
 the server settings it promises (logical WAL, commit timestamps, loopback only), the CLI's
 ``db`` commands, and a clear error when no server binaries exist."""
+
 from __future__ import annotations
 
 import asyncio
@@ -44,7 +45,7 @@ def test_start_is_idempotent(cluster):
     assert cluster.status() == "running"
     pid = postmaster_pid(cluster)
     assert cluster.start() == cluster.url
-    assert postmaster_pid(cluster) == pid            # the second start did not restart it
+    assert postmaster_pid(cluster) == pid  # the second start did not restart it
     assert cluster.url == f"postgresql://postgres@127.0.0.1:{cluster.port}/auditsync"
     with psycopg.connect(cluster.url) as conn:
         assert conn.execute("SELECT current_database()").fetchone() == ("auditsync",)
@@ -52,10 +53,16 @@ def test_start_is_idempotent(cluster):
 
 def test_server_settings(cluster):
     with psycopg.connect(cluster.url) as conn:
-        show = {name: conn.execute(f"SHOW {name}").fetchone()[0]
-                for name in ("wal_level", "track_commit_timestamp", "listen_addresses", "port")}
-    assert show == {"wal_level": "logical", "track_commit_timestamp": "on",
-                    "listen_addresses": "127.0.0.1", "port": str(cluster.port)}
+        show = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("wal_level", "track_commit_timestamp", "listen_addresses", "port")
+        }
+    assert show == {
+        "wal_level": "logical",
+        "track_commit_timestamp": "on",
+        "listen_addresses": "127.0.0.1",
+        "port": str(cluster.port),
+    }
 
 
 def test_listens_on_loopback_only(cluster):
@@ -68,7 +75,7 @@ def test_listens_on_loopback_only(cluster):
             addr, port = fields[1].rsplit(":", 1)
             if fields[3] == "0A" and int(port, 16) == cluster.port:  # 0A = LISTEN
                 listening.append(addr)
-    assert listening == ["0100007F"]                 # 127.0.0.1, and nothing else
+    assert listening == ["0100007F"]  # 127.0.0.1, and nothing else
 
 
 def test_server_runs_unprivileged(cluster):
@@ -86,7 +93,7 @@ def test_server_runs_unprivileged(cluster):
 def test_stop_status_and_stale_pidfile(cluster):
     assert cluster.stop() is True
     assert cluster.status() == "stopped"
-    assert cluster.stop() is False                   # stopping a stopped cluster is a no-op
+    assert cluster.stop() is False  # stopping a stopped cluster is a no-op
 
     # A crash leaves postmaster.pid behind; its pid may be dead or reused by another program.
     dead = subprocess.Popen(["true"])
@@ -112,8 +119,14 @@ def test_stop_status_and_stale_pidfile(cluster):
 def run_cli(home: Path, port: int, *argv: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(AUDITSYNC_HOME=str(home), AUDITSYNC_PG_PORT=str(port))
-    proc = subprocess.run([sys.executable, "-m", "watch_service.cli", "db", *argv], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "watch_service.cli", "db", *argv],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc.returncode, proc.stdout.strip(), proc.stderr
 
 
@@ -145,7 +158,8 @@ def test_find_bindir_without_binaries(monkeypatch):
     assert str(info.value) == (
         "no PostgreSQL server binaries found (looked for initdb and pg_ctl via pg_config and in "
         "/usr/lib/postgresql/*/bin). Install them, e.g. `apt-get install postgresql-15`, "
-        "or set DATABASE_URL to an existing server.")
+        "or set DATABASE_URL to an existing server."
+    )
     with pytest.raises(EmbeddedPgError):
         EmbeddedPostgres(Path(tempfile.gettempdir()) / "never-created", free_port()).start()
 
@@ -157,11 +171,15 @@ def test_find_bindir_prefers_pg_config_then_newest_version(monkeypatch, tmp_path
             (path / name).touch()
         return path
 
-    old, new, incomplete = (fake_bin(tmp_path / "lib/13/bin"), fake_bin(tmp_path / "lib/16/bin"),
-                            tmp_path / "lib/17/bin")
-    incomplete.mkdir(parents=True)                    # a client-only install: no initdb
-    monkeypatch.setattr(embedded_pg.glob, "glob",
-                        lambda pattern: [str(old), str(incomplete), str(new)])
+    old, new, incomplete = (
+        fake_bin(tmp_path / "lib/13/bin"),
+        fake_bin(tmp_path / "lib/16/bin"),
+        tmp_path / "lib/17/bin",
+    )
+    incomplete.mkdir(parents=True)  # a client-only install: no initdb
+    monkeypatch.setattr(
+        embedded_pg.glob, "glob", lambda pattern: [str(old), str(incomplete), str(new)]
+    )
     monkeypatch.setattr(embedded_pg.shutil, "which", lambda name: None)
     assert find_bindir() == new
 

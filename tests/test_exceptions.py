@@ -2,6 +2,7 @@
 from ``AuditsyncError`` (found by walking and importing every module, so a new class cannot
 slip past), and the HTTP errors carry their status, code and headers as class data. The
 plugin's classes are walked in ``tests/airflow/test_exceptions.py``, where Airflow is loaded."""
+
 from __future__ import annotations
 
 import importlib
@@ -44,14 +45,18 @@ def exception_classes(package: str) -> list[type[BaseException]]:
         if info.name.rsplit(".", 1)[-1] == "__main__":
             continue  # importing it runs the command
         module = importlib.import_module(info.name)
-        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if cls.__module__ == module.__name__ and issubclass(cls, BaseException)]
+        found += [
+            cls
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if cls.__module__ == module.__name__ and issubclass(cls, BaseException)
+        ]
     return found
 
 
 def not_rooted(classes: list[type[BaseException]]) -> list[str]:
-    return [f"{c.__module__}.{c.__qualname__}" for c in classes
-            if not issubclass(c, AuditsyncError)]
+    return [
+        f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, AuditsyncError)
+    ]
 
 
 @pytest.mark.parametrize("package", ["watch_service", "spark_jobs"])
@@ -63,19 +68,46 @@ def test_every_exception_class_derives_from_the_root(package):
 
 def test_the_walk_sees_classes_in_every_layer():
     names = {c.__name__ for c in exception_classes("watch_service")}
-    assert {"ApiError", "AuthzInputError", "AuthzStoreError", "HistoryLost", "LandingError",
-            "SettingsError", "KeyFileError"} <= names
+    assert {
+        "ApiError",
+        "AuthzInputError",
+        "AuthzStoreError",
+        "HistoryLost",
+        "LandingError",
+        "SettingsError",
+        "KeyFileError",
+    } <= names
 
 
 def test_http_errors_carry_status_and_code_as_class_data():
-    assert [(c.status, c.code) for c in (ApiError, InvalidRequest, Unauthorized, Forbidden,
-                                         NotFound, TopicNotFound, MethodNotAllowed,
-                                         NotAcceptable, PayloadTooLarge, Throttled,
-                                         Unavailable)] == [
-        (500, "internal"), (400, "invalid_request"), (401, "unauthorized"), (403, "forbidden"),
-        (404, "not_found"), (404, "topic_not_found"), (405, "method_not_allowed"),
-        (406, "not_acceptable"), (413, "payload_too_large"), (429, "throttled"),
-        (503, "unavailable")]
+    assert [
+        (c.status, c.code)
+        for c in (
+            ApiError,
+            InvalidRequest,
+            Unauthorized,
+            Forbidden,
+            NotFound,
+            TopicNotFound,
+            MethodNotAllowed,
+            NotAcceptable,
+            PayloadTooLarge,
+            Throttled,
+            Unavailable,
+        )
+    ] == [
+        (500, "internal"),
+        (400, "invalid_request"),
+        (401, "unauthorized"),
+        (403, "forbidden"),
+        (404, "not_found"),
+        (404, "topic_not_found"),
+        (405, "method_not_allowed"),
+        (406, "not_acceptable"),
+        (413, "payload_too_large"),
+        (429, "throttled"),
+        (503, "unavailable"),
+    ]
     assert dict(Unauthorized.headers) == {"WWW-Authenticate": "Bearer"}
     assert dict(Throttled.headers) == {"Retry-After": "2"}
     assert dict(InvalidRequest.headers) == {}
@@ -83,14 +115,21 @@ def test_http_errors_carry_status_and_code_as_class_data():
 
 
 def test_the_constructors_raise_the_classes():
-    pairs = [(invalid, InvalidRequest), (unauthorized, Unauthorized), (forbidden, Forbidden),
-             (not_found, NotFound), (not_acceptable, NotAcceptable), (too_large, PayloadTooLarge),
-             (throttled, Throttled)]
+    pairs = [
+        (invalid, InvalidRequest),
+        (unauthorized, Unauthorized),
+        (forbidden, Forbidden),
+        (not_found, NotFound),
+        (not_acceptable, NotAcceptable),
+        (too_large, PayloadTooLarge),
+        (throttled, Throttled),
+    ]
     for make, cls in pairs:
         err = make("field: broke the rule")
         assert type(err) is cls and err.message == str(err) == "field: broke the rule"
         assert err.body() == {"error": {"code": cls.code, "message": "field: broke the rule"}}
     gone = topic_not_found("orders")
     assert type(gone) is TopicNotFound and isinstance(gone, NotFound)
-    assert gone.body() == {"error": {"code": "topic_not_found",
-                                     "message": "topic 'orders' does not exist"}}
+    assert gone.body() == {
+        "error": {"code": "topic_not_found", "message": "topic 'orders' does not exist"}
+    }

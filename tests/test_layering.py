@@ -6,6 +6,7 @@ each is classified into the layer it reaches. ``RULES`` says which layers each l
 a failure names the file, the line, the import and the rule it breaks. ARCHITECTURE.md draws the
 same picture in prose; this test is what keeps it true.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,43 +21,88 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("watch_service", "spark_jobs", "plugins", "dags", "bench")
 OURS_TOP = {"watch_service", "spark_jobs", "auditsync_plugin", "auditsync", "tests", "bench"}
-IO_LIBRARIES = {"aiohttp", "psycopg", "psycopg_pool", "grpc", "pyarrow", "pyspark", "airflow",
-                "great_expectations"}
+IO_LIBRARIES = {
+    "aiohttp",
+    "psycopg",
+    "psycopg_pool",
+    "grpc",
+    "pyarrow",
+    "pyspark",
+    "airflow",
+    "great_expectations",
+}
 WS = "watch_service"
 
 # layer of a watch_service submodule, by its first component after ``watch_service.``
-WS_LAYERS = {"protocol": "protocol", "settings": "settings", "store": "store", "engine": "engine",
-             "web": "web", "server": "server", "compat": "compat", "sink": "sink", "app": "app",
-             "cli": "cli", "tools": "tools", "watch_client": "client", "": "package"}
-SERVICE = {"protocol", "settings", "store", "engine", "web", "server", "compat", "sink", "client",
-           "app", "package"}
+WS_LAYERS = {
+    "protocol": "protocol",
+    "settings": "settings",
+    "store": "store",
+    "engine": "engine",
+    "web": "web",
+    "server": "server",
+    "compat": "compat",
+    "sink": "sink",
+    "app": "app",
+    "cli": "cli",
+    "tools": "tools",
+    "watch_client": "client",
+    "": "package",
+}
+SERVICE = {
+    "protocol",
+    "settings",
+    "store",
+    "engine",
+    "web",
+    "server",
+    "compat",
+    "sink",
+    "client",
+    "app",
+    "package",
+}
 EVERYTHING = SERVICE | {"cli", "tools", "spark_jobs", "plugins", "bench", "dags", "tests"}
 DATA_SIDE = {"protocol", "store", "settings", "package"}
 
 # layer -> (the layers it may import, the rule in words)
 RULES: dict[str, tuple[set[str], str]] = {
     "package": ({"package"}, "the package root imports nothing of ours"),
-    "protocol": ({"protocol", "package"},
-                 "protocol is pure: it imports nothing of ours but protocol, and no I/O library"),
+    "protocol": (
+        {"protocol", "package"},
+        "protocol is pure: it imports nothing of ours but protocol, and no I/O library",
+    ),
     "settings": ({"protocol", "package"}, "settings.py imports only protocol"),
     "store": ({"store", "protocol", "settings", "package"}, "store -> protocol, settings"),
     "engine": ({"engine"} | DATA_SIDE, "engine -> store, protocol, settings"),
     "web": ({"web", "engine"} | DATA_SIDE, "web -> engine, store, protocol, settings"),
-    "server": ({"server", "web", "engine"} | DATA_SIDE,
-               "server -> web, engine, store, protocol, settings (never compat)"),
-    "compat": ({"compat", "web", "engine"} | DATA_SIDE,
-               "compat -> web, engine, store, protocol, settings (never server)"),
-    "sink": ({"sink"} | DATA_SIDE,
-             "sink -> protocol, store, settings (not server/compat/engine/web)"),
+    "server": (
+        {"server", "web", "engine"} | DATA_SIDE,
+        "server -> web, engine, store, protocol, settings (never compat)",
+    ),
+    "compat": (
+        {"compat", "web", "engine"} | DATA_SIDE,
+        "compat -> web, engine, store, protocol, settings (never server)",
+    ),
+    "sink": (
+        {"sink"} | DATA_SIDE,
+        "sink -> protocol, store, settings (not server/compat/engine/web)",
+    ),
     "client": ({"client", "sink"} | DATA_SIDE, "the SSE client -> sink, protocol, settings, store"),
-    "app": (EVERYTHING - {"tools", "cli", "tests", "bench", "dags"},
-            "app.py may import anything but tools/cli"),
+    "app": (
+        EVERYTHING - {"tools", "cli", "tests", "bench", "dags"},
+        "app.py may import anything but tools/cli",
+    ),
     "cli": (EVERYTHING - {"tools", "tests", "bench", "dags"}, "cli -> anything but tools"),
     "tools": (EVERYTHING - {"tests", "bench", "dags"}, "tools -> anything (but tests/bench)"),
-    "spark_jobs": ({"spark_jobs"} | DATA_SIDE,
-                   "spark_jobs reach watch_service only via protocol, store, settings"),
-    "plugins": ({"plugins", "spark_jobs"} | DATA_SIDE,
-                "plugins reach watch_service only via protocol, store, settings"),
+    "spark_jobs": (
+        {"spark_jobs"} | DATA_SIDE,
+        "spark_jobs reach watch_service only via protocol, store, settings",
+    ),
+    "plugins": (
+        {"plugins", "spark_jobs"} | DATA_SIDE,
+        "plugins reach watch_service only via protocol, store, settings",
+    ),
     "dags": ({"plugin_api"}, "dags import only the plugin (auditsync_plugin) and third-party"),
     "bench": (EVERYTHING - {"tests", "dags"}, "bench never imports tests"),
 }
@@ -64,11 +110,11 @@ RULES: dict[str, tuple[set[str], str]] = {
 
 @dataclass(frozen=True)
 class Import:
-    path: str        # file, relative to the repo root
+    path: str  # file, relative to the repo root
     line: int
-    target: str      # resolved dotted module name
+    target: str  # resolved dotted module name
     source_layer: str
-    target_layer: str | None   # None: third-party or standard library
+    target_layer: str | None  # None: third-party or standard library
 
 
 def module_name(rel: Path) -> str:
@@ -101,7 +147,7 @@ def layer_of_module(name: str, importer_top: str = "") -> str | None:
     if top in ("spark_jobs", "tests", "bench"):
         return top
     if importer_top == "bench" and (ROOT / "bench" / f"{top}.py").exists():
-        return "bench"   # bench scripts import their siblings (their folder is on sys.path)
+        return "bench"  # bench scripts import their siblings (their folder is on sys.path)
     return None
 
 
@@ -121,7 +167,7 @@ def resolve(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool) 
     base = node.module or ""
     if node.level:
         package = importer.split(".") if is_package else importer.split(".")[:-1]
-        package = package[:len(package) - (node.level - 1)]
+        package = package[: len(package) - (node.level - 1)]
         base = ".".join([*package, *([node.module] if node.module else [])])
     for alias in node.names:
         candidate = f"{base}.{alias.name}" if base else alias.name
@@ -135,8 +181,13 @@ def imports_of(rel: Path, source: str) -> Iterator[Import]:
     for node in ast.walk(ast.parse(source, str(rel))):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for target in resolve(node, importer, is_package):
-                yield Import(str(rel), node.lineno, target, source_layer,
-                             layer_of_module(target, rel.parts[0]))
+                yield Import(
+                    str(rel),
+                    node.lineno,
+                    target,
+                    source_layer,
+                    layer_of_module(target, rel.parts[0]),
+                )
 
 
 def project_imports() -> list[Import]:
@@ -170,7 +221,7 @@ def layer_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
     def visit(node: str, stack: list[str]) -> None:
         for nxt in sorted(graph.get(node, ())):
             if nxt in stack:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = stack[stack.index(nxt) :] + [nxt]
                 key = frozenset(cycle)
                 if key not in seen:
                     seen.add(key)
@@ -185,14 +236,21 @@ def layer_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
 
 def fmt(imp: Import) -> str:
     rule = violation(imp)
-    return (f"{imp.path}:{imp.line}: {imp.source_layer} imports {imp.target} "
-            f"({imp.target_layer or 'third-party'}) - rule: {rule}")
+    return (
+        f"{imp.path}:{imp.line}: {imp.source_layer} imports {imp.target} "
+        f"({imp.target_layer or 'third-party'}) - rule: {rule}"
+    )
 
 
 # -- the guards -----------------------------------------------------------------------------------
 def test_every_service_module_has_a_layer() -> None:
-    unassigned = sorted({str(p.relative_to(ROOT)) for p in (ROOT / WS).rglob("*.py")
-                         if layer_of_file(p.relative_to(ROOT)) == "unassigned"})
+    unassigned = sorted(
+        {
+            str(p.relative_to(ROOT))
+            for p in (ROOT / WS).rglob("*.py")
+            if layer_of_file(p.relative_to(ROOT)) == "unassigned"
+        }
+    )
     assert not unassigned, f"modules with no layer (add them to WS_LAYERS): {unassigned}"
 
 
@@ -202,8 +260,11 @@ def test_imports_follow_the_layers() -> None:
 
 
 def test_no_cycles_between_layers() -> None:
-    edges = {(imp.source_layer, imp.target_layer) for imp in project_imports()
-             if imp.target_layer is not None}
+    edges = {
+        (imp.source_layer, imp.target_layer)
+        for imp in project_imports()
+        if imp.target_layer is not None
+    }
     cycles = layer_cycles(edges)
     assert not cycles, "import cycles between layers:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
@@ -214,11 +275,13 @@ def _imports(rel: str, source: str) -> list[tuple[int, str, str | None, str | No
 
 
 def test_relative_and_function_level_imports_resolve() -> None:
-    src = ("from . import topics\n"
-           "from ..engine.tailer import Hub\n"
-           "def f():\n"
-           "    from watch_service import settings\n"
-           "    import aiohttp\n")
+    src = (
+        "from . import topics\n"
+        "from ..engine.tailer import Hub\n"
+        "def f():\n"
+        "    from watch_service import settings\n"
+        "    import aiohttp\n"
+    )
     found = _imports("watch_service/store/x.py", src)
     assert found[0][:3] == (1, "watch_service.store.topics", "store")
     assert found[1][:3] == (2, "watch_service.engine.tailer", "engine")
@@ -243,5 +306,6 @@ def test_dags_bench_and_plugins() -> None:
 
 def test_cycles_are_found() -> None:
     assert layer_cycles({("server", "compat"), ("compat", "server"), ("server", "web")}) == [
-        ["compat", "server", "compat"]]
+        ["compat", "server", "compat"]
+    ]
     assert layer_cycles({("a", "b"), ("b", "c")}) == []

@@ -1,4 +1,5 @@
 """watch_service.tools.local: the helpers tests, benchmarks and the demo start the service with."""
+
 from __future__ import annotations
 
 import socket
@@ -22,8 +23,14 @@ def test_the_environment_adds_and_removes_variables(monkeypatch) -> None:
 
 @pytest.mark.unit
 def test_the_command_serves_on_the_port_without_migrating() -> None:
-    assert serve_command(8401)[1:] == ["-m", "watch_service.cli", "serve", "--no-migrate",
-                                       "--port", "8401"]
+    assert serve_command(8401)[1:] == [
+        "-m",
+        "watch_service.cli",
+        "serve",
+        "--no-migrate",
+        "--port",
+        "8401",
+    ]
 
 
 @pytest.mark.e2e

@@ -1,5 +1,6 @@
 """Migrations: applied once each and recorded, idempotent, safe when two processes migrate at
 once, and refused (library and CLI) on a server with ``track_commit_timestamp`` off."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,7 +21,8 @@ from .support import ROOT, free_port, unique
 COMMIT_TS_OFF = (
     "track_commit_timestamp is off on this PostgreSQL server; auditsync needs it "
     "(commit timestamps back the Permify/SpiceDB watch). Fix: ALTER SYSTEM SET "
-    "track_commit_timestamp = on; then restart the server.")
+    "track_commit_timestamp = on; then restart the server."
+)
 
 
 @pytest.fixture
@@ -60,7 +62,9 @@ def expected_names() -> list[str]:
 
 def recorded(url: str) -> list[tuple[int, str]]:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+        return conn.execute(
+            "SELECT version, name FROM schema_migrations ORDER BY version"
+        ).fetchall()
 
 
 @pytest.mark.unit
@@ -77,11 +81,13 @@ def test_available_migrations_are_numbered_in_order():
 def test_migrate_applies_each_file_once_and_records_it(fresh_db):
     assert migrate(fresh_db) == expected_names()
     assert recorded(fresh_db) == [(v, n) for v, n, _ in available()]
-    assert migrate(fresh_db) == []                   # idempotent: nothing left to apply
+    assert migrate(fresh_db) == []  # idempotent: nothing left to apply
     assert recorded(fresh_db) == [(v, n) for v, n, _ in available()]
     with psycopg.connect(fresh_db) as conn:
-        tables = {t for (t,) in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        tables = {
+            t
+            for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
     assert {"schema_migrations", "topics", "records", "gaps"} <= tables
 
 
@@ -93,17 +99,24 @@ def test_session_database_is_up_to_date(pg_url):
 
 @pytest.mark.pg
 async def test_two_migrations_at_once_apply_each_file_once(fresh_db):
-    results = await asyncio.gather(asyncio.to_thread(migrate, fresh_db),
-                                   asyncio.to_thread(migrate, fresh_db))
+    results = await asyncio.gather(
+        asyncio.to_thread(migrate, fresh_db), asyncio.to_thread(migrate, fresh_db)
+    )
     assert sorted(results, key=len) == [[], expected_names()]
     assert len(recorded(fresh_db)) == len(available())
 
 
 async def run_cli(*argv: str, url: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "watch_service.cli", *argv, cwd=ROOT,
+        sys.executable,
+        "-m",
+        "watch_service.cli",
+        *argv,
+        cwd=ROOT,
         env={**os.environ, "DATABASE_URL": url},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
 
@@ -123,7 +136,7 @@ def test_migrate_refuses_commit_ts_off(commit_ts_off):
     with pytest.raises(MigrationError) as info:
         migrate(commit_ts_off)
     assert str(info.value) == COMMIT_TS_OFF
-    with psycopg.connect(commit_ts_off) as conn:       # refused before touching anything
+    with psycopg.connect(commit_ts_off) as conn:  # refused before touching anything
         assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,)
 
 
@@ -137,7 +150,8 @@ async def test_migrate_cli_refuses_commit_ts_off(commit_ts_off):
 
 @pytest.mark.e2e
 async def test_migrate_cli_unreachable_server():
-    code, out, err = await run_cli(
-        "migrate", url=f"postgresql://postgres@127.0.0.1:{free_port()}/x?connect_timeout=2")
+    code, _out, err = await run_cli(
+        "migrate", url=f"postgresql://postgres@127.0.0.1:{free_port()}/x?connect_timeout=2"
+    )
     assert code == 2
     assert err.startswith("auditsync: cannot reach PostgreSQL: ")

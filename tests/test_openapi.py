@@ -1,6 +1,7 @@
 """The OpenAPI document (watch_service/server/contract/openapi.json) is valid OpenAPI 3.1,
 describes exactly the routes ``create_app`` registers, and is what ``GET /openapi.json`` serves;
 real responses match its schemas."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ def document() -> dict:
 
 
 def documented_routes(doc: dict) -> set[tuple[str, str]]:
-    return {(method.upper(), path) for path, item in doc["paths"].items()
-            for method in item if method in METHODS}
+    return {
+        (method.upper(), path)
+        for path, item in doc["paths"].items()
+        for method in item
+        if method in METHODS
+    }
 
 
 def registered_routes(app) -> set[tuple[str, str]]:
@@ -73,8 +78,10 @@ async def test_the_service_serves_the_document(service, http) -> None:
 @pytest.mark.service
 async def test_the_document_is_open_when_keys_are_configured(make_service, http, tmp_path) -> None:
     keys = tmp_path / "keys.toml"
-    keys.write_text('[[keys]]\nid = "k"\nsecret_sha256 = "' + "0" * 64 + '"\nscopes = ["read"]\n'
-                    'prefixes = [""]\n')
+    keys.write_text(
+        '[[keys]]\nid = "k"\nsecret_sha256 = "' + "0" * 64 + '"\nscopes = ["read"]\n'
+        'prefixes = [""]\n'
+    )
     svc = await make_service(keys_file=keys)
     async with http.get(f"{svc.url}/openapi.json") as r:
         assert r.status == 200
@@ -88,8 +95,10 @@ async def test_real_responses_match_the_schemas(service, http) -> None:
     async with http.put(f"{service.url}/v0/topics/{topic}", json={"max_records": 2}) as r:
         assert r.status == 201
         schema_of(doc, "Topic").validate(await r.json())
-    async with http.post(f"{service.url}/v0/topics/{topic}/records",
-                         json={"records": [{"data": i, "tag": "t"} for i in range(3)]}) as r:
+    async with http.post(
+        f"{service.url}/v0/topics/{topic}/records",
+        json={"records": [{"data": i, "tag": "t"} for i in range(3)]},
+    ) as r:
         schema_of(doc, "AppendResult").validate(await r.json())
     async with http.get(f"{service.url}/v0/topics/{topic}/records?from_seq=0") as r:
         page = await r.json()
@@ -97,9 +106,12 @@ async def test_real_responses_match_the_schemas(service, http) -> None:
         assert "tombstone" in page
     async with http.post(f"{service.url}/v0/watch", json={"topics": {topic: {}}}) as r:
         schema_of(doc, "WatchSession").validate(await r.json())
-    for method, path, status in [("GET", f"/v0/topics/{unique('missing')}", 404),
-                                 ("POST", "/v0/watch", 400)]:
-        async with http.request(method, f"{service.url}{path}", data=b"{}",
-                                headers={"Content-Type": "application/json"}) as r:
+    for method, path, status in [
+        ("GET", f"/v0/topics/{unique('missing')}", 404),
+        ("POST", "/v0/watch", 400),
+    ]:
+        async with http.request(
+            method, f"{service.url}{path}", data=b"{}", headers={"Content-Type": "application/json"}
+        ) as r:
             assert r.status == status
             schema_of(doc, "Error").validate(await r.json())

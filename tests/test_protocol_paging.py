@@ -1,4 +1,5 @@
 """Unit tests for the page rule every reader shares: count, seq bound, byte budget."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,19 +33,23 @@ def test_limit_caps_the_count(limit, expected):
     assert seqs(build_page(recs(1, 1, 1), enc, limit=limit, max_bytes=100, upto=99)) == expected
 
 
-@pytest.mark.parametrize("upto, expected", [
-    (10, []), (11, [11]), (12, [11, 12]), (50, [11, 12, 13])])
+@pytest.mark.parametrize(
+    "upto, expected", [(10, []), (11, [11]), (12, [11, 12]), (50, [11, 12, 13])]
+)
 def test_nothing_past_upto(upto, expected):
     page = build_page(recs(1, 1, 1, first=11), enc, limit=10, max_bytes=100, upto=upto)
     assert seqs(page) == expected
 
 
-@pytest.mark.parametrize("max_bytes, expected", [
-    (9, [1, 2]),      # 4 + 5 = 9 fits exactly
-    (8, [1]),         # the second record would make 9
-    (12, [1, 2]),     # the third would make 15
-    (15, [1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "max_bytes, expected",
+    [
+        (9, [1, 2]),  # 4 + 5 = 9 fits exactly
+        (8, [1]),  # the second record would make 9
+        (12, [1, 2]),  # the third would make 15
+        (15, [1, 2, 3]),
+    ],
+)
 def test_byte_budget_counts_encoded_characters(max_bytes, expected):
     assert seqs(build_page(recs(4, 5, 6), enc, limit=10, max_bytes=max_bytes, upto=99)) == expected
 

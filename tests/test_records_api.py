@@ -1,5 +1,6 @@
 """The Records API over real sockets: append with consecutive seqs, read pages in order, the
 record wire shape, and atomic batches (a batch that fails part-way leaves nothing behind)."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,9 @@ async def topic(service, http, topic_name) -> str:
 
 
 async def post(http, service, topic: str, records: list[dict]) -> tuple[int, dict]:
-    return await call(http, "POST", f"{service.url}/v0/topics/{topic}/records",
-                      json={"records": records})
+    return await call(
+        http, "POST", f"{service.url}/v0/topics/{topic}/records", json={"records": records}
+    )
 
 
 async def read(http, service, topic: str, query: str = "") -> dict:
@@ -38,8 +40,10 @@ async def read(http, service, topic: str, query: str = "") -> dict:
 
 async def db_state(db, topic: str) -> tuple[int, int, int]:
     cur = await db.execute(
-        "SELECT t.head_seq, t.earliest_seq, (SELECT count(*) FROM records r WHERE r.topic = t.name) "
-        "FROM topics t WHERE t.name = %s", (topic,))
+        "SELECT t.head_seq, t.earliest_seq, (SELECT count(*) FROM records r WHERE r.topic = t.name) "  # noqa: E501
+        "FROM topics t WHERE t.name = %s",
+        (topic,),
+    )
     return await cur.fetchone()
 
 
@@ -48,7 +52,12 @@ async def test_append_returns_consecutive_seqs(service, http, topic):
     status, body = await post(http, service, topic, [{"data": i} for i in range(3)])
     assert status == 200
     assert set(body) == {"topic", "first_seq", "last_seq", "head_seq", "ts"}
-    assert (body["topic"], body["first_seq"], body["last_seq"], body["head_seq"]) == (topic, 1, 3, 3)
+    assert (body["topic"], body["first_seq"], body["last_seq"], body["head_seq"]) == (
+        topic,
+        1,
+        3,
+        3,
+    )
     assert before - 1000 <= body["ts"] <= time.time_ns() // 1_000_000 + 1000
     status, body2 = await post(http, service, topic, [{"data": "x"}])
     assert (body2["first_seq"], body2["last_seq"], body2["head_seq"]) == (4, 4, 4)
@@ -62,7 +71,7 @@ async def test_record_shape_round_trips(service, http, topic):
         {"data": "plain", "tag": "t" * 256, "node": "n" * 128},
         {"data": [], "meta": {}},
         {"data": 0, "meta": None, "tag": None, "node": None},
-        {"data": {"nul": "a\u0000b", "quote": "\"\\"}},
+        {"data": {"nul": "a\u0000b", "quote": '"\\'}},
     ]
     status, appended = await post(http, service, topic, records)
     assert status == 200, appended
@@ -70,15 +79,26 @@ async def test_record_shape_round_trips(service, http, topic):
     ts = appended["ts"]
     assert body["records"] == [
         {"$seq": 1, "$ts": ts, "data": records[0]["data"]},
-        {"$seq": 2, "$ts": ts, "$tag": "login", "$node": "node-1",
-         "meta": {"who": "alice", "n": 1}, "data": None},
+        {
+            "$seq": 2,
+            "$ts": ts,
+            "$tag": "login",
+            "$node": "node-1",
+            "meta": {"who": "alice", "n": 1},
+            "data": None,
+        },
         {"$seq": 3, "$ts": ts, "$tag": "t" * 256, "$node": "n" * 128, "data": "plain"},
         {"$seq": 4, "$ts": ts, "meta": {}, "data": []},
         {"$seq": 5, "$ts": ts, "data": 0},
-        {"$seq": 6, "$ts": ts, "data": {"nul": "a\u0000b", "quote": "\"\\"}},
+        {"$seq": 6, "$ts": ts, "data": {"nul": "a\u0000b", "quote": '"\\'}},
     ]
-    assert (body["topic"], body["from_seq"], body["to_seq"], body["head_seq"],
-            body["earliest_seq"]) == (topic, 0, 6, 6, 1)
+    assert (
+        body["topic"],
+        body["from_seq"],
+        body["to_seq"],
+        body["head_seq"],
+        body["earliest_seq"],
+    ) == (topic, 0, 6, 6, 1)
 
 
 async def test_paging_with_from_seq_and_limit(service, http, topic):
@@ -96,7 +116,12 @@ async def test_paging_with_from_seq_and_limit(service, http, topic):
         cursor = body["to_seq"]
     assert seen == list(range(25))
     body = await read(http, service, topic, "?from_seq=1000")
-    assert (body["records"], body["from_seq"], body["to_seq"], body["head_seq"]) == ([], 1000, 1000, 25)
+    assert (body["records"], body["from_seq"], body["to_seq"], body["head_seq"]) == (
+        [],
+        1000,
+        1000,
+        25,
+    )
 
 
 async def test_default_limit_is_256_and_max_is_10000(service, http, topic):
@@ -111,8 +136,14 @@ async def test_default_limit_is_256_and_max_is_10000(service, http, topic):
 
 async def test_empty_topic_read(service, http, topic):
     body = await read(http, service, topic)
-    assert body == {"topic": topic, "records": [], "from_seq": 0, "to_seq": 0, "head_seq": 0,
-                    "earliest_seq": 1}
+    assert body == {
+        "topic": topic,
+        "records": [],
+        "from_seq": 0,
+        "to_seq": 0,
+        "head_seq": 0,
+        "earliest_seq": 1,
+    }
 
 
 async def test_ts_is_server_time_and_never_decreases(service, http, topic):
@@ -125,8 +156,10 @@ async def test_ts_is_server_time_and_never_decreases(service, http, topic):
 
 
 async def test_unknown_topic(service, http, topic_name):
-    expected = (404, {"error": {"code": "topic_not_found",
-                                "message": f"topic {topic_name!r} does not exist"}})
+    expected = (
+        404,
+        {"error": {"code": "topic_not_found", "message": f"topic {topic_name!r} does not exist"}},
+    )
     assert await post(http, service, topic_name, [{"data": 1}]) == expected
     assert await call(http, "GET", f"{service.url}/v0/topics/{topic_name}/records") == expected
     # an append to an unknown topic does not create it
@@ -142,9 +175,15 @@ async def test_batch_over_record_limit_part_way_leaves_nothing(make_service, htt
     batch = [{"data": i} for i in range(5)]
     batch[2] = {"data": "x" * 200}
     status, body = await post(http, svc, topic_name, batch)
-    assert (status, body) == (413, {"error": {
-        "code": "payload_too_large",
-        "message": "records[2]: 202 bytes of data+meta is over the per-record limit of 100 bytes"}})
+    assert (status, body) == (
+        413,
+        {
+            "error": {
+                "code": "payload_too_large",
+                "message": "records[2]: 202 bytes of data+meta is over the per-record limit of 100 bytes",  # noqa: E501
+            }
+        },
+    )
     assert await db_state(db, topic_name) == (1, 1, 1)
     body = await read(http, svc, topic_name)
     assert [r["data"] for r in body["records"]] == ["seed"]
@@ -180,5 +219,7 @@ async def test_capped_append_trims_in_step(service, http, db, topic_name):
         await post(http, service, topic_name, [{"data": i * 3 + j} for j in range(3)])
         head = (i + 1) * 3
         assert await db_state(db, topic_name) == (head, max(1, head - 4), min(head, 5))
-    cur = await db.execute("SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s", (topic_name,))
+    cur = await db.execute(
+        "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s", (topic_name,)
+    )
     assert await cur.fetchall() == [(1, 7, "cap")]

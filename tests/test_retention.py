@@ -1,6 +1,7 @@
 """Retention (invariant L2): cap and ttl trims write gaps rows with exact ranges and reasons,
 ``earliest_seq`` follows, and a reader below it gets the contract's tombstone. TTL is driven by
 an explicit ``now_ms`` where possible; the CLI and the service's loop are checked for real."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +11,8 @@ import time
 
 import pytest
 
-from watch_service.store import retention
 from watch_service.protocol.tombstones import Tombstone
-from watch_service.store import topics as store
+from watch_service.store import retention
 
 from .support import ROOT, call, wait_for
 
@@ -26,14 +26,18 @@ class Topic:
         self.service, self.http, self.db, self.name = service, http, db, name
         self.url = f"{service.url}/v0/topics/{name}"
 
-    async def create(self, **config) -> "Topic":
+    async def create(self, **config) -> Topic:
         status, body = await call(self.http, "PUT", self.url, json=config)
         assert status == 201, body
         return self
 
     async def append(self, n: int) -> dict:
-        status, body = await call(self.http, "POST", f"{self.url}/records",
-                                  json={"records": [{"data": i} for i in range(n)]})
+        status, body = await call(
+            self.http,
+            "POST",
+            f"{self.url}/records",
+            json={"records": [{"data": i} for i in range(n)]},
+        )
         assert status == 200, body
         return body
 
@@ -47,7 +51,8 @@ class Topic:
     async def gaps(self) -> list[tuple[int, int, str]]:
         cur = await self.db.execute(
             "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s ORDER BY gap_from",
-            (self.name,))
+            (self.name,),
+        )
         return await cur.fetchall()
 
     async def bounds(self) -> tuple[int, int]:
@@ -70,11 +75,11 @@ async def test_cap_trims_with_exact_gaps_and_tombstones(topic):
     await topic.create(max_records=5)
     await topic.append(4)
     assert await topic.gaps() == []
-    await topic.append(4)                                  # head 8 → keep 4..8
+    await topic.append(4)  # head 8 → keep 4..8
     assert await topic.gaps() == [(1, 3, "cap")]
     assert await topic.bounds() == (4, 8)
-    await topic.append(4)                                  # head 12 → keep 8..12
-    assert await topic.gaps() == [(1, 7, "cap")]           # contiguous cap rows merge
+    await topic.append(4)  # head 12 → keep 8..12
+    assert await topic.gaps() == [(1, 7, "cap")]  # contiguous cap rows merge
     assert await topic.bounds() == (8, 12)
 
     body = await topic.read(0)
@@ -98,37 +103,43 @@ async def test_one_batch_larger_than_the_cap(topic):
 
 async def test_ttl_trim_with_explicit_now(topic, db):
     await topic.create(ttl_ms=TTL)
-    a = await topic.append(3)                              # seqs 1..3 at ts_a
-    b = await topic.append_later(2, a["ts"])               # seqs 4..5, strictly later
-    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL) == []   # nothing expired yet
+    a = await topic.append(3)  # seqs 1..3 at ts_a
+    b = await topic.append_later(2, a["ts"])  # seqs 4..5, strictly later
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL) == []  # nothing expired yet
     assert await topic.gaps() == []
 
-    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 1, 3)]
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [
+        Tombstone("ttl", 1, 3)
+    ]
     assert await topic.gaps() == [(1, 3, "ttl")]
     assert await topic.bounds() == (4, 5)
     body = await topic.read(0)
     assert body["tombstone"] == {"reason": "ttl", "gap_from": 1, "gap_to": 3}
     assert [r["$seq"] for r in body["records"]] == [4, 5]
 
-    assert await retention.trim(db, topic.name, now_ms=b["ts"] + TTL + 1) == [Tombstone("ttl", 4, 5)]
+    assert await retention.trim(db, topic.name, now_ms=b["ts"] + TTL + 1) == [
+        Tombstone("ttl", 4, 5)
+    ]
     assert await topic.gaps() == [(1, 5, "ttl")]
-    assert await topic.bounds() == (6, 5)                  # empty: earliest = head + 1
+    assert await topic.bounds() == (6, 5)  # empty: earliest = head + 1
     body = await topic.read(2)
     assert body["tombstone"] == {"reason": "ttl", "gap_from": 3, "gap_to": 5}
     assert (body["records"], body["to_seq"]) == ([], 5)
     assert await retention.trim(db, topic.name, now_ms=b["ts"] + 10 * TTL) == []  # idempotent
 
-    c = await topic.append(1)                               # numbering continues
+    c = await topic.append(1)  # numbering continues
     assert c["first_seq"] == 6
     assert "tombstone" not in await topic.read(5)
 
 
 async def test_ttl_then_cap_is_mixed(topic, db):
     await topic.create(max_records=5, ttl_ms=TTL)
-    a = await topic.append(3)                               # 1..3 at ts_a
-    await topic.append_later(3, a["ts"])                    # 4..6: cap trims 1
+    a = await topic.append(3)  # 1..3 at ts_a
+    await topic.append_later(3, a["ts"])  # 4..6: cap trims 1
     assert await topic.gaps() == [(1, 1, "cap")]
-    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [Tombstone("ttl", 2, 3)]
+    assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [
+        Tombstone("ttl", 2, 3)
+    ]
     assert await topic.gaps() == [(1, 1, "cap"), (2, 3, "ttl")]
     assert await topic.bounds() == (4, 6)
     body = await topic.read(0)
@@ -139,12 +150,14 @@ async def test_ttl_then_cap_is_mixed(topic, db):
 
 async def test_ttl_and_cap_in_one_trim(topic, db):
     await topic.create(ttl_ms=TTL)
-    a = await topic.append(3)                               # 1..3 at ts_a (expire first)
-    await topic.append_later(5, a["ts"])                    # 4..8
+    a = await topic.append(3)  # 1..3 at ts_a (expire first)
+    await topic.append_later(5, a["ts"])  # 4..8
     # tighten the cap without trimming yet: one trim pass then removes by both rules
     await db.execute("UPDATE topics SET max_records = 2 WHERE name = %s", (topic.name,))
     assert await retention.trim(db, topic.name, now_ms=a["ts"] + TTL + 1) == [
-        Tombstone("ttl", 1, 3), Tombstone("cap", 4, 6)]
+        Tombstone("ttl", 1, 3),
+        Tombstone("cap", 4, 6),
+    ]
     assert await topic.gaps() == [(1, 3, "ttl"), (4, 6, "cap")]
     assert await topic.bounds() == (7, 8)
     assert (await topic.read(0))["tombstone"] == {"reason": "mixed", "gap_from": 1, "gap_to": 6}
@@ -153,8 +166,15 @@ async def test_ttl_and_cap_in_one_trim(topic, db):
 
 async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "watch_service.cli", *argv, cwd=ROOT,
-        env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "watch_service.cli",
+        *argv,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
 
@@ -187,6 +207,9 @@ async def test_service_retention_loop(make_service, http, db, topic_name):
     assert (await topic.read(0))["tombstone"] == {"reason": "ttl", "gap_from": 1, "gap_to": 2}
     async with http.get(f"{svc.url}/metrics") as r:
         metrics = await r.text()
-    counted = [line for line in metrics.splitlines()
-               if line.startswith('auditsync_retention_gaps_total{reason="ttl"}')]
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith('auditsync_retention_gaps_total{reason="ttl"}')
+    ]
     assert counted and float(counted[0].split()[-1]) >= 1

@@ -4,6 +4,7 @@ tombstone rule and the node filter, with exact frame bytes and no socket.
 Frame ids are written out literally (base64url of the compact cursor map in session order),
 e.g. ``eyJhIjozLCJiIjowfQ`` is ``{"a":3,"b":0}``.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,12 +14,12 @@ from watch_service.protocol.stream_state import FROM_SEQ_TOO_OLD, Loss, Outgoing
 
 pytestmark = pytest.mark.unit
 
-ID_A0_B0 = "eyJhIjowLCJiIjowfQ"   # {"a":0,"b":0}
-ID_A2_B0 = "eyJhIjoyLCJiIjowfQ"   # {"a":2,"b":0}
-ID_A3_B0 = "eyJhIjozLCJiIjowfQ"   # {"a":3,"b":0}
-ID_A5_B0 = "eyJhIjo1LCJiIjowfQ"   # {"a":5,"b":0}
-ID_A9_B0 = "eyJhIjo5LCJiIjowfQ"   # {"a":9,"b":0}
-ID_A2_B7 = "eyJhIjoyLCJiIjo3fQ"   # {"a":2,"b":7}
+ID_A0_B0 = "eyJhIjowLCJiIjowfQ"  # {"a":0,"b":0}
+ID_A2_B0 = "eyJhIjoyLCJiIjowfQ"  # {"a":2,"b":0}
+ID_A3_B0 = "eyJhIjozLCJiIjowfQ"  # {"a":3,"b":0}
+ID_A5_B0 = "eyJhIjo1LCJiIjowfQ"  # {"a":5,"b":0}
+ID_A9_B0 = "eyJhIjo5LCJiIjowfQ"  # {"a":9,"b":0}
+ID_A2_B7 = "eyJhIjoyLCJiIjo3fQ"  # {"a":2,"b":7}
 ID_A12_B0 = "eyJhIjoxMiwiYiI6MH0"  # {"a":12,"b":0}
 
 
@@ -33,9 +34,15 @@ def state(**kw) -> StreamState:
 def test_a_cursor_moves_only_once_its_frame_is_written():
     s = state()
     out = s.records("a", [rec(1), rec(2)], 9)
-    assert out == Outgoing("a", "record", 2, (
-        b'id: ' + ID_A2_B0.encode() + b'\nevent: record\ndata: {"topic":"a","records":'
-        b'[{"$seq":1},{"$seq":2}],"from_seq":0,"to_seq":2,"head_seq":9}\n\n'))
+    assert out == Outgoing(
+        "a",
+        "record",
+        2,
+        (
+            b"id: " + ID_A2_B0.encode() + b'\nevent: record\ndata: {"topic":"a","records":'
+            b'[{"$seq":1},{"$seq":2}],"from_seq":0,"to_seq":2,"head_seq":9}\n\n'
+        ),
+    )
     assert s.cursors == {"a": 0, "b": 0} and not s.dirty
     s.written(out)
     assert s.cursors == {"a": 2, "b": 0} and s.dirty
@@ -55,9 +62,11 @@ def test_the_node_filter_drops_own_records_from_the_frame():
     s = state(node="me")
     out = s.records("a", [rec(1, "me"), rec(2, "other"), rec(3)], 3)
     assert out.cursor == 3
-    assert out.data == (b'id: ' + ID_A3_B0.encode() + b'\nevent: record\ndata: {"topic":"a",'
-                        b'"records":[{"$seq":2},{"$seq":3}],"from_seq":0,"to_seq":3,'
-                        b'"head_seq":3}\n\n')
+    assert out.data == (
+        b"id: " + ID_A3_B0.encode() + b'\nevent: record\ndata: {"topic":"a",'
+        b'"records":[{"$seq":2},{"$seq":3}],"from_seq":0,"to_seq":3,'
+        b'"head_seq":3}\n\n'
+    )
 
 
 def test_a_page_of_only_own_records_moves_the_cursor_without_a_frame():
@@ -66,8 +75,10 @@ def test_a_page_of_only_own_records_moves_the_cursor_without_a_frame():
     assert s.cursors == {"a": 2, "b": 0} and s.dirty
 
 
-@pytest.mark.parametrize("strong, flushed, expected", [
-    (False, False, 10), (False, True, 10), (True, False, 7), (True, True, 10)])
+@pytest.mark.parametrize(
+    "strong, flushed, expected",
+    [(False, False, 10), (False, True, 10), (True, False, 7), (True, True, 10)],
+)
 def test_the_delivery_bound(strong, flushed, expected):
     assert state(strong=strong).upto(10, 7, flushed) == expected
 
@@ -77,8 +88,11 @@ def test_caught_up_once_at_the_head_then_live():
     settled = s.settle("a", True, 0, 0)
     assert settled.drained
     assert settled.caught_up == Outgoing(
-        "a", "caught-up", 0,
-        b'id: ' + ID_A0_B0.encode() + b'\nevent: caught-up\ndata: {"topic":"a","head_seq":0}\n\n')
+        "a",
+        "caught-up",
+        0,
+        b"id: " + ID_A0_B0.encode() + b'\nevent: caught-up\ndata: {"topic":"a","head_seq":0}\n\n',
+    )
     assert not s.live["a"]  # not until the frame is written
     s.written(settled.caught_up)
     assert s.live == {"a": True, "b": False}
@@ -95,7 +109,8 @@ def test_a_page_short_of_the_bound_is_not_drained_and_ends_live():
     s.written(s.records("a", [rec(n) for n in range(3, 10)], 9))
     again = s.settle("a", False, 9, 9)
     assert again.drained and again.caught_up.data == (
-        b'id: ' + ID_A9_B0.encode() + b'\nevent: caught-up\ndata: {"topic":"a","head_seq":9}\n\n')
+        b"id: " + ID_A9_B0.encode() + b'\nevent: caught-up\ndata: {"topic":"a","head_seq":9}\n\n'
+    )
 
 
 def test_strong_waits_for_the_flush_before_caught_up():
@@ -135,17 +150,33 @@ def test_a_gap_after_the_cursor_moved_carries_the_stored_reason():
 def test_the_tombstone_moves_the_cursor_past_the_gap():
     s = state()
     out = s.tombstone("a", Loss(1, 4, FROM_SEQ_TOO_OLD), FROM_SEQ_TOO_OLD, 5, 8)
-    assert out == Outgoing("a", "tombstone", 4, (
-        b'id: eyJhIjo0LCJiIjowfQ\nevent: tombstone\ndata: {"topic":"a","reason":'
-        b'"from_seq_too_old","gap_from":1,"gap_to":4,"earliest_seq":5,"head_seq":8}\n\n'))
+    assert out == Outgoing(
+        "a",
+        "tombstone",
+        4,
+        (
+            b'id: eyJhIjo0LCJiIjowfQ\nevent: tombstone\ndata: {"topic":"a","reason":'
+            b'"from_seq_too_old","gap_from":1,"gap_to":4,"earliest_seq":5,"head_seq":8}\n\n'
+        ),
+    )
     s.written(out)
     assert s.cursors["a"] == 4
 
 
-@pytest.mark.parametrize("after, head, cursor, frame_id", [
-    (3, 12, 12, ID_A12_B0), (5, 2, 5, ID_A5_B0)])
+@pytest.mark.parametrize(
+    "after, head, cursor, frame_id", [(3, 12, 12, ID_A12_B0), (5, 2, 5, ID_A5_B0)]
+)
 def test_topic_deleted_ends_at_the_final_head(after, head, cursor, frame_id):
     out = state().topic_deleted("a", after, head)
-    assert out == Outgoing("a", "topic-deleted", cursor, (
-        b'id: ' + frame_id.encode() + b'\nevent: topic-deleted\ndata: {"topic":"a","head_seq":'
-        + str(head).encode() + b',"reason":"deleted"}\n\n'))
+    assert out == Outgoing(
+        "a",
+        "topic-deleted",
+        cursor,
+        (
+            b"id: "
+            + frame_id.encode()
+            + b'\nevent: topic-deleted\ndata: {"topic":"a","head_seq":'
+            + str(head).encode()
+            + b',"reason":"deleted"}\n\n'
+        ),
+    )

@@ -1,5 +1,6 @@
 """Unit tests for the tailer's cache as a page source: when it can answer, and that its pages
 follow the shared page rule. No database: the cache is filled by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,9 @@ ALL = (True, True, True)
 def tailer(first: int, last: int, earliest: int = 1) -> Tailer:
     """A tailer whose cache holds seqs first..last of a topic retained from ``earliest``."""
     t = Tailer(hub=None, topic="t")  # type: ignore[arg-type]  # the hub is only used to refresh
-    t.cache = [CachedRecord(Record(s, 100 + s, None, None, None, f'"{s}"'))
-               for s in range(first, last + 1)]
+    t.cache = [
+        CachedRecord(Record(s, 100 + s, None, None, None, f'"{s}"')) for s in range(first, last + 1)
+    ]
     t.cache_after, t.head, t.durable_head, t.earliest = first - 1, last, last, earliest
     return t
 
@@ -23,7 +25,9 @@ def tailer(first: int, last: int, earliest: int = 1) -> Tailer:
 def test_a_page_from_the_cache_with_its_encodings():
     page = tailer(5, 9).cached(6, 2, 1 << 20, ALL, 9)
     assert [(rec.seq, enc) for rec, enc in page] == [
-        (7, '{"$seq":7,"$ts":107,"data":"7"}'), (8, '{"$seq":8,"$ts":108,"data":"8"}')]
+        (7, '{"$seq":7,"$ts":107,"data":"7"}'),
+        (8, '{"$seq":8,"$ts":108,"data":"8"}'),
+    ]
 
 
 def test_the_cache_pages_under_upto_and_the_byte_budget():
@@ -42,12 +46,15 @@ def test_encodings_are_made_once_per_flags():
     assert t.cached(0, 1, 1 << 20, (False, False, False), 1)[0][1] == '{"$seq":1,"$ts":101}'
 
 
-@pytest.mark.parametrize("setup, after", [
-    (lambda t: setattr(t, "cache_after", None), 5),  # not filled yet
-    (lambda t: setattr(t, "deleted", True), 5),      # the topic is gone
-    (lambda t: None, 3),                              # older than the cache (seq 4 not in it)
-    (lambda t: setattr(t, "earliest", 7), 5),         # seq 6 is trimmed: a tombstone is due
-])
+@pytest.mark.parametrize(
+    "setup, after",
+    [
+        (lambda t: setattr(t, "cache_after", None), 5),  # not filled yet
+        (lambda t: setattr(t, "deleted", True), 5),  # the topic is gone
+        (lambda t: None, 3),  # older than the cache (seq 4 not in it)
+        (lambda t: setattr(t, "earliest", 7), 5),  # seq 6 is trimmed: a tombstone is due
+    ],
+)
 def test_the_cache_cannot_say(setup, after):
     t = tailer(5, 9)
     setup(t)

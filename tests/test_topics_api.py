@@ -1,5 +1,6 @@
 """The Topics API over real sockets: create / update / list / get / delete, the topic object,
 and delete-then-recreate continuing the numbering (with the `recreated` / `mixed` tombstone)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,22 +15,31 @@ TOPIC_KEYS = {"topic", "head_seq", "earliest_seq", "max_records", "ttl_ms", "cre
 
 
 async def append(http, service, topic: str, n: int) -> dict:
-    status, body = await call(http, "POST", f"{service.url}/v0/topics/{topic}/records",
-                              json={"records": [{"data": i} for i in range(n)]})
+    status, body = await call(
+        http,
+        "POST",
+        f"{service.url}/v0/topics/{topic}/records",
+        json={"records": [{"data": i} for i in range(n)]},
+    )
     assert status == 200, body
     return body
 
 
 async def gaps(db, topic: str) -> list[tuple[int, int, str]]:
     cur = await db.execute(
-        "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s ORDER BY gap_from", (topic,))
+        "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s ORDER BY gap_from", (topic,)
+    )
     return await cur.fetchall()
 
 
 async def test_create_returns_201_and_the_topic_object(service, http, topic_name):
-    before = dt.datetime.now(dt.timezone.utc)
-    status, body = await call(http, "PUT", f"{service.url}/v0/topics/{topic_name}",
-                              json={"max_records": 100, "ttl_ms": 60_000})
+    before = dt.datetime.now(dt.UTC)
+    status, body = await call(
+        http,
+        "PUT",
+        f"{service.url}/v0/topics/{topic_name}",
+        json={"max_records": 100, "ttl_ms": 60_000},
+    )
     assert status == 201
     assert set(body) == TOPIC_KEYS
     assert body["topic"] == topic_name
@@ -93,8 +103,9 @@ async def test_list_topics(service, http, topic_name):
 
 async def test_get_unknown_topic(service, http, topic_name):
     assert await call(http, "GET", f"{service.url}/v0/topics/{topic_name}") == (
-        404, {"error": {"code": "topic_not_found",
-                        "message": f"topic {topic_name!r} does not exist"}})
+        404,
+        {"error": {"code": "topic_not_found", "message": f"topic {topic_name!r} does not exist"}},
+    )
 
 
 async def test_delete(service, http, db, topic_name):
@@ -102,8 +113,10 @@ async def test_delete(service, http, db, topic_name):
     await call(http, "PUT", url, json={})
     await append(http, service, topic_name, 4)
     assert await call(http, "DELETE", url) == (200, {"topic": topic_name, "head_seq": 4})
-    not_found = (404, {"error": {"code": "topic_not_found",
-                                 "message": f"topic {topic_name!r} does not exist"}})
+    not_found = (
+        404,
+        {"error": {"code": "topic_not_found", "message": f"topic {topic_name!r} does not exist"}},
+    )
     assert await call(http, "GET", url) == not_found
     assert await call(http, "GET", f"{url}/records") == not_found
     assert await call(http, "POST", f"{url}/records", json={"records": [{"data": 1}]}) == not_found
@@ -153,10 +166,10 @@ async def test_recreate_continues_numbering_with_recreated_tombstone(service, ht
 async def test_recreated_range_spanning_a_cap_gap_is_mixed(service, http, db, topic_name):
     url = f"{service.url}/v0/topics/{topic_name}"
     await call(http, "PUT", url, json={"max_records": 3})
-    await append(http, service, topic_name, 5)          # cap trims 1..2
-    await call(http, "DELETE", url)                      # deletes 3..5
+    await append(http, service, topic_name, 5)  # cap trims 1..2
+    await call(http, "DELETE", url)  # deletes 3..5
     await call(http, "PUT", url, json={})
-    await append(http, service, topic_name, 1)           # seq 6
+    await append(http, service, topic_name, 1)  # seq 6
     assert await gaps(db, topic_name) == [(1, 2, "cap"), (3, 5, "deleted")]
 
     _, read = await call(http, "GET", f"{url}/records?from_seq=0")

@@ -5,6 +5,7 @@ delivery ``engine/`` both use, and the ``store/``.
 Each resource (pool, retention loop, …) is one ``cleanup_ctx`` that cancels and awaits on
 exit, so shutdown is clean whichever way the process stops.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,19 +17,26 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
-from watch_service.settings import Settings
-from watch_service.store.retention import run_retention
-from watch_service.store.database import database_url
-from watch_service.server import health_routes
-from watch_service.server import openapi_routes
-from watch_service.server import topic_routes
-from watch_service.server import watch_routes
-from watch_service.web.auth import KeyRing
 from watch_service.engine.appender import Appender
-from watch_service.web.app_keys import APPENDER, DB_URL, HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from watch_service.engine.tailer import Hub
+from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
+from watch_service.settings import Settings
+from watch_service.store.database import database_url
+from watch_service.store.retention import run_retention
+from watch_service.web.app_keys import (
+    APPENDER,
+    DB_URL,
+    HUB,
+    KEYS,
+    METRICS,
+    POOL,
+    SETTINGS,
+    STREAM_TASKS,
+    STREAMS,
+)
+from watch_service.web.auth import KeyRing
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
-from watch_service.engine.tailer import Hub
 
 log = logging.getLogger("auditsync.server")
 
@@ -51,9 +59,15 @@ def connection_kwargs(settings: Settings) -> dict:
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    pool = AsyncConnectionPool(app[DB_URL], min_size=settings.pool_min, max_size=settings.pool_max,
-                               timeout=settings.pool_timeout_s, open=False,
-                               kwargs=connection_kwargs(settings), name="auditsync")
+    pool = AsyncConnectionPool(
+        app[DB_URL],
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        timeout=settings.pool_timeout_s,
+        open=False,
+        kwargs=connection_kwargs(settings),
+        name="auditsync",
+    )
     await pool.open(wait=False)
     app[POOL] = pool
     app[APPENDER] = Appender(pool)
@@ -84,9 +98,11 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     """The LISTEN hub, its safety poll and the cursor flusher; open streams end on exit."""
     hub = app[HUB] = Hub(app[POOL], app[DB_URL])
-    tasks = [asyncio.create_task(hub.run(), name="listen"),
-             asyncio.create_task(hub.safety_poll(), name="safety-poll"),
-             asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher")]
+    tasks = [
+        asyncio.create_task(hub.run(), name="listen"),
+        asyncio.create_task(hub.safety_poll(), name="safety-poll"),
+        asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
+    ]
     yield
     for task in tasks:
         task.cancel()
@@ -102,8 +118,9 @@ async def _end_streams(app: web.Application) -> None:
 
 
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
-    app = web.Application(middlewares=[count_requests, error_middleware],
-                          client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[count_requests, error_middleware], client_max_size=settings.max_body_bytes
+    )
     app[SETTINGS] = settings
     app[DB_URL] = db_url or database_url(settings)
     app[KEYS] = KeyRing.load(settings.keys_file)

@@ -1,4 +1,5 @@
 """The ``auditsync`` command: parse flags, build Settings once, call one function."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,11 +10,11 @@ import sys
 import psycopg
 
 from watch_service import settings as settings_mod
-from watch_service.store.cluster import EmbeddedPgError
-from watch_service.web.auth import KeyFileError
 from watch_service.settings import Settings, SettingsError
+from watch_service.store.cluster import EmbeddedPgError
 from watch_service.store.database import database_url, embedded_cluster, ensure_database
 from watch_service.store.migrate import MigrationError, migrate
+from watch_service.web.auth import KeyFileError
 
 log = logging.getLogger("auditsync")
 
@@ -24,15 +25,19 @@ def _db(args, settings: Settings) -> int:
         print(database_url(settings))
         return 0
     if settings.database_url and args.action in ("start", "stop"):
-        print(f"DATABASE_URL is set; the embedded cluster is not used (db {args.action} ignored)",
-              file=sys.stderr)
+        print(
+            f"DATABASE_URL is set; the embedded cluster is not used (db {args.action} ignored)",
+            file=sys.stderr,
+        )
         return 0
     if args.action == "start":
         print(cluster.start())
     elif args.action == "stop":
         print("stopped" if cluster.stop() else "not running")
     elif args.action == "status":
-        print(cluster.status() if not settings.database_url else f"external: {settings.database_url}")
+        print(
+            cluster.status() if not settings.database_url else f"external: {settings.database_url}"
+        )
     return 0
 
 
@@ -54,8 +59,15 @@ def _serve(args, settings: Settings) -> int:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
     app = create_app(settings, url)
     log.info("serving on http://%s:%d", settings.host, settings.port)
-    web.run_app(app, host=settings.host, port=settings.port, print=None,
-                loop=uvloop.new_event_loop(), shutdown_timeout=5, access_log=None)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        loop=uvloop.new_event_loop(),
+        shutdown_timeout=5,
+        access_log=None,
+    )
     return 0
 
 
@@ -65,8 +77,9 @@ def _retention(args, settings: Settings) -> int:
     from watch_service.store.retention import run_retention
 
     async def once() -> list:
-        async with AsyncConnectionPool(database_url(settings), min_size=1, max_size=1,
-                                       kwargs={"autocommit": True}, open=False) as pool:
+        async with AsyncConnectionPool(
+            database_url(settings), min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+        ) as pool:
             return await run_retention(pool)
 
     written = asyncio.run(once())
@@ -80,8 +93,11 @@ _DELEGATED = (
     ("watch", "watch_service.sink.watch_command", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
-    ("spark-connect", "watch_service.tools.spark_connect",
-     "the long-running Spark Connect server the pipeline's steps use"),
+    (
+        "spark-connect",
+        "watch_service.tools.spark_connect",
+        "the long-running Spark Connect server the pipeline's steps use",
+    ),
 )
 
 
@@ -99,10 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the watch service")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--no-migrate", action="store_true",
-                       help="do not start the embedded cluster or migrate before serving")
-    serve.add_argument("--grpc-port", type=int, nargs="?", const=50051, default=None,
-                       help="also serve the SpiceDB-compatible gRPC API (default port 50051)")
+    serve.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="do not start the embedded cluster or migrate before serving",
+    )
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        nargs="?",
+        const=50051,
+        default=None,
+        help="also serve the SpiceDB-compatible gRPC API (default port 50051)",
+    )
     serve.set_defaults(func=_serve)
 
     # Subcommands implemented in their own modules, which parse their own flags; main()
@@ -124,11 +149,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return importlib.import_module(delegated[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
-        settings = settings_mod.load(host=getattr(args, "host", None),
-                                     port=getattr(args, "port", None),
-                                     grpc_port=getattr(args, "grpc_port", None))
+        settings = settings_mod.load(
+            host=getattr(args, "host", None),
+            port=getattr(args, "port", None),
+            grpc_port=getattr(args, "grpc_port", None),
+        )
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:
         print(f"auditsync: {exc}", file=sys.stderr)

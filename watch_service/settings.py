@@ -3,6 +3,7 @@
 Nothing else in the project reads ``os.environ``: every knob lives here, is parsed here, and a
 missing or malformed value fails at start with the variable's name in the message.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,12 +46,12 @@ class Settings:
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"
     # Authorization data (Permify / SpiceDB shapes)
-    grpc_port: int | None = None          # SpiceDB gRPC surface; None = off
-    grpc_key: str | None = None           # preshared bearer key for gRPC; None = open (dev)
+    grpc_port: int | None = None  # SpiceDB gRPC surface; None = off
+    grpc_key: str | None = None  # preshared bearer key for gRPC; None = open (dev)
     permify_watch_enabled: bool = True
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
-    sink_key: str | None = None           # bearer key the sink presents to the service
+    sink_key: str | None = None  # bearer key the sink presents to the service
 
     @property
     def embedded(self) -> bool:
@@ -82,11 +83,31 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
 }
 
-_POSITIVE = {"pg_port", "port", "max_body_bytes", "max_record_bytes", "pool_max",
-             "pool_timeout_s", "retention_interval_s", "session_ttl_ms", "max_streams",
-             "write_timeout_s", "cursor_flush_ms", "authz_history_ms", "spicedb_checkpoint_ms"}
-_BOOLS = {"1": True, "true": True, "on": True, "yes": True,
-          "0": False, "false": False, "off": False, "no": False}
+_POSITIVE = {
+    "pg_port",
+    "port",
+    "max_body_bytes",
+    "max_record_bytes",
+    "pool_max",
+    "pool_timeout_s",
+    "retention_interval_s",
+    "session_ttl_ms",
+    "max_streams",
+    "write_timeout_s",
+    "cursor_flush_ms",
+    "authz_history_ms",
+    "spicedb_checkpoint_ms",
+}
+_BOOLS = {
+    "1": True,
+    "true": True,
+    "on": True,
+    "yes": True,
+    "0": False,
+    "false": False,
+    "off": False,
+    "no": False,
+}
 
 
 def _parse(env_name: str, kind: type, raw: str) -> Any:
@@ -121,7 +142,9 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
         if field in values and values[field] <= 0:
             raise SettingsError(f"{field}: must be > 0, got {values[field]!r}")
     if values.get("synchronous_commit", "on") not in ("on", "off"):
-        raise SettingsError(f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}")
+        raise SettingsError(
+            f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+        )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()
     return Settings(**values)

@@ -7,6 +7,7 @@ registers the UI. Airflow loads plugins in every process (scheduler, workers, th
 processor), but only the API server serves the page, so the FastAPI app — and the auth
 machinery it pulls in — is built on first access of ``fastapi_apps``, not at import.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,18 +27,21 @@ class _FastApiApps:
         if self._apps is None:
             from .ui.app import create_app
 
-            self._apps = [{"app": create_app(), "url_prefix": URL_PREFIX,
-                           "name": "auditsync reconciliation"}]
+            self._apps = [
+                {"app": create_app(), "url_prefix": URL_PREFIX, "name": "auditsync reconciliation"}
+            ]
         return self._apps
 
 
 class AuditsyncPlugin(AirflowPlugin):
     name = "auditsync"
     fastapi_apps = _FastApiApps()
-    external_views = [{
-        "name": "Reconciliation",
-        "href": "auditsync/",          # relative, trailing slash: served in an iframe
-        "url_route": "auditsync",
-        "destination": "nav",
-        "category": "browse",
-    }]
+    external_views = [  # noqa: RUF012 - Airflow's plugin API reads these class lists
+        {
+            "name": "Reconciliation",
+            "href": "auditsync/",  # relative, trailing slash: served in an iframe
+            "url_route": "auditsync",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]

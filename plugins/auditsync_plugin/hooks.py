@@ -7,6 +7,7 @@ both are tested without a socket; :meth:`WatchServiceHook.send` is the only I/O.
 Connection fields: ``schema`` = http/https (default http), ``host``, ``port``, ``password`` =
 the bearer key (empty in dev mode, where the service is open).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,9 @@ def base_url(schema: str | None, host: str | None, port: int | None) -> str:
         return host.rstrip("/")
     scheme = (schema or "http").lower()
     if scheme not in ("http", "https"):
-        raise WatchServiceError(f"watch service connection: schema must be http or https, "
-                                f"got {schema!r}")
+        raise WatchServiceError(
+            f"watch service connection: schema must be http or https, got {schema!r}"
+        )
     return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
 
 
@@ -53,8 +55,9 @@ def parse_heads(body: bytes | str) -> dict[str, int]:
         doc = json.loads(body)
         return {t["topic"]: int(t["head_seq"]) for t in doc["topics"]}
     except (ValueError, KeyError, TypeError) as exc:
-        raise WatchServiceError(f"GET /v0/topics: unexpected answer ({exc!r}): "
-                                f"{str(body)[:200]}") from None
+        raise WatchServiceError(
+            f"GET /v0/topics: unexpected answer ({exc!r}): {str(body)[:200]}"
+        ) from None
 
 
 def error_message(status: int, body: bytes) -> str:
@@ -72,8 +75,9 @@ class WatchServiceHook(BaseHook):
     conn_type = "http"
     hook_name = "auditsync watch service"
 
-    def __init__(self, watch_conn_id: str = DEFAULT_CONN_ID, timeout_s: float = 10.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, watch_conn_id: str = DEFAULT_CONN_ID, timeout_s: float = 10.0, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.watch_conn_id = watch_conn_id
         self.timeout_s = timeout_s
@@ -81,8 +85,9 @@ class WatchServiceHook(BaseHook):
 
     # -- pure: what to send ------------------------------------------------------------------
     @staticmethod
-    def build(base: str, key: str | None, method: str, path: str,
-              timeout_s: float = 10.0) -> Request:
+    def build(
+        base: str, key: str | None, method: str, path: str, timeout_s: float = 10.0
+    ) -> Request:
         headers = {"Accept": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
@@ -101,8 +106,9 @@ class WatchServiceHook(BaseHook):
 
     @staticmethod
     def send(request: Request) -> tuple[int, bytes]:
-        req = urllib.request.Request(request.url, method=request.method,
-                                     headers=dict(request.headers))
+        req = urllib.request.Request(
+            request.url, method=request.method, headers=dict(request.headers)
+        )
         try:
             with urllib.request.urlopen(req, timeout=request.timeout_s) as resp:
                 return resp.status, resp.read()

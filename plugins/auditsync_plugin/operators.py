@@ -15,6 +15,7 @@ Spark session through the jobs' one builder (``spark_jobs.common.session``): ove
 Connect when the ``spark_connect_default`` connection exists, else a local JVM. Heavy imports
 (pyspark, great_expectations) happen inside ``execute`` only.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,10 @@ def check_outputs(datasets: Mapping[str, str]) -> None:
     """Fail naming every dataset whose Parquet folder is missing."""
     missing = {name: path for name, path in datasets.items() if not Path(path).exists()}
     if missing:
-        raise AirflowFailException("data quality: no output to validate for "
-                                   + ", ".join(f"{n} ({p})" for n, p in missing.items()))
+        raise AirflowFailException(
+            "data quality: no output to validate for "
+            + ", ".join(f"{n} ({p})" for n, p in missing.items())
+        )
 
 
 def has_data(path: str) -> bool:
@@ -52,8 +55,12 @@ def read_dataset(spark, name: str, path: str):
 
     if has_data(path):
         return spark.read.parquet(path)
-    known = {"deliveries": schemas.DELIVERIES, "reconciliation": schemas.SUMMARY,
-             "remaining": schemas.DETAIL, "audit_log": schemas.AUDIT_LOG}
+    known = {
+        "deliveries": schemas.DELIVERIES,
+        "reconciliation": schemas.SUMMARY,
+        "remaining": schemas.DETAIL,
+        "audit_log": schemas.AUDIT_LOG,
+    }
     return spark.createDataFrame([], known[name])
 
 
@@ -81,10 +88,18 @@ class QualityCheckpointOperator(BaseOperator):
     template_fields: Sequence[str] = ("gx_root", "datasets", "run", "run_name", "docs_url")
     ui_color = "#fff4e0"
 
-    def __init__(self, *, gx_root: str, run_name: str,
-                 datasets: Mapping[str, str] | None = None, run: Mapping[str, str] | None = None,
-                 docs_url: str | None = None, spark_master: str = "local[2]",
-                 connect_conn_id: str | None = CONNECT_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        gx_root: str,
+        run_name: str,
+        datasets: Mapping[str, str] | None = None,
+        run: Mapping[str, str] | None = None,
+        docs_url: str | None = None,
+        spark_master: str = "local[2]",
+        connect_conn_id: str | None = CONNECT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if (datasets is None) == (run is None):
             raise ValueError("QualityCheckpointOperator: give either datasets or run")
@@ -107,28 +122,44 @@ class QualityCheckpointOperator(BaseOperator):
             check_outputs(self.datasets)
         remote = connect_url(self.connect_conn_id)
         self.log.info("Spark: %s", remote or self.spark_master)
-        spark = build_session("audit_sync_quality", master=self.spark_master, remote=remote,
-                              conf={"spark.ui.enabled": "false"})
+        spark = build_session(
+            "audit_sync_quality",
+            master=self.spark_master,
+            remote=remote,
+            conf={"spark.ui.enabled": "false"},
+        )
         try:
             if self.run:
-                frames = run_slice(spark, self.run["landing"], self.run["warehouse"],
-                                   self.run["run_id"])
+                frames = run_slice(
+                    spark, self.run["landing"], self.run["warehouse"], self.run["run_id"]
+                )
             else:
-                frames = {name: read_dataset(spark, name, path)
-                          for name, path in self.datasets.items()}
+                frames = {
+                    name: read_dataset(spark, name, path) for name, path in self.datasets.items()
+                }
             # Nothing may be stamped later than now (plus an hour of clock skew).
             bounds = quality.Bounds(max_ts_ms=int(time.time() * 1000) + HOUR_MS)
             results = quality.run(
-                Path(self.gx_root), frames, self.run_name, bounds, st.SUMMARY_STATUSES,
-                st.DEFECTS, (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL, st.ORIGIN_UNVERIFIED))
+                Path(self.gx_root),
+                frames,
+                self.run_name,
+                bounds,
+                st.SUMMARY_STATUSES,
+                st.DEFECTS,
+                (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL, st.ORIGIN_UNVERIFIED),
+            )
         finally:
             spark.stop()
         summary = summarize(results, self.docs_url or default_docs_url())
         self.log.info("%s", summary.text())
         if not summary.success:
             raise AirflowFailException(summary.text())
-        return {"success": True, "evaluated": summary.evaluated, "docs_url": summary.docs_url,
-                "docs_index": str(quality.docs_index(Path(self.gx_root)))}
+        return {
+            "success": True,
+            "evaluated": summary.evaluated,
+            "docs_url": summary.docs_url,
+            "docs_index": str(quality.docs_index(Path(self.gx_root))),
+        }
 
 
 class StartRunOperator(BaseOperator):
@@ -137,8 +168,7 @@ class StartRunOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("run_id_value",)
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
         self.pg_conn_id = pg_conn_id
@@ -157,10 +187,17 @@ def published_extra(run_id: str, row: Sequence[Any] | None) -> dict[str, Any]:
     status, found, remaining, steps = row
     if status != "passed":
         raise AirflowFailException(f"publish: pipeline run {run_id} is {status!r}, not passed")
-    counts = {step: {k: v for k, v in figures.items() if k != "seconds"}
-              for step, figures in sorted((steps or {}).items())}
-    return {"run_id": run_id, "status": status, "defects_found": found,
-            "defects_remaining": remaining, "counts": counts}
+    counts = {
+        step: {k: v for k, v in figures.items() if k != "seconds"}
+        for step, figures in sorted((steps or {}).items())
+    }
+    return {
+        "run_id": run_id,
+        "status": status,
+        "defects_found": found,
+        "defects_remaining": remaining,
+        "counts": counts,
+    }
 
 
 class PublishOperator(BaseOperator):
@@ -168,8 +205,7 @@ class PublishOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("run_id_value",)
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
         self.pg_conn_id = pg_conn_id

@@ -16,6 +16,7 @@ the one dataframe it is given), each with an ``UpdateDataDocsAction``.
 
 This module imports Great Expectations at the top: only the operator's ``execute`` imports it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,6 +42,7 @@ RECORD_KINDS = ("record", "tombstone", "caught-up", "topic-deleted")
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """Timestamps (ms) a row may carry: from MIN_TS_MS to when the check runs, plus slack."""
+
     max_ts_ms: int
     min_ts_ms: int = MIN_TS_MS
 
@@ -49,8 +51,12 @@ def _not_null(*cols: str, **kw: Any) -> list:
     return [gxe.ExpectColumnValuesToNotBeNull(column=c, **kw) for c in cols]
 
 
-def suites(bounds: Bounds, summary_statuses: tuple[str, ...],
-           defects: tuple[str, ...], origins: tuple[str, ...]) -> dict[str, list]:
+def suites(
+    bounds: Bounds,
+    summary_statuses: tuple[str, ...],
+    defects: tuple[str, ...],
+    origins: tuple[str, ...],
+) -> dict[str, list]:
     """Expectations per dataset. Statuses and origins come from ``spark_jobs.common.statuses``."""
     is_record = Column("kind") == "record"
     ts_range = {"min_value": bounds.min_ts_ms, "max_value": bounds.max_ts_ms}
@@ -72,8 +78,9 @@ def suites(bounds: Bounds, summary_statuses: tuple[str, ...],
             *_not_null("run_id", "consumer", "topic", "status", "count"),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=list(summary_statuses)),
             gxe.ExpectColumnValuesToBeBetween(column="count", min_value=0),
-            gxe.ExpectCompoundColumnsToBeUnique(column_list=["run_id", "consumer", "topic",
-                                                             "status"]),
+            gxe.ExpectCompoundColumnsToBeUnique(
+                column_list=["run_id", "consumer", "topic", "status"]
+            ),
         ],
         "remaining": [
             # verify's output: one row per defect left after backfill. The gate: none may
@@ -124,16 +131,27 @@ def _checkpoint(ctx, name: str, expectations: list):
         batch = asset.add_batch_definition_whole_dataframe(name)
     suite = ctx.suites.add_or_update(gx.ExpectationSuite(name=name, expectations=expectations))
     vd = ctx.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=name, data=batch, suite=suite))
-    return ctx.checkpoints.add_or_update(gx.Checkpoint(
-        name=f"audit_sync_{name}", validation_definitions=[vd],
-        actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
-        result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5}))
+        gx.ValidationDefinition(name=name, data=batch, suite=suite)
+    )
+    return ctx.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=f"audit_sync_{name}",
+            validation_definitions=[vd],
+            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
+        )
+    )
 
 
-def run(root: Path, frames: Mapping[str, Any], run_name: str, bounds: Bounds,
-        summary_statuses: tuple[str, ...], defects: tuple[str, ...],
-        origins: tuple[str, ...]) -> list[dict]:
+def run(
+    root: Path,
+    frames: Mapping[str, Any],
+    run_name: str,
+    bounds: Bounds,
+    summary_statuses: tuple[str, ...],
+    defects: tuple[str, ...],
+    origins: tuple[str, ...],
+) -> list[dict]:
     """Validate each given dataset; returns each validation result as a JSON dict (what
     ``summary.summarize`` reads). Data Docs are rebuilt as part of each checkpoint run."""
     ctx = context(root)
@@ -141,8 +159,9 @@ def run(root: Path, frames: Mapping[str, Any], run_name: str, bounds: Bounds,
     results = []
     for name, df in frames.items():
         checkpoint = _checkpoint(ctx, name, defined[name])
-        outcome = checkpoint.run(batch_parameters={"dataframe": df},
-                                 run_id=RunIdentifier(run_name=run_name))
+        outcome = checkpoint.run(
+            batch_parameters={"dataframe": df}, run_id=RunIdentifier(run_name=run_name)
+        )
         for result in outcome.run_results.values():
             doc = result.to_json_dict()
             doc["dataset"] = name

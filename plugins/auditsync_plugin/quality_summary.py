@@ -3,6 +3,7 @@
 Pure: reads validation results in their JSON form (``ExpectationSuiteValidationResult
 .to_json_dict()``), so it is tested on plain dicts.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,8 +48,10 @@ class Summary:
     def text(self) -> str:
         head = "PASSED" if self.success else "FAILED"
         per = ", ".join(f"{name} {ok}/{n}" for name, (ok, n) in self.datasets.items())
-        lines = [f"data quality {head}: {self.evaluated - len(self.failed)} of {self.evaluated} "
-                 f"expectations met ({per})"]
+        lines = [
+            f"data quality {head}: {self.evaluated - len(self.failed)} of {self.evaluated} "
+            f"expectations met ({per})"
+        ]
         lines += [f"  - {f.line()}" for f in self.failed]
         lines.append(f"report: {self.docs_url}")
         return "\n".join(lines)
@@ -85,11 +88,18 @@ def failures(doc: Mapping[str, Any]) -> list[Failure]:
         result = item.get("result") or {}
         info = item.get("exception_info") or {}
         error = info.get("exception_message") if info.get("raised_exception") else None
-        out.append(Failure(
-            dataset=dataset, expectation=config.get("type", "?"),
-            where=_where(kwargs, kwargs.get("row_condition")),
-            unexpected=result.get("unexpected_count"), total=result.get("element_count"),
-            examples=_examples(result), error=error, observed=result.get("observed_value")))
+        out.append(
+            Failure(
+                dataset=dataset,
+                expectation=config.get("type", "?"),
+                where=_where(kwargs, kwargs.get("row_condition")),
+                unexpected=result.get("unexpected_count"),
+                total=result.get("element_count"),
+                examples=_examples(result),
+                error=error,
+                observed=result.get("observed_value"),
+            )
+        )
     return out
 
 

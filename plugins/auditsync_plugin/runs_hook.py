@@ -5,6 +5,7 @@ The SQL itself lives with the rest of the pipeline's run tables (``watch_service
 never in an operator; this hook only decides which connection and transaction it runs in.
 Importing this module imports the Postgres provider, not psycopg's pool or anything heavy.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

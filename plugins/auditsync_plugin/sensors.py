@@ -4,6 +4,7 @@ Deferrable by default (the wait happens in the triggerer, see ``triggers.py``); 
 ``deferrable=False`` it is an ordinary sensor (use ``mode="reschedule"``), re-reading the heads
 at each poke. Either way a timeout fails the task with the lagging consumers and topics named.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,9 +27,16 @@ class SinkCursorSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("landing", "consumers")
     ui_color = "#e8f4ff"
 
-    def __init__(self, *, landing: str, consumers: str = "",
-                 watch_conn_id: str = DEFAULT_CONN_ID, deferrable: bool = True,
-                 poll_s: float = 2.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        landing: str,
+        consumers: str = "",
+        watch_conn_id: str = DEFAULT_CONN_ID,
+        deferrable: bool = True,
+        poll_s: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("timeout", 30 * 60)
         kwargs.setdefault("poke_interval", poll_s)
         super().__init__(**kwargs)
@@ -61,16 +69,23 @@ class SinkCursorSensor(BaseSensorOperator):
             return
         from .triggers import SinkCursorTrigger
 
-        self.defer(trigger=SinkCursorTrigger(
-            landing=str(self.landing), consumers=split_consumers(self.consumers),
-            interval_end_s=self._interval_end_s(context), deadline_s=time.time() + self.timeout,
-            watch_conn_id=self.watch_conn_id, poll_s=self.poll_s),
+        self.defer(
+            trigger=SinkCursorTrigger(
+                landing=str(self.landing),
+                consumers=split_consumers(self.consumers),
+                interval_end_s=self._interval_end_s(context),
+                deadline_s=time.time() + self.timeout,
+                watch_conn_id=self.watch_conn_id,
+                poll_s=self.poll_s,
+            ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout + 120))
+            timeout=timedelta(seconds=self.timeout + 120),
+        )
 
     def execute_complete(self, context, event: dict[str, Any]) -> None:
         if event.get("status") != "ready":
             raise AirflowFailException(
                 f"the sinks did not pass the end of the data interval within "
-                f"{self.timeout:.0f}s: {event.get('reason')}")
+                f"{self.timeout:.0f}s: {event.get('reason')}"
+            )
         self.log.info("%s", event.get("reason"))

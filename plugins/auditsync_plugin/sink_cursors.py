@@ -9,6 +9,7 @@ larger, so using a later read is never wrong, only stricter.
 
 :func:`decide` is the pure decision; :func:`read_positions` the only file access.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,10 @@ class Lag:
     head: int
 
     def __str__(self) -> str:
-        return f"{self.consumer}/{self.topic} cursor {self.cursor} < head {self.head} " \
-               f"({self.head - self.cursor} behind)"
+        return (
+            f"{self.consumer}/{self.topic} cursor {self.cursor} < head {self.head} "
+            f"({self.head - self.cursor} behind)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +48,13 @@ class Decision:
     lags: tuple[Lag, ...] = ()
 
 
-def decide(now_s: float, interval_end_s: float, positions: Iterable[SinkPosition],
-           missing: Iterable[str], heads: Mapping[str, int] | None) -> Decision:
+def decide(
+    now_s: float,
+    interval_end_s: float,
+    positions: Iterable[SinkPosition],
+    missing: Iterable[str],
+    heads: Mapping[str, int] | None,
+) -> Decision:
     """Ready when the interval is over and every consumer's cursor ≥ the topic's head.
 
     ``missing``: consumers that were asked for but have no readable state yet.
@@ -71,8 +79,11 @@ def decide(now_s: float, interval_end_s: float, positions: Iterable[SinkPosition
             if head is not None and cursor < head:
                 lags.append(Lag(pos.consumer, topic, cursor, head))
     if lags:
-        return Decision(False, "sink cursors behind the service heads: "
-                        + "; ".join(str(lag) for lag in lags), tuple(lags))
+        return Decision(
+            False,
+            "sink cursors behind the service heads: " + "; ".join(str(lag) for lag in lags),
+            tuple(lags),
+        )
     names = ", ".join(p.consumer for p in positions)
     return Decision(True, f"every sink ({names}) has reached the heads read after the interval")
 
@@ -83,8 +94,9 @@ def parse_state(consumer: str, raw: bytes | str) -> SinkPosition:
     return SinkPosition(consumer, tuple(doc.get("topics") or ()), cursors)
 
 
-def read_positions(landing: Path, consumers: Iterable[str] = ()) -> tuple[list[SinkPosition],
-                                                                          list[str]]:
+def read_positions(
+    landing: Path, consumers: Iterable[str] = ()
+) -> tuple[list[SinkPosition], list[str]]:
     """Positions of the named consumers (or every consumer folder found), and the names of
     those without a readable ``state.json``."""
     landing = Path(landing)

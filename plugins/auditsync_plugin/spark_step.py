@@ -11,6 +11,7 @@ Either way the database URL travels in the environment (``AUDITSYNC_DATABASE_URL
 process's arguments, and the JDBC driver comes from ``spark_jobs.common.session`` (which honours
 ``AUDITSYNC_JDBC_JAR``). Importing this module imports neither pyspark nor the step modules.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,8 +73,9 @@ class SparkStepOperator(SparkSubmitOperator):
 
     ui_color = "#fde8d7"
 
-    def __init__(self, *, step: str, connect_conn_id: str | None = CONNECT_CONN_ID,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, step: str, connect_conn_id: str | None = CONNECT_CONN_ID, **kwargs: Any
+    ) -> None:
         if step not in STEPS:
             raise ValueError(f"unknown Spark step {step!r}; expected one of {STEPS}")
         driver_error = None
@@ -92,8 +94,9 @@ class SparkStepOperator(SparkSubmitOperator):
     def execute(self, context) -> Any:
         remote = connect_url(self.connect_conn_id)
         if remote is not None:
-            return self.run_connected(importlib.import_module(f"spark_jobs.{self.step}.main"),
-                                      remote)
+            return self.run_connected(
+                importlib.import_module(f"spark_jobs.{self.step}.main"), remote
+            )
         if self._driver_error:
             raise AirflowException(self._driver_error)
         return super().execute(context)

@@ -7,6 +7,7 @@ that Airflow renders per run. They hold no database URL: the steps read it from
 ``AUDITSYNC_DATABASE_URL`` (``DATABASE_ENV``), so no password shows in ``ps``. Pure string
 building.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ BACKFILL_TARGETS = ("audit_log", "search_index")
 @dataclasses.dataclass(frozen=True)
 class Paths:
     """The pipeline's folders under templated roots (``landing``, ``warehouse``)."""
+
     landing: str
     warehouse: str
     run_id: str
@@ -32,7 +34,6 @@ class Paths:
     @property
     def layout(self) -> Layout:
         return Layout(Path(self.landing), Path(self.warehouse), self.run_id)
-
 
 
 def application(project: Path, job: str) -> str:
@@ -48,7 +49,8 @@ def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None)
     out = paths.layout.step_args(job, partitions)
     if target is not None:
         if job != "backfill" or target not in BACKFILL_TARGETS:
-            raise ValueError(f"--target is for backfill, one of {BACKFILL_TARGETS}; "
-                             f"got {job} {target!r}")
+            raise ValueError(
+                f"--target is for backfill, one of {BACKFILL_TARGETS}; got {job} {target!r}"
+            )
         out += ["--target", target]
     return out

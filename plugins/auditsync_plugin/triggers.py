@@ -5,6 +5,7 @@ sinks' ``state.json`` until every cursor reaches those heads: a busy topic whose
 moving cannot keep the run waiting forever. Past ``deadline`` it reports why it is still
 waiting, and the sensor fails with that reason.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,15 @@ from .sink_cursors import decide, read_positions
 
 
 class SinkCursorTrigger(BaseTrigger):
-    def __init__(self, landing: str, consumers: list[str], interval_end_s: float,
-                 deadline_s: float, watch_conn_id: str, poll_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        landing: str,
+        consumers: list[str],
+        interval_end_s: float,
+        deadline_s: float,
+        watch_conn_id: str,
+        poll_s: float = 2.0,
+    ) -> None:
         super().__init__()
         self.landing = landing
         self.consumers = list(consumers)
@@ -31,10 +39,17 @@ class SinkCursorTrigger(BaseTrigger):
         self.poll_s = float(poll_s)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"landing": self.landing, "consumers": self.consumers,
-                 "interval_end_s": self.interval_end_s, "deadline_s": self.deadline_s,
-                 "watch_conn_id": self.watch_conn_id, "poll_s": self.poll_s})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "landing": self.landing,
+                "consumers": self.consumers,
+                "interval_end_s": self.interval_end_s,
+                "deadline_s": self.deadline_s,
+                "watch_conn_id": self.watch_conn_id,
+                "poll_s": self.poll_s,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = WatchServiceHook(self.watch_conn_id)
@@ -47,15 +62,15 @@ class SinkCursorTrigger(BaseTrigger):
                     heads = await asyncio.to_thread(hook.get_heads)
                 except WatchServiceError as exc:
                     service_error = f" (service: {exc})"
-            positions, missing = await asyncio.to_thread(read_positions, Path(self.landing),
-                                                         self.consumers)
+            positions, missing = await asyncio.to_thread(
+                read_positions, Path(self.landing), self.consumers
+            )
             decision = decide(now, self.interval_end_s, positions, missing, heads)
             if decision.ready:
                 yield TriggerEvent({"status": "ready", "reason": decision.reason})
                 return
             if now >= self.deadline_s:
-                yield TriggerEvent({"status": "timeout",
-                                    "reason": decision.reason + service_error})
+                yield TriggerEvent({"status": "timeout", "reason": decision.reason + service_error})
                 return
             self.log.info("waiting: %s%s", decision.reason, service_error)
             await asyncio.sleep(self.poll_s)

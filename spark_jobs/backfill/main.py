@@ -11,6 +11,7 @@ index in bounded chunks. ``--target`` does one of the two only (Airflow may run 
 parallel tasks); the step is then recorded as ``backfill_<target>``. Re-running writes the
 same rows.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -53,19 +54,31 @@ UPSERT_CHUNK = 5_000
 def build_parser():
     parser = job_parser("backfill", "Repair the audit log and the search index.")
     parser.add_argument("--work", required=True, help="the warehouse root")
-    parser.add_argument("--target", choices=TARGETS, default=BOTH,
-                        help="what to repair (default both); Airflow may run the two apart")
-    parser.add_argument("--max-pushdown-ranges", type=int, default=1000,
-                        help="above this many seq runs, read each topic's whole span")
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        default=BOTH,
+        help="what to repair (default both); Airflow may run the two apart",
+    )
+    parser.add_argument(
+        "--max-pushdown-ranges",
+        type=int,
+        default=1000,
+        help="above this many seq runs, read each topic's whole span",
+    )
     add_database(parser, partitions=True)
     return parser
 
 
 def run_details(spark: SparkSession, layout: Layout, run_ids: list[str]) -> DataFrame:
     """The detail of these runs (those whose outputs still exist), with a ``run_id``."""
-    frames = [spark.read.schema(DETAIL).parquet(str(layout.run_path("detail", r)))
-              .withColumn("run_id", F.lit(r))
-              for r in run_ids if storage.data_files(layout.run_path("detail", r))]
+    frames = [
+        spark.read.schema(DETAIL)
+        .parquet(str(layout.run_path("detail", r)))
+        .withColumn("run_id", F.lit(r))
+        for r in run_ids
+        if storage.data_files(layout.run_path("detail", r))
+    ]
     out = spark.createDataFrame([], DETAIL).withColumn("run_id", F.lit(None).cast("string"))
     for frame in frames:
         out = out.unionByName(frame)
@@ -77,17 +90,24 @@ def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
     spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(keys).limit(limit + 1).collect()]
     if len(spans) <= limit:
         return spans
-    return [(r["topic"], r["lo"], r["hi"]) for r in keys.groupBy("topic").agg(
-        (F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi")).collect()]
+    return [
+        (r["topic"], r["lo"], r["hi"])
+        for r in keys.groupBy("topic")
+        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
+        .collect()
+    ]
 
 
-def write_audit_log(spark: SparkSession, layout: Layout, fresh: DataFrame,
-                    hook: Callable[[str], None] | None = None) -> list[str]:
+def write_audit_log(
+    spark: SparkSession, layout: Layout, fresh: DataFrame, hook: Callable[[str], None] | None = None
+) -> list[str]:
     """Merge ``fresh`` into the partitions it touches; returns their folders."""
     audit_log.recover(layout.audit_log)
     dated = fresh.withColumn("date", F.to_date(F.timestamp_millis("ts"))).cache()
-    touched = sorted(partitions.folder(topic=r["topic"], date=r["date"])
-                     for r in dated.select("topic", "date").distinct().collect())
+    touched = sorted(
+        partitions.folder(topic=r["topic"], date=r["date"])
+        for r in dated.select("topic", "date").distinct().collect()
+    )
     if not touched:
         return []
     existing = audit_log.current(spark, layout.audit_log, touched)
@@ -107,15 +127,18 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     everything = detail.unionByName(run_details(spark, layout, carried).drop("run_id"))
     keys = repair_keys(everything).cache()
     spans = repair_spans(keys, args.max_pushdown_ranges)
-    records = jdbc.read_records_in(spark, jdbc.jdbc_target(args.database_url), spans,
-                                   args.num_partitions)
+    records = jdbc.read_records_in(
+        spark, jdbc.jdbc_target(args.database_url), spans, args.num_partitions
+    )
     repaired = source_rows(records, keys).cache()
     counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
     if args.target in (BOTH, "audit_log"):
-        deliveries = warehouse.read_files(spark, layout.deliveries,
-                                          manifest.get("deliveries", []), DELIVERIES)
-        written = write_audit_log(spark, layout, delivered_rows(deliveries, detail)
-                                  .unionByName(repaired), hook)
+        deliveries = warehouse.read_files(
+            spark, layout.deliveries, manifest.get("deliveries", []), DELIVERIES
+        )
+        written = write_audit_log(
+            spark, layout, delivered_rows(deliveries, detail).unionByName(repaired), hook
+        )
         storage.write_json(layout.manifest, {**manifest, "audit_partitions": written})
         counts["audit_partitions"] = len(written)
     if args.target in (BOTH, "search_index"):

@@ -4,6 +4,7 @@ small). The statement, the document key and the refusal rule are the sink's
 indexed and the same record backfilled produce the same document, and rerunning the repair
 changes nothing.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -15,6 +15,7 @@ Which copy of a topic+seq the audit log keeps, best first:
 Ties (several matching copies) resolve to the smallest hash, so reruns write the same rows.
 The ``date`` partition is the UTC day of ``ts``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -40,9 +41,12 @@ _RANK_UNVERIFIED = 3
 def repair_keys(detail: DataFrame) -> DataFrame:
     """Distinct (topic, seq) that some consumer lacks or got wrong and PostgreSQL held when
     reconcile judged it (a source hash; ranges of trimmed seqs have none)."""
-    return (conform(detail, DETAIL).filter(F.col("status").isin(*st.REPAIRABLE)
-                                           & F.col("source_hash").isNotNull())
-            .select("topic", "seq").distinct())
+    return (
+        conform(detail, DETAIL)
+        .filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
+        .select("topic", "seq")
+        .distinct()
+    )
 
 
 def seq_ranges(keys: Iterable[tuple[str, int]]) -> list[tuple[str, int, int]]:
@@ -66,32 +70,45 @@ def ranges_filter(ranges: list[tuple[str, int, int]]) -> Column:
 
 
 def _audit_rows(df: DataFrame, origin: Column, rank: Column) -> DataFrame:
-    return df.select(*[c for c in columns(SOURCE_RECORDS)], F.col("data_sha256"),
-                     origin.alias("origin"), rank.alias("rank"))
+    return df.select(
+        *list(columns(SOURCE_RECORDS)),
+        F.col("data_sha256"),
+        origin.alias("origin"),
+        rank.alias("rank"),
+    )
 
 
 def delivered_rows(deliveries: DataFrame, detail: DataFrame) -> DataFrame:
     """Delivered copies worth keeping: matching the source, or of already-trimmed seqs."""
     records = conform(deliveries, DELIVERIES).filter(
-        (F.col("kind") == F.lit(KIND_RECORD)) & F.col("data").isNotNull())
-    judged = conform(detail, DETAIL).filter(
-        F.col("status").isin(st.DELIVERED, st.TRIMMED_AFTER_DELIVERY)).select(
-        "consumer", "topic", "seq", "status", "source_hash")
+        (F.col("kind") == F.lit(KIND_RECORD)) & F.col("data").isNotNull()
+    )
+    judged = (
+        conform(detail, DETAIL)
+        .filter(F.col("status").isin(st.DELIVERED, st.TRIMMED_AFTER_DELIVERY))
+        .select("consumer", "topic", "seq", "status", "source_hash")
+    )
     hashed = records.withColumn("data_sha256", F.sha2("data", 256))
     kept = hashed.join(judged, on=["consumer", "topic", "seq"], how="inner").filter(
         (F.col("status") == st.TRIMMED_AFTER_DELIVERY)
-        | (F.col("data_sha256") == F.col("source_hash")))
+        | (F.col("data_sha256") == F.col("source_hash"))
+    )
     verified = F.col("status") == st.DELIVERED
-    return _audit_rows(kept, F.when(verified, st.ORIGIN_DELIVERED).otherwise(st.ORIGIN_UNVERIFIED),
-                       F.when(verified, 0).otherwise(_RANK_UNVERIFIED))
+    return _audit_rows(
+        kept,
+        F.when(verified, st.ORIGIN_DELIVERED).otherwise(st.ORIGIN_UNVERIFIED),
+        F.when(verified, 0).otherwise(_RANK_UNVERIFIED),
+    )
 
 
 def source_rows(records: DataFrame, keys: DataFrame) -> DataFrame:
     """Source copies of the repair keys (records already narrowed by the caller's read)."""
-    wanted = conform(records, SOURCE_RECORDS).join(keys.select("topic", "seq"),
-                                                   on=["topic", "seq"], how="left_semi")
-    return _audit_rows(wanted.withColumn("data_sha256", F.sha2("data", 256)),
-                       F.lit(st.ORIGIN_BACKFILL), F.lit(1))
+    wanted = conform(records, SOURCE_RECORDS).join(
+        keys.select("topic", "seq"), on=["topic", "seq"], how="left_semi"
+    )
+    return _audit_rows(
+        wanted.withColumn("data_sha256", F.sha2("data", 256)), F.lit(st.ORIGIN_BACKFILL), F.lit(1)
+    )
 
 
 def merge_audit_log(fresh: DataFrame, existing: DataFrame | None) -> DataFrame:
@@ -100,13 +117,17 @@ def merge_audit_log(fresh: DataFrame, existing: DataFrame | None) -> DataFrame:
     if existing is not None:
         old = conform(existing, AUDIT_LOG)
         old_rank = F.when(F.col("origin") == st.ORIGIN_UNVERIFIED, _RANK_UNVERIFIED).otherwise(
-            _RANK_EXISTING)
+            _RANK_EXISTING
+        )
         rows = rows.unionByName(_audit_rows(old, F.col("origin"), old_rank))
-    payload = [c for c in columns(SOURCE_RECORDS) + ["data_sha256", "origin"]
-               if c not in ("topic", "seq")]
+    payload = [
+        c for c in columns(SOURCE_RECORDS) + ["data_sha256", "origin"] if c not in ("topic", "seq")
+    ]
     best = rows.groupBy("topic", "seq").agg(
-        F.min(F.struct(F.col("rank"), F.col("data_sha256").alias("h"),
-                       *[F.col(c) for c in payload])).alias("best"))
+        F.min(
+            F.struct(F.col("rank"), F.col("data_sha256").alias("h"), *[F.col(c) for c in payload])
+        ).alias("best")
+    )
     flat = best.select("topic", "seq", *[F.col("best").getField(c).alias(c) for c in payload])
     return conform(flat.withColumn("date", F.to_date(F.timestamp_millis("ts"))), AUDIT_LOG)
 

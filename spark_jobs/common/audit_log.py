@@ -13,6 +13,7 @@ A reader sees each partition either before or after the run, never half of it an
 topic+seq twice. ``recover`` rolls a crashed run forward from its journal (or discards
 staging written before the journal existed); every writer calls it first.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,14 @@ def current(spark: SparkSession, root: Path, folders: list[str]) -> DataFrame:
     return warehouse.read_partitions(spark, root, folders, AUDIT_LOG)
 
 
-def replace(spark: SparkSession, root: Path, run_id: str, merged: DataFrame,
-            touched: list[str], hook: Callable[[str], None] | None = None) -> list[str]:
+def replace(
+    spark: SparkSession,
+    root: Path,
+    run_id: str,
+    merged: DataFrame,
+    touched: list[str],
+    hook: Callable[[str], None] | None = None,
+) -> list[str]:
     """Write ``merged`` (the full new content of the ``touched`` partitions) and swap it in;
     returns the partition folders written."""
     staged = root / "_staging" / run_id
@@ -54,10 +61,13 @@ def replace(spark: SparkSession, root: Path, run_id: str, merged: DataFrame,
     written = sorted({str(p.parent.relative_to(staged)) for p in storage.data_files(staged)})
     strange = set(written) - set(touched)
     if strange:
-        raise RuntimeError(f"audit log: Spark wrote partitions {sorted(strange)} that were "
-                           f"not expected ({partitions.__name__} escaping disagrees)")
-    storage.write_json(root / "_swaps" / f"{run_id}.json",
-                       {"staged": str(staged), "folders": written})
+        raise RuntimeError(
+            f"audit log: Spark wrote partitions {sorted(strange)} that were "
+            f"not expected ({partitions.__name__} escaping disagrees)"
+        )
+    storage.write_json(
+        root / "_swaps" / f"{run_id}.json", {"staged": str(staged), "folders": written}
+    )
     for rel in written:
         storage.swap_in(staged / rel, root / rel)
         if hook:

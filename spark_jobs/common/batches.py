@@ -18,6 +18,7 @@ The commit protocol (crash-safe, re-runnable):
 step 3, so its moved files are deleted and the batch is redone from the same segments; with a
 commit record it is only cleanup. Segments are therefore compacted exactly once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -91,23 +92,33 @@ def new_segments(landing: Path, state: dict) -> list[Segment]:
             if last <= through:
                 continue
             if first <= through:
-                raise ValueError(f"landing segment {folder / name} overlaps frames already "
-                                 f"compacted (through frame {through})")
+                raise ValueError(
+                    f"landing segment {folder / name} overlaps frames already "
+                    f"compacted (through frame {through})"
+                )
             found.append(Segment(consumer_dir, folder / name, first, last))
     return sorted(found, key=lambda s: (s.consumer_dir, s.first))
 
 
-def commit(deliveries: Path, batches: Path, state: dict, run_id: str, staging: Path,
-           segments: list[Segment], last_frames: dict[str, tuple[int, str | None]],
-           hook: Callable[[str], None] | None = None) -> dict:
+def commit(
+    deliveries: Path,
+    batches: Path,
+    state: dict,
+    run_id: str,
+    staging: Path,
+    segments: list[Segment],
+    last_frames: dict[str, tuple[int, str | None]],
+    hook: Callable[[str], None] | None = None,
+) -> dict:
     """Move the staged files of batch ``state['batch'] + 1`` in and commit it (see above)."""
     batch = state["batch"] + 1
     moves = []
     for path in storage.data_files(staging):
         rel = path.relative_to(staging)
         moves.append((path, rel.parent / f"b{batch:08d}-{rel.name}"))
-    storage.write_json(record_path(batches, batch, pending=True),
-                       {"files": [str(rel) for _, rel in moves]})
+    storage.write_json(
+        record_path(batches, batch, pending=True), {"files": [str(rel) for _, rel in moves]}
+    )
     for n, (src, rel) in enumerate(moves):
         (deliveries / rel).parent.mkdir(parents=True, exist_ok=True)
         os.rename(src, deliveries / rel)
@@ -120,10 +131,13 @@ def commit(deliveries: Path, batches: Path, state: dict, run_id: str, staging: P
     for consumer, (frame_no, frame_id) in last_frames.items():
         entry = consumers.setdefault(consumer, {})
         entry.update(frame_no=frame_no, frame_id=frame_id)
-    record = {"batch": batch, "run_id": run_id, "consumers": consumers,
-              "files": [str(rel) for _, rel in moves],
-              "segments": {s.consumer_dir + "/" + s.path.name: [s.first, s.last]
-                           for s in segments}}
+    record = {
+        "batch": batch,
+        "run_id": run_id,
+        "consumers": consumers,
+        "files": [str(rel) for _, rel in moves],
+        "segments": {s.consumer_dir + "/" + s.path.name: [s.first, s.last] for s in segments},
+    }
     if hook:
         hook("compact.committing")
     storage.write_json(record_path(batches, batch), record)

@@ -5,6 +5,7 @@ The database URL carries a password, and a process's arguments are visible to ev
 the machine (``ps``): callers hand it over in ``AUDITSYNC_DATABASE_URL`` instead, which
 ``--database-url`` defaults to.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,24 +17,43 @@ DATABASE_URL_ENV = "AUDITSYNC_DATABASE_URL"
 
 def job_parser(step: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=f"spark-submit spark_jobs/{step}/main.py", description=description)
-    parser.add_argument("--master", default=None,
-                        help="Spark master when run with plain python (spark-submit sets its own)")
+        prog=f"spark-submit spark_jobs/{step}/main.py", description=description
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master when run with plain python (spark-submit sets its own)",
+    )
     return parser
 
 
-def add_database(parser: argparse.ArgumentParser, partitions: bool = False,
-                 required: bool = True, environ: Mapping[str, str] | None = None) -> None:
+def add_database(
+    parser: argparse.ArgumentParser,
+    partitions: bool = False,
+    required: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> None:
     """``--database-url`` (default: ``$AUDITSYNC_DATABASE_URL``) and ``--run-id``; both
     required unless ``required=False`` (a step that records figures only when given them)."""
     env = os.environ if environ is None else environ
     from_env = env.get(DATABASE_URL_ENV) or None
-    parser.add_argument("--database-url", default=from_env,
-                        required=required and from_env is None,
-                        help=f"postgresql://user@host:port/db of the source of truth (default: "
-                             f"${DATABASE_URL_ENV}, which keeps a password out of `ps`)")
-    parser.add_argument("--run-id", required=required, default=None,
-                        help="the pipeline run these results belong to (reruns replace them)")
+    parser.add_argument(
+        "--database-url",
+        default=from_env,
+        required=required and from_env is None,
+        help=f"postgresql://user@host:port/db of the source of truth (default: "
+        f"${DATABASE_URL_ENV}, which keeps a password out of `ps`)",
+    )
+    parser.add_argument(
+        "--run-id",
+        required=required,
+        default=None,
+        help="the pipeline run these results belong to (reruns replace them)",
+    )
     if partitions:
-        parser.add_argument("--num-partitions", type=int, default=4,
-                            help="parallel JDBC queries striding over seq (default 4)")
+        parser.add_argument(
+            "--num-partitions",
+            type=int,
+            default=4,
+            help="parallel JDBC queries striding over seq (default 4)",
+        )

@@ -1,6 +1,7 @@
 """Composite cursor ids (the SSE ``id:``) as Spark columns: base64url, unpadded, of the JSON
 map ``{topic: seq}``. Undecodable ids become null, never an error: the seed allows a server to
 send an opaque checkpoint token instead of the inline map."""
+
 from __future__ import annotations
 
 from pyspark.sql import Column

@@ -11,6 +11,7 @@ Incremental runs read only their window: ``read_records_in``/``read_gaps_in`` pu
 ``WHERE (topic = '…' AND seq > lo AND seq <= hi) OR …`` per topic into the query text itself,
 so PostgreSQL (with its (topic, seq) primary key) reads only those rows.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,15 +25,16 @@ from spark_jobs.common.schemas import GAPS, SOURCE_RECORDS, conform
 DRIVER = "org.postgresql.Driver"
 FETCH_SIZE = 10_000
 
-RECORDS_SQL = ("SELECT topic, seq, ts, tag, node, meta::text AS meta, data::text AS data "
-               "FROM records")
+RECORDS_SQL = (
+    "SELECT topic, seq, ts, tag, node, meta::text AS meta, data::text AS data FROM records"
+)
 GAPS_SQL = "SELECT topic, gap_from, gap_to, reason FROM gaps"
 
 
 @dataclasses.dataclass(frozen=True)
 class JdbcTarget:
-    url: str                     # jdbc:postgresql://host:port/db
-    properties: dict[str, str]   # user, password, driver, and any URL query parameters
+    url: str  # jdbc:postgresql://host:port/db
+    properties: dict[str, str]  # user, password, driver, and any URL query parameters
 
 
 def jdbc_target(database_url: str) -> JdbcTarget:
@@ -61,8 +63,9 @@ def _reader(spark: SparkSession, target: JdbcTarget):
     return reader
 
 
-def bounds(spark: SparkSession, target: JdbcTarget, sql: str,
-           column: str) -> tuple[int, int] | None:
+def bounds(
+    spark: SparkSession, target: JdbcTarget, sql: str, column: str
+) -> tuple[int, int] | None:
     """(min, max) of ``column`` over ``sql``'s rows; None when there are none."""
     query = f"SELECT min({column}) AS lo, max({column}) AS hi FROM ({sql}) AS b"
     row = _reader(spark, target).option("query", query).load().first()
@@ -71,22 +74,27 @@ def bounds(spark: SparkSession, target: JdbcTarget, sql: str,
     return int(row["lo"]), int(row["hi"])
 
 
-def read_partitioned(spark: SparkSession, target: JdbcTarget, sql: str, column: str,
-                     num_partitions: int) -> DataFrame:
+def read_partitioned(
+    spark: SparkSession, target: JdbcTarget, sql: str, column: str, num_partitions: int
+) -> DataFrame:
     """``sql``'s rows, read in ``num_partitions`` parallel queries striding over ``column``."""
     reader = _reader(spark, target).option("dbtable", f"({sql}) AS src")
     span = bounds(spark, target, sql, column)
     if span is not None and num_partitions > 1 and span[1] > span[0]:
-        reader = (reader.option("partitionColumn", column)
-                  .option("lowerBound", span[0]).option("upperBound", span[1] + 1)
-                  .option("numPartitions", num_partitions))
+        reader = (
+            reader.option("partitionColumn", column)
+            .option("lowerBound", span[0])
+            .option("upperBound", span[1] + 1)
+            .option("numPartitions", num_partitions)
+        )
     return reader.load()
 
 
 def read_records(spark: SparkSession, target: JdbcTarget, num_partitions: int = 4) -> DataFrame:
     """The ``records`` table, partitioned by seq, as ``SOURCE_RECORDS``."""
-    return conform(read_partitioned(spark, target, RECORDS_SQL, "seq", num_partitions),
-                   SOURCE_RECORDS)
+    return conform(
+        read_partitioned(spark, target, RECORDS_SQL, "seq", num_partitions), SOURCE_RECORDS
+    )
 
 
 def read_gaps(spark: SparkSession, target: JdbcTarget, num_partitions: int = 1) -> DataFrame:
@@ -107,13 +115,16 @@ def quote(text: str) -> str:
 
 def windows_where(windows: Iterable[Window], first: str, last: str) -> str:
     """``WHERE`` text selecting rows whose ``[first, last]`` meets some window."""
-    terms = [f"(topic = {quote(t)} AND {last} > {int(lo)} AND {first} <= {int(hi)})"
-             for t, lo, hi in sorted(windows)]
+    terms = [
+        f"(topic = {quote(t)} AND {last} > {int(lo)} AND {first} <= {int(hi)})"
+        for t, lo, hi in sorted(windows)
+    ]
     return " WHERE " + (" OR ".join(terms) if terms else "false")
 
 
-def read_records_in(spark: SparkSession, target: JdbcTarget, windows: list[Window],
-                    num_partitions: int = 4) -> DataFrame:
+def read_records_in(
+    spark: SparkSession, target: JdbcTarget, windows: list[Window], num_partitions: int = 4
+) -> DataFrame:
     """The ``records`` inside ``windows`` only, partitioned by seq, as ``SOURCE_RECORDS``."""
     if not windows:
         return spark.createDataFrame([], SOURCE_RECORDS)

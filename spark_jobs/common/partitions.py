@@ -2,11 +2,12 @@
 folders of the partitions it touches without listing a table. The escaping is Spark's
 ``ExternalCatalogUtils.escapePathName``; callers compare with what Spark wrote and refuse to
 go on if the two ever disagree."""
+
 from __future__ import annotations
 
 import datetime as dt
 
-_SPECIAL = set('"#%\'*/:=?\\\x7f{[]^')
+_SPECIAL = set("\"#%'*/:=?\\\x7f{[]^")
 
 
 def escape(value: str) -> str:

@@ -1,6 +1,7 @@
 """The one line a job's ``main`` prints on stdout when it finishes: ``auditsync-result`` and a
 JSON object (step, seconds, key counts). The pipeline runner reads it for its progress line;
 under Airflow it is just a log line."""
+
 from __future__ import annotations
 
 import json
@@ -31,5 +32,5 @@ def parse(lines: Iterable[str]) -> dict | None:
     found = None
     for line in lines:
         if line.startswith(PREFIX):
-            found = json.loads(line[len(PREFIX):])
+            found = json.loads(line[len(PREFIX) :])
     return found

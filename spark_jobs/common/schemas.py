@@ -4,6 +4,7 @@
 so the two sides cannot drift. Partition columns are listed last where a table is written
 partitioned.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
@@ -27,8 +28,9 @@ def _fields(*pairs: tuple[str, DataType], nullable: bool = True) -> list[StructF
     return [StructField(name, kind, nullable) for name, kind in pairs]
 
 
-LANDING = StructType([StructField(name, _TYPES[kind], name not in NOT_NULL)
-                      for name, kind in COLUMNS])
+LANDING = StructType(
+    [StructField(name, _TYPES[kind], name not in NOT_NULL) for name, kind in COLUMNS]
+)
 
 # One row per delivered frame item: the landing columns plus ``cursor_before``, the frame's
 # topic cursor in the consumer's previous frame id (null when unknown).
@@ -38,10 +40,18 @@ DELIVERIES = StructType(LANDING.fields + _fields(("cursor_before", LongType())))
 SOURCE_RECORDS = StructType(
     _fields(("topic", StringType()), ("seq", LongType()), ("ts", LongType()), nullable=False)
     + _fields(("tag", StringType()), ("node", StringType()), ("meta", StringType()))
-    + _fields(("data", StringType()), nullable=False))
+    + _fields(("data", StringType()), nullable=False)
+)
 
-GAPS = StructType(_fields(("topic", StringType()), ("gap_from", LongType()),
-                          ("gap_to", LongType()), ("reason", StringType()), nullable=False))
+GAPS = StructType(
+    _fields(
+        ("topic", StringType()),
+        ("gap_from", LongType()),
+        ("gap_to", LongType()),
+        ("reason", StringType()),
+        nullable=False,
+    )
+)
 
 # One row per (consumer, topic) and seq range [seq, seq_to] with one status: a single seq
 # (seq_to = seq) for anything judged from a record or a copy, a range for the seqs of a
@@ -49,35 +59,72 @@ GAPS = StructType(_fields(("topic", StringType()), ("gap_from", LongType()),
 # seqs is one row. ``delivered_hash`` is set only where it adds to ``source_hash``: a
 # mismatch's copy, and copies of seqs with no source row.
 DETAIL = StructType(
-    _fields(("consumer", StringType()), ("topic", StringType()), ("seq", LongType()),
-            ("seq_to", LongType()), ("status", StringType()), nullable=False)
+    _fields(
+        ("consumer", StringType()),
+        ("topic", StringType()),
+        ("seq", LongType()),
+        ("seq_to", LongType()),
+        ("status", StringType()),
+        nullable=False,
+    )
     + _fields(("source_hash", StringType()), ("delivered_hash", StringType()))
-    + _fields(("copies", LongType()), nullable=False))
+    + _fields(("copies", LongType()), nullable=False)
+)
 
 # ``count``: seqs given ``status`` by this run; ``revised``: earlier runs' verdicts of
 # ``status`` this run replaced (late copies). Net over all runs: sum(count - revised).
-SUMMARY = StructType(_fields(("run_id", StringType()), ("consumer", StringType()),
-                             ("topic", StringType()), ("status", StringType()),
-                             ("count", LongType()), ("revised", LongType()), nullable=False))
+SUMMARY = StructType(
+    _fields(
+        ("run_id", StringType()),
+        ("consumer", StringType()),
+        ("topic", StringType()),
+        ("status", StringType()),
+        ("count", LongType()),
+        ("revised", LongType()),
+        nullable=False,
+    )
+)
 
 # reconcile's verdicts other than plain ``delivered``, kept for judging late copies of seqs
 # already judged: the newest ``judged_batch`` covering a seq is its current verdict.
 LEDGER = StructType(
-    _fields(("consumer", StringType()), ("topic", StringType()), ("seq", LongType()),
-            ("seq_to", LongType()), ("status", StringType()), ("copies", LongType()),
-            ("judged_batch", LongType()), nullable=False))
+    _fields(
+        ("consumer", StringType()),
+        ("topic", StringType()),
+        ("seq", LongType()),
+        ("seq_to", LongType()),
+        ("status", StringType()),
+        ("copies", LongType()),
+        ("judged_batch", LongType()),
+        nullable=False,
+    )
+)
 
 AUDIT_LOG = StructType(
     _fields(("topic", StringType()), ("seq", LongType()), ("ts", LongType()), nullable=False)
     + _fields(("tag", StringType()), ("node", StringType()), ("meta", StringType()))
-    + _fields(("data", StringType()), ("data_sha256", StringType()), ("origin", StringType()),
-              ("date", DateType()), nullable=False))
+    + _fields(
+        ("data", StringType()),
+        ("data_sha256", StringType()),
+        ("origin", StringType()),
+        ("date", DateType()),
+        nullable=False,
+    )
+)
 
 # Defects left after backfill, with a few example seqs each (verify's output).
 REMAINING = StructType(
-    _fields(("run_id", StringType()), ("consumer", StringType()), ("topic", StringType()), ("status", StringType()),
-            ("found", LongType()), ("remaining", LongType()), nullable=False)
-    + _fields(("example_seqs", ArrayType(LongType()))))
+    _fields(
+        ("run_id", StringType()),
+        ("consumer", StringType()),
+        ("topic", StringType()),
+        ("status", StringType()),
+        ("found", LongType()),
+        ("remaining", LongType()),
+        nullable=False,
+    )
+    + _fields(("example_seqs", ArrayType(LongType())))
+)
 
 
 def columns(schema: StructType) -> list[str]:

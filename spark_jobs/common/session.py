@@ -13,6 +13,7 @@ One builder for every session: a job's own JVM (``spark-submit`` or ``master``),
 of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
 driver on its classpath and keeps its static settings; only session settings travel then.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,7 +57,8 @@ def jdbc_driver(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     raise JdbcDriverMissing(
         "no PostgreSQL JDBC driver found: install it with `apt-get install "
         f"libpostgresql-jdbc-java` (gives {DEBIAN_JAR}), or set {JAR_ENV} to a postgresql "
-        f"jar, or set {MAVEN_ENV}=1 to fetch {MAVEN_PACKAGE} from Maven Central")
+        f"jar, or set {MAVEN_ENV}=1 to fetch {MAVEN_PACKAGE} from Maven Central"
+    )
 
 
 def jdbc_conf(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -76,9 +78,12 @@ def submit_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {"jars": where} if kind == "jar" else {"packages": where}
 
 
-def build_session(app_name: str, master: str | None = None,
-                  conf: Mapping[str, str] | None = None,
-                  remote: str | None = None) -> "SparkSession":
+def build_session(
+    app_name: str,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
+) -> SparkSession:
     """The session for a job. ``master`` only outside ``spark-submit`` (which sets its own);
     ``remote`` (``sc://host:port``) makes it a Spark Connect client instead; ``conf`` adds or
     overrides settings (tests: shuffle partitions, UI off)."""

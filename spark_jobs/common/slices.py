@@ -2,6 +2,7 @@
 deliveries it reconciled, its summary, detail and remaining defects, and the audit-log
 partitions it wrote (from ``runs/<id>/manifest.json``). A slice that is empty comes back as
 an empty DataFrame of the right schema, so a suite runs the same on a quiet interval."""
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
@@ -22,11 +23,13 @@ def quality_frames(spark: SparkSession, layout: Layout) -> dict[str, DataFrame]:
     """Suite name -> this run's rows."""
     manifest = storage.read_json(layout.manifest, {})
     return {
-        "deliveries": warehouse.read_files(spark, layout.deliveries,
-                                           manifest.get("deliveries", []), DELIVERIES),
+        "deliveries": warehouse.read_files(
+            spark, layout.deliveries, manifest.get("deliveries", []), DELIVERIES
+        ),
         "reconciliation": _run_table(spark, layout.run_path("summary"), SUMMARY),
         "detail": _run_table(spark, layout.run_path("detail"), DETAIL),
         "remaining": _run_table(spark, layout.run_path("remaining"), LEFT),
-        "audit_log": warehouse.read_partitions(spark, layout.audit_log,
-                                               manifest.get("audit_partitions", []), AUDIT_LOG),
+        "audit_log": warehouse.read_partitions(
+            spark, layout.audit_log, manifest.get("audit_partitions", []), AUDIT_LOG
+        ),
     }

@@ -6,6 +6,7 @@ Every (consumer, topic, seq) in a consumer's scope gets exactly one of ``SEQ_STA
 the summary carries one extra ``DUPLICATE`` row per consumer and topic counting the extra
 copies (copies - 1 summed over delivered seqs).
 """
+
 from __future__ import annotations
 
 DELIVERED = "delivered"
@@ -21,8 +22,16 @@ PHANTOM = "phantom"
 # silently, trimmed later) or lost; the node of a trimmed record is no longer known.
 UNVERIFIABLE = "unverifiable"
 
-SEQ_STATUSES = (DELIVERED, FILTERED, TOMBSTONED, SILENT_GAP, MISMATCH,
-                TRIMMED_AFTER_DELIVERY, PHANTOM, UNVERIFIABLE)
+SEQ_STATUSES = (
+    DELIVERED,
+    FILTERED,
+    TOMBSTONED,
+    SILENT_GAP,
+    MISMATCH,
+    TRIMMED_AFTER_DELIVERY,
+    PHANTOM,
+    UNVERIFIABLE,
+)
 SUMMARY_STATUSES = SEQ_STATUSES + (DUPLICATE,)
 
 # Statuses that fail the quality gate when any remain after backfill.
@@ -32,6 +41,6 @@ DEFECTS = (SILENT_GAP, MISMATCH, PHANTOM)
 REPAIRABLE = (SILENT_GAP, MISMATCH)
 
 # Where an audit-log row came from, best first when two rows share topic+seq.
-ORIGIN_DELIVERED = "delivered"          # a delivered copy whose hash matches the source
-ORIGIN_BACKFILL = "backfill"            # the source copy, re-read from PostgreSQL
+ORIGIN_DELIVERED = "delivered"  # a delivered copy whose hash matches the source
+ORIGIN_BACKFILL = "backfill"  # the source copy, re-read from PostgreSQL
 ORIGIN_UNVERIFIED = "delivered_unverified"  # delivered, source already trimmed: no hash check

@@ -9,6 +9,7 @@ moving the old one aside under a dot-name (Spark's file listing ignores names st
 ``.`` or ``_``), renaming the staged one in, then deleting the old one. A crash leaves either
 version under a known name; ``recover_swap`` finishes or undoes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,11 @@ def data_files(root: Path) -> list[Path]:
         return found
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        found += [Path(folder) / f for f in sorted(files)
-                  if f.endswith(".parquet") and not f.startswith((".", "_"))]
+        found += [
+            Path(folder) / f
+            for f in sorted(files)
+            if f.endswith(".parquet") and not f.startswith((".", "_"))
+        ]
     return found
 
 

@@ -1,5 +1,6 @@
 """The jobs' access to the run tables: a connection per call from ``args.database_url``, the
 SQL itself in ``watch_service.store.runs`` (shared with the Airflow plugin)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -8,6 +8,7 @@ consumer and topic), committed with the record of which segments it consumed
 (``spark_jobs.common.batches``). Nothing new: no batch. The step's figures go to
 ``pipeline_runs`` when a database URL is given.
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,20 +47,36 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     if segments:
         landing = spark.read.schema(LANDING).parquet(*[str(s.path) for s in segments])
         previous = spark.createDataFrame(
-            [(c, v["frame_no"], v.get("frame_id")) for c, v in state["consumers"].items()
-             if "frame_no" in v], LAST_FRAMES)
+            [
+                (c, v["frame_no"], v.get("frame_id"))
+                for c, v in state["consumers"].items()
+                if "frame_no" in v
+            ],
+            LAST_FRAMES,
+        )
         staging = layout.deliveries / "_staging" / f"b{state['batch'] + 1:08d}"
-        (compact(landing, previous).write.mode("overwrite")
-         .partitionBy("consumer", "topic").parquet(str(staging)))
+        (
+            compact(landing, previous)
+            .write.mode("overwrite")
+            .partitionBy("consumer", "topic")
+            .parquet(str(staging))
+        )
         staged = warehouse.read_table(spark, staging, DELIVERIES)
-        stats = staged.agg(F.count(F.lit(1)).alias("rows"),
-                           F.count_if(F.col("kind") == "record").alias("records")).first()
-        lasts = {r["consumer"]: (r["frame_no"], r["frame_id"])
-                 for r in last_frames(staged).collect()}
-        record = batches.commit(layout.deliveries, layout.batches, state, args.run_id,
-                                staging, segments, lasts, hook)
-        counts = {"batch": record["batch"], "segments": len(segments), "rows": stats["rows"],
-                  "records": stats["records"]}
+        stats = staged.agg(
+            F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
+        ).first()
+        lasts = {
+            r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(staged).collect()
+        }
+        record = batches.commit(
+            layout.deliveries, layout.batches, state, args.run_id, staging, segments, lasts, hook
+        )
+        counts = {
+            "batch": record["batch"],
+            "segments": len(segments),
+            "rows": stats["rows"],
+            "records": stats["records"],
+        }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "compact", figures)
     return figures

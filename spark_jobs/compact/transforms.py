@@ -11,6 +11,7 @@ consumer the previous frame is the last one of the batch before (``previous``). 
 it for a consumer's starting point per topic and for the range a ``topic-deleted`` frame
 signals.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
@@ -21,9 +22,13 @@ from spark_jobs.common.cursors import topic_cursor
 from spark_jobs.common.schemas import DELIVERIES, LANDING, conform
 
 # Each consumer's last compacted frame before this batch.
-LAST_FRAMES = StructType([StructField("consumer", StringType(), False),
-                          StructField("frame_no", LongType(), False),
-                          StructField("frame_id", StringType(), True)])
+LAST_FRAMES = StructType(
+    [
+        StructField("consumer", StringType(), False),
+        StructField("frame_no", LongType(), False),
+        StructField("frame_id", StringType(), True),
+    ]
+)
 
 
 def with_cursor_before(items: DataFrame, previous: DataFrame | None = None) -> DataFrame:
@@ -32,12 +37,15 @@ def with_cursor_before(items: DataFrame, previous: DataFrame | None = None) -> D
     # All items of a frame share its id and topic: distinct rows are the frames (few).
     frames = items.select("consumer", "frame_no", "frame_id", "topic").distinct()
     if previous is not None:
-        frames = frames.unionByName(conform(previous, LAST_FRAMES).withColumn(
-            "topic", F.lit(None).cast("string")))
+        frames = frames.unionByName(
+            conform(previous, LAST_FRAMES).withColumn("topic", F.lit(None).cast("string"))
+        )
     order = Window.partitionBy("consumer").orderBy("frame_no")
     before = frames.select(
-        "consumer", "frame_no",
-        topic_cursor(F.lag("frame_id").over(order), F.col("topic")).alias("cursor_before"))
+        "consumer",
+        "frame_no",
+        topic_cursor(F.lag("frame_id").over(order), F.col("topic")).alias("cursor_before"),
+    )
     return conform(items.join(before, on=["consumer", "frame_no"], how="left"), DELIVERIES)
 
 
@@ -47,6 +55,11 @@ def compact(landing: DataFrame, previous: DataFrame | None = None) -> DataFrame:
 
 def last_frames(deliveries: DataFrame) -> DataFrame:
     """Each consumer's last frame in ``deliveries``: the next batch's ``previous``."""
-    return conform(conform(deliveries, DELIVERIES).groupBy("consumer").agg(
-        F.max("frame_no").alias("frame_no"),
-        F.max_by("frame_id", "frame_no").alias("frame_id")), LAST_FRAMES)
+    return conform(
+        conform(deliveries, DELIVERIES)
+        .groupBy("consumer")
+        .agg(
+            F.max("frame_no").alias("frame_no"), F.max_by("frame_id", "frame_no").alias("frame_id")
+        ),
+        LAST_FRAMES,
+    )

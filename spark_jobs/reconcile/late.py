@@ -22,6 +22,7 @@ one (``revised`` + 1 on the old status); the ledger gets the seq's new verdict a
 whenever it was not plain ``delivered``. Late tombstones do not revise verdicts (a seq the
 cursor passed was judged with what the consumer had then).
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
@@ -44,8 +45,9 @@ def late_copies(deliveries: DataFrame, scope: DataFrame) -> DataFrame:
     """(consumer, topic, seq, hash) of copies at or below their scope's ``lo``."""
     s = F.broadcast(conform(scope, SCOPE).select("consumer", "topic", "start_seq", "lo"))
     joined = copy_hashes(deliveries).join(s, on=["consumer", "topic"], how="inner")
-    return joined.filter((F.col("seq") > F.col("start_seq")) & (F.col("seq") <= F.col("lo"))
-                         ).select("consumer", "topic", "seq", "hash")
+    return joined.filter(
+        (F.col("seq") > F.col("start_seq")) & (F.col("seq") <= F.col("lo"))
+    ).select("consumer", "topic", "seq", "hash")
 
 
 def seq_runs(late: DataFrame) -> DataFrame:
@@ -53,75 +55,149 @@ def seq_runs(late: DataFrame) -> DataFrame:
     source read (a re-sent stretch is one run, whatever its length)."""
     seqs = late.select("topic", "seq").distinct()
     island = F.col("seq") - F.row_number().over(Window.partitionBy("topic").orderBy("seq"))
-    return (seqs.withColumn("island", island).groupBy("topic", "island")
-            .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi")).drop("island"))
+    return (
+        seqs.withColumn("island", island)
+        .groupBy("topic", "island")
+        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
+        .drop("island")
+    )
 
 
-def rejudge(late: DataFrame, ledger: DataFrame, records: DataFrame, gaps: DataFrame,
-            judged_batch: int) -> tuple[DataFrame, DataFrame, DataFrame]:
+def rejudge(
+    late: DataFrame, ledger: DataFrame, records: DataFrame, gaps: DataFrame, judged_batch: int
+) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(detail rows of changed verdicts, ledger rows, summary deltas without run_id)."""
     src = conform(records, SOURCE_RECORDS).select(
-        "topic", "seq", F.unhex(F.sha2("data", 256)).alias("source_hash"))
+        "topic", "seq", F.unhex(F.sha2("data", 256)).alias("source_hash")
+    )
     per = late.join(src, on=["topic", "seq"], how="left")
     matches = F.col("hash").isNull() | (F.col("hash") == F.col("source_hash"))
     per = per.groupBy("consumer", "topic", "seq").agg(
-        F.max("source_hash").alias("source_hash"), F.count(F.lit(1)).alias("m"),
+        F.max("source_hash").alias("source_hash"),
+        F.count(F.lit(1)).alias("m"),
         F.count_if(matches & F.col("source_hash").isNotNull()).alias("matching"),
-        F.max("hash").alias("some_hash"))
-    g = F.broadcast(conform(gaps, GAPS).select(F.col("topic").alias("g_topic"), "gap_from",
-                                               "gap_to"))
-    per = per.join(g, on=(F.col("topic") == F.col("g_topic"))
-                   & F.col("seq").between(F.col("gap_from"), F.col("gap_to")), how="left"
-                   ).withColumn("in_gap", F.col("gap_from").isNotNull()
-                                ).drop("g_topic", "gap_from", "gap_to")
+        F.max("hash").alias("some_hash"),
+    )
+    g = F.broadcast(
+        conform(gaps, GAPS).select(F.col("topic").alias("g_topic"), "gap_from", "gap_to")
+    )
+    per = (
+        per.join(
+            g,
+            on=(F.col("topic") == F.col("g_topic"))
+            & F.col("seq").between(F.col("gap_from"), F.col("gap_to")),
+            how="left",
+        )
+        .withColumn("in_gap", F.col("gap_from").isNotNull())
+        .drop("g_topic", "gap_from", "gap_to")
+    )
     led = conform(ledger, LEDGER).select(
-        F.col("consumer").alias("l_consumer"), F.col("topic").alias("l_topic"),
-        F.col("seq").alias("l_from"), F.col("seq_to").alias("l_to"), "status", "copies",
-        "judged_batch")
-    on = ((F.col("consumer") == F.col("l_consumer")) & (F.col("topic") == F.col("l_topic"))
-          & F.col("seq").between(F.col("l_from"), F.col("l_to")))
-    old = per.join(led, on=on, how="left").groupBy(
-        "consumer", "topic", "seq", "source_hash", "m", "matching", "some_hash", "in_gap").agg(
-        F.max_by(F.struct("status", "copies"), "judged_batch").alias("old"))
+        F.col("consumer").alias("l_consumer"),
+        F.col("topic").alias("l_topic"),
+        F.col("seq").alias("l_from"),
+        F.col("seq_to").alias("l_to"),
+        "status",
+        "copies",
+        "judged_batch",
+    )
+    on = (
+        (F.col("consumer") == F.col("l_consumer"))
+        & (F.col("topic") == F.col("l_topic"))
+        & F.col("seq").between(F.col("l_from"), F.col("l_to"))
+    )
+    old = (
+        per.join(led, on=on, how="left")
+        .groupBy("consumer", "topic", "seq", "source_hash", "m", "matching", "some_hash", "in_gap")
+        .agg(F.max_by(F.struct("status", "copies"), "judged_batch").alias("old"))
+    )
     known = F.col("source_hash").isNotNull() | F.col("in_gap")
     old_status = F.coalesce(F.col("old.status"), F.when(known, F.lit(st.DELIVERED)))
     in_source = F.col("source_hash").isNotNull()
-    new_status = (F.when(F.col("old_status") == st.DELIVERED, st.DELIVERED)
-                  .when(in_source & (F.col("matching") > 0), st.DELIVERED)
-                  .when(in_source, st.MISMATCH)
-                  .when(F.col("in_gap"), st.TRIMMED_AFTER_DELIVERY)
-                  .otherwise(st.PHANTOM))
-    v = (old.withColumn("old_status", old_status)
-         .withColumn("old_copies", F.coalesce(F.col("old.copies"), F.lit(0)))
-         .withColumn("status", new_status)
-         .withColumn("copies", F.col("old_copies") + F.col("m"))).cache()
+    new_status = (
+        F.when(F.col("old_status") == st.DELIVERED, st.DELIVERED)
+        .when(in_source & (F.col("matching") > 0), st.DELIVERED)
+        .when(in_source, st.MISMATCH)
+        .when(F.col("in_gap"), st.TRIMMED_AFTER_DELIVERY)
+        .otherwise(st.PHANTOM)
+    )
+    v = (
+        old.withColumn("old_status", old_status)
+        .withColumn("old_copies", F.coalesce(F.col("old.copies"), F.lit(0)))
+        .withColumn("status", new_status)
+        .withColumn("copies", F.col("old_copies") + F.col("m"))
+    ).cache()
     changed = F.col("old_status").isNull() | (F.col("old_status") != F.col("status"))
     not_plain = F.col("old_status").isNull() | (F.col("old_status") != st.DELIVERED)
     differs = ~(in_source & (F.col("status") == st.DELIVERED))
-    detail = conform(v.filter(changed).select(
-        "consumer", "topic", "seq", F.col("seq").alias("seq_to"), "status",
-        F.lower(F.hex("source_hash")).alias("source_hash"),
-        F.when(differs, F.lower(F.hex("some_hash"))).alias("delivered_hash"), "copies"), DETAIL)
-    ledger_rows = conform(v.filter(not_plain).select(
-        "consumer", "topic", "seq", F.col("seq").alias("seq_to"), "status", "copies",
-        F.lit(judged_batch).alias("judged_batch")), LEDGER)
+    detail = conform(
+        v.filter(changed).select(
+            "consumer",
+            "topic",
+            "seq",
+            F.col("seq").alias("seq_to"),
+            "status",
+            F.lower(F.hex("source_hash")).alias("source_hash"),
+            F.when(differs, F.lower(F.hex("some_hash"))).alias("delivered_hash"),
+            "copies",
+        ),
+        DETAIL,
+    )
+    ledger_rows = conform(
+        v.filter(not_plain).select(
+            "consumer",
+            "topic",
+            "seq",
+            F.col("seq").alias("seq_to"),
+            "status",
+            "copies",
+            F.lit(judged_batch).alias("judged_batch"),
+        ),
+        LEDGER,
+    )
     dup = F.when(F.col("old_status") == st.DELIVERED, F.col("m")).otherwise(F.col("copies") - 1)
-    deltas = (v.filter(changed).select("consumer", "topic", "status", F.lit(1).alias("count"),
-                                       F.lit(0).alias("revised"))
-              .unionByName(v.filter(changed & F.col("old_status").isNotNull()).select(
-                  "consumer", "topic", F.col("old_status").alias("status"),
-                  F.lit(0).alias("count"), F.lit(1).alias("revised")))
-              .unionByName(v.filter(F.col("status") == st.DELIVERED).select(
-                  "consumer", "topic", F.lit(st.DUPLICATE).alias("status"),
-                  dup.alias("count"), F.lit(0).alias("revised")).filter(F.col("count") > 0)))
+    deltas = (
+        v.filter(changed)
+        .select("consumer", "topic", "status", F.lit(1).alias("count"), F.lit(0).alias("revised"))
+        .unionByName(
+            v.filter(changed & F.col("old_status").isNotNull()).select(
+                "consumer",
+                "topic",
+                F.col("old_status").alias("status"),
+                F.lit(0).alias("count"),
+                F.lit(1).alias("revised"),
+            )
+        )
+        .unionByName(
+            v.filter(F.col("status") == st.DELIVERED)
+            .select(
+                "consumer",
+                "topic",
+                F.lit(st.DUPLICATE).alias("status"),
+                dup.alias("count"),
+                F.lit(0).alias("revised"),
+            )
+            .filter(F.col("count") > 0)
+        )
+    )
     return detail, ledger_rows, deltas
 
 
 def merge_summary(summary: DataFrame, deltas: DataFrame, run_id: str) -> DataFrame:
     """The run's summary with the late deltas added, one row per (consumer, topic, status)."""
-    rows = conform(summary, SUMMARY).drop("run_id").unionByName(
-        deltas.select("consumer", "topic", "status", F.col("count").cast("long"),
-                      F.col("revised").cast("long")))
+    rows = (
+        conform(summary, SUMMARY)
+        .drop("run_id")
+        .unionByName(
+            deltas.select(
+                "consumer",
+                "topic",
+                "status",
+                F.col("count").cast("long"),
+                F.col("revised").cast("long"),
+            )
+        )
+    )
     total = rows.groupBy("consumer", "topic", "status").agg(
-        F.sum("count").alias("count"), F.sum("revised").alias("revised"))
+        F.sum("count").alias("count"), F.sum("revised").alias("revised")
+    )
     return conform(total.withColumn("run_id", F.lit(run_id)), SUMMARY)

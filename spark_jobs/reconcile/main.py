@@ -16,6 +16,7 @@ PostgreSQL changes. It judges against the source as it is now: a seq trimmed by 
 after its incremental verdict (delivered, filtered) is judged again without its source row
 (trimmed_after_delivery, unverifiable) and shows up as a difference, by design.
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,14 +47,18 @@ from watch_service.store import runs
 def build_parser():
     parser = job_parser("reconcile", "Judge each (consumer, topic) window against PostgreSQL.")
     parser.add_argument("--work", required=True, help="the warehouse root")
-    parser.add_argument("--full", action="store_true",
-                        help="audit mode: re-judge all history, compare, change nothing")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="audit mode: re-judge all history, compare, change nothing",
+    )
     add_database(parser, partitions=True)
     return parser
 
 
-def held_locally(spark: SparkSession, deliveries: DataFrame,
-                 progress_rows: list | None = None) -> tuple[DataFrame, DataFrame, list]:
+def held_locally(
+    spark: SparkSession, deliveries: DataFrame, progress_rows: list | None = None
+) -> tuple[DataFrame, DataFrame, list]:
     """Scope and signalled ranges, computed once and held on the driver: they are small (one
     row per consumer and topic, one per range) and reconcile uses each several times."""
     prior = None if progress_rows is None else spark.createDataFrame(progress_rows, PROGRESS)
@@ -86,8 +91,16 @@ def _ledger(spark: SparkSession, layout: Layout, committed: set[str]) -> DataFra
     return warehouse.read_partitions(spark, layout.ledger, folders, LEDGER)
 
 
-def _late(spark: SparkSession, args, layout: Layout, deliveries: DataFrame, scope: DataFrame,
-          target: jdbc.JdbcTarget, through: int, committed: set[str]):
+def _late(
+    spark: SparkSession,
+    args,
+    layout: Layout,
+    deliveries: DataFrame,
+    scope: DataFrame,
+    target: jdbc.JdbcTarget,
+    through: int,
+    committed: set[str],
+):
     late = late_copies(deliveries, scope).cache()
     if late.limit(1).count() == 0:
         return None
@@ -95,8 +108,9 @@ def _late(spark: SparkSession, args, layout: Layout, deliveries: DataFrame, scop
     records = jdbc.read_records_in(spark, target, spans, 1)
     gaps = jdbc.read_gaps_in(spark, target, spans)
     pairs = late.select("consumer", "topic").distinct()
-    ledger = _ledger(spark, layout, committed).join(pairs, on=["consumer", "topic"],
-                                                    how="left_semi")
+    ledger = _ledger(spark, layout, committed).join(
+        pairs, on=["consumer", "topic"], how="left_semi"
+    )
     return rejudge(late, ledger, records, gaps, through)
 
 
@@ -114,25 +128,35 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     if latest < last:
         raise warehouse.WarehouseError(
             f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
-            f"holds batches up to {latest} only: this is not the warehouse those runs used")
+            f"holds batches up to {latest} only: this is not the warehouse those runs used"
+        )
     first, through = (1, last) if args.full else (last + 1, latest)
     out = layout.audit_dir if args.full else layout.run_dir
     files = batches.files_of(layout.batches, first, through)
     deliveries = warehouse.read_files(spark, layout.deliveries, files, DELIVERIES)
     scope, signalled, scope_rows = held_locally(
-        spark, deliveries, None if args.full else progress_rows)
+        spark, deliveries, None if args.full else progress_rows
+    )
     target = jdbc.jdbc_target(args.database_url)
     windows = windows_of(scope_rows)
     records = jdbc.read_records_in(spark, target, windows, args.num_partitions)
     gaps = jdbc.read_gaps_in(spark, target, windows)
     reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
-        str(out / "detail"))
+        str(out / "detail")
+    )
     window_detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
     summary = summarize(window_detail, args.run_id)
-    ledger_rows = conform(window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
-        "judged_batch", F.lit(through)), LEDGER)
-    late = None if args.full else _late(spark, args, layout, deliveries, scope, target,
-                                         through, committed)
+    ledger_rows = conform(
+        window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
+            "judged_batch", F.lit(through)
+        ),
+        LEDGER,
+    )
+    late = (
+        None
+        if args.full
+        else _late(spark, args, layout, deliveries, scope, target, through, committed)
+    )
     if late is not None:
         late_detail, late_ledger, deltas = late
         summary = merge_summary(summary, deltas, args.run_id)
@@ -143,43 +167,86 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     net: dict[str, int] = {}
     for r in summary_rows:
         net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
-    counts = {"batches": [first, through], "scopes": len(scope_rows),
-              "seqs": sum(v for k, v in net.items() if k != st.DUPLICATE),
-              "defects": sum(net.get(k, 0) for k in st.DEFECTS), **net}
+    counts = {
+        "batches": [first, through],
+        "scopes": len(scope_rows),
+        "seqs": sum(v for k, v in net.items() if k != st.DUPLICATE),
+        "defects": sum(net.get(k, 0) for k in st.DEFECTS),
+        **net,
+    }
     if args.full:
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
     ledger_rows.write.mode("overwrite").partitionBy("consumer", "topic").parquet(
-        str(layout.ledger / f"run={args.run_id}"))
+        str(layout.ledger / f"run={args.run_id}")
+    )
     detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
-    repairs_open = detail.filter(F.col("status").isin(*st.REPAIRABLE)
-                                 & F.col("source_hash").isNotNull()).limit(1).count() > 0
-    windows_rows = [(r["consumer"], r["topic"], r["start_seq"], r["lo"],
-                     max(r["lo"], r["watermark"]), r["filter_node"]) for r in scope_rows
-                    if r["start_seq"] is not None and r["watermark"] is not None]
+    repairs_open = (
+        detail.filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
+        .limit(1)
+        .count()
+        > 0
+    )
+    windows_rows = [
+        (
+            r["consumer"],
+            r["topic"],
+            r["start_seq"],
+            r["lo"],
+            max(r["lo"], r["watermark"]),
+            r["filter_node"],
+        )
+        for r in scope_rows
+        if r["start_seq"] is not None and r["watermark"] is not None
+    ]
     if hook:
         hook("reconcile.committing")
     with store.connect(args.database_url, transaction=True) as conn:
-        runs.commit_reconcile(conn, house, args.run_id, (first, through), repairs_open, windows_rows,
-                              [(r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
-                               for r in summary_rows])
-    storage.write_json(layout.manifest, {"run_id": args.run_id, "batches": [first, through],
-                                         "deliveries": files, "late": late is not None})
+        runs.commit_reconcile(
+            conn,
+            house,
+            args.run_id,
+            (first, through),
+            repairs_open,
+            windows_rows,
+            [
+                (r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
+                for r in summary_rows
+            ],
+        )
+    storage.write_json(
+        layout.manifest,
+        {
+            "run_id": args.run_id,
+            "batches": [first, through],
+            "deliveries": files,
+            "late": late is not None,
+        },
+    )
     figures = {"seconds": timer.seconds, **counts, "late": late is not None}
     store.record_step(args, "reconcile", figures)
     return figures
 
 
 def _compare(args, house: str, summary_rows: list) -> dict:
-    full = {(r["consumer"], r["topic"], r["status"]): r["count"] - r["revised"]
-            for r in summary_rows if r["count"] - r["revised"]}
+    full = {
+        (r["consumer"], r["topic"], r["status"]): r["count"] - r["revised"]
+        for r in summary_rows
+        if r["count"] - r["revised"]
+    }
     with store.connect(args.database_url) as conn:
         incremental = runs.cumulative_summary(conn, house)
     keys = sorted(set(full) | set(incremental))
-    differences = [(k, incremental.get(k, 0), full.get(k, 0)) for k in keys
-                   if incremental.get(k, 0) != full.get(k, 0)]
-    return {"agree": not differences,
-            "differences": [f"{c}/{t}/{s}: incremental {i}, full {f}"
-                            for (c, t, s), i, f in differences[:20]]}
+    differences = [
+        (k, incremental.get(k, 0), full.get(k, 0))
+        for k in keys
+        if incremental.get(k, 0) != full.get(k, 0)
+    ]
+    return {
+        "agree": not differences,
+        "differences": [
+            f"{c}/{t}/{s}: incremental {i}, full {f}" for (c, t, s), i, f in differences[:20]
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

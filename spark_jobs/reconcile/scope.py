@@ -30,6 +30,7 @@ Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a de
 up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
 adjacent ranges are merged, so each seq falls in at most one range.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
@@ -44,22 +45,34 @@ from watch_service.protocol.landing import (
     KIND_TOPIC_DELETED,
 )
 
-SCOPE = StructType([StructField("scope_id", IntegerType(), False),
-                    StructField("consumer", StringType(), False),
-                    StructField("topic", StringType(), False),
-                    StructField("start_seq", LongType(), True),
-                    StructField("lo", LongType(), True),
-                    StructField("watermark", LongType(), True),
-                    StructField("filter_node", StringType(), True)])
-PROGRESS = StructType([StructField("consumer", StringType(), False),
-                       StructField("topic", StringType(), False),
-                       StructField("start_seq", LongType(), False),
-                       StructField("reconciled_through", LongType(), False),
-                       StructField("filter_node", StringType(), True)])
-SIGNALLED = StructType([StructField("consumer", StringType(), False),
-                        StructField("topic", StringType(), False),
-                        StructField("range_from", LongType(), False),
-                        StructField("range_to", LongType(), False)])
+SCOPE = StructType(
+    [
+        StructField("scope_id", IntegerType(), False),
+        StructField("consumer", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("start_seq", LongType(), True),
+        StructField("lo", LongType(), True),
+        StructField("watermark", LongType(), True),
+        StructField("filter_node", StringType(), True),
+    ]
+)
+PROGRESS = StructType(
+    [
+        StructField("consumer", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("start_seq", LongType(), False),
+        StructField("reconciled_through", LongType(), False),
+        StructField("filter_node", StringType(), True),
+    ]
+)
+SIGNALLED = StructType(
+    [
+        StructField("consumer", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("range_from", LongType(), False),
+        StructField("range_to", LongType(), False),
+    ]
+)
 
 
 def _kind(name: str) -> Column:
@@ -70,24 +83,35 @@ def consumer_scope(deliveries: DataFrame, progress: DataFrame | None = None) -> 
     """One row per (consumer, topic) delivered to: ``start_seq``, ``lo``, ``watermark``,
     ``filter_node``, continuing ``progress`` where it has the pair."""
     d = conform(deliveries, DELIVERIES)
-    first_view = (F.when(_kind(KIND_RECORD), F.col("seq") - 1)
-                  .when(_kind(KIND_TOMBSTONE), F.col("gap_from") - 1)
-                  .otherwise(F.col("cursor")))
+    first_view = (
+        F.when(_kind(KIND_RECORD), F.col("seq") - 1)
+        .when(_kind(KIND_TOMBSTONE), F.col("gap_from") - 1)
+        .otherwise(F.col("cursor"))
+    )
     start = F.coalesce(F.col("cursor_before"), first_view)
-    own_position = (F.when(_kind(KIND_RECORD), F.col("seq"))
-                    .when(_kind(KIND_TOMBSTONE), F.col("gap_to"))
-                    .when(_kind(KIND_CAUGHT_UP), F.col("head_seq")))
+    own_position = (
+        F.when(_kind(KIND_RECORD), F.col("seq"))
+        .when(_kind(KIND_TOMBSTONE), F.col("gap_to"))
+        .when(_kind(KIND_CAUGHT_UP), F.col("head_seq"))
+    )
     reach = F.when(_kind(KIND_TOPIC_DELETED), F.greatest("cursor", "head_seq")).otherwise(
-        F.coalesce(F.col("cursor"), own_position))
+        F.coalesce(F.col("cursor"), own_position)
+    )
     # Per frame first (hash aggregation on longs), then per topic: the first frame's start.
     per_frame = d.groupBy("consumer", "topic", "frame_no").agg(
-        F.min(start).alias("start"), F.max(reach).alias("reach"))
+        F.min(start).alias("start"), F.max(reach).alias("reach")
+    )
     per_topic = per_frame.groupBy("consumer", "topic").agg(
-        F.min_by("start", "frame_no").alias("start_seq"), F.max("reach").alias("watermark"))
+        F.min_by("start", "frame_no").alias("start_seq"), F.max("reach").alias("watermark")
+    )
     # Count first so the string column is only ever a grouping key (hash aggregation).
-    nodes = (d.filter(F.col("filter_node").isNotNull())
-             .groupBy("consumer", "filter_node").agg(F.count(F.lit(1)).alias("items"))
-             .groupBy("consumer").agg(F.max_by("filter_node", "items").alias("filter_node")))
+    nodes = (
+        d.filter(F.col("filter_node").isNotNull())
+        .groupBy("consumer", "filter_node")
+        .agg(F.count(F.lit(1)).alias("items"))
+        .groupBy("consumer")
+        .agg(F.max_by("filter_node", "items").alias("filter_node"))
+    )
     # A small dense id per (consumer, topic) keys the big shuffle instead of two strings; the
     # table is tiny, so numbering it in one partition is free.
     scope_id = F.row_number().over(Window.partitionBy(F.lit(0)).orderBy("consumer", "topic"))
@@ -97,14 +121,20 @@ def consumer_scope(deliveries: DataFrame, progress: DataFrame | None = None) -> 
     else:
         p = conform(progress, PROGRESS).withColumnRenamed("filter_node", "prior_node")
         known = F.col("reconciled_through").isNotNull()
-        scope = scope.join(F.broadcast(p).withColumnRenamed("start_seq", "prior_start"),
-                           on=["consumer", "topic"], how="left").select(
-            "consumer", "topic",
+        scope = scope.join(
+            F.broadcast(p).withColumnRenamed("start_seq", "prior_start"),
+            on=["consumer", "topic"],
+            how="left",
+        ).select(
+            "consumer",
+            "topic",
             F.when(known, F.col("prior_start")).otherwise(F.col("start_seq")).alias("start_seq"),
             F.when(known, F.col("reconciled_through")).otherwise(F.col("start_seq")).alias("lo"),
             F.when(known, F.greatest("watermark", "reconciled_through"))
-            .otherwise(F.col("watermark")).alias("watermark"),
-            F.coalesce("filter_node", "prior_node").alias("filter_node"))
+            .otherwise(F.col("watermark"))
+            .alias("watermark"),
+            F.coalesce("filter_node", "prior_node").alias("filter_node"),
+        )
     return conform(scope.withColumn("scope_id", scope_id), SCOPE)
 
 
@@ -112,15 +142,26 @@ def signalled_ranges(deliveries: DataFrame) -> DataFrame:
     """Merged ``[range_from, range_to]`` per (consumer, topic) the consumer was told it lost."""
     d = conform(deliveries, DELIVERIES)
     tombstones = d.filter(_kind(KIND_TOMBSTONE)).select(
-        "consumer", "topic", F.col("gap_from").alias("range_from"),
-        F.col("gap_to").alias("range_to"))
+        "consumer",
+        "topic",
+        F.col("gap_from").alias("range_from"),
+        F.col("gap_to").alias("range_to"),
+    )
     deleted = d.filter(_kind(KIND_TOPIC_DELETED)).select(
-        "consumer", "topic", (F.col("cursor_before") + 1).alias("range_from"),
-        F.col("head_seq").alias("range_to"))
-    ranges = (tombstones.unionByName(deleted)
-              .filter(F.col("range_from").isNotNull() & F.col("range_to").isNotNull()
-                      & (F.col("range_from") <= F.col("range_to")))
-              .distinct())
+        "consumer",
+        "topic",
+        (F.col("cursor_before") + 1).alias("range_from"),
+        F.col("head_seq").alias("range_to"),
+    )
+    ranges = (
+        tombstones.unionByName(deleted)
+        .filter(
+            F.col("range_from").isNotNull()
+            & F.col("range_to").isNotNull()
+            & (F.col("range_from") <= F.col("range_to"))
+        )
+        .distinct()
+    )
     return conform(merge_ranges(ranges), SIGNALLED)
 
 
@@ -129,8 +170,10 @@ def merge_ranges(ranges: DataFrame) -> DataFrame:
     order = Window.partitionBy("consumer", "topic").orderBy("range_from", "range_to")
     reached = F.max("range_to").over(order.rowsBetween(Window.unboundedPreceding, -1))
     starts_group = F.when(reached.isNull() | (F.col("range_from") > reached + 1), 1).otherwise(0)
-    grouped = (ranges.withColumn("starts", starts_group)
-               .withColumn("group", F.sum("starts").over(
-                   order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
+    grouped = ranges.withColumn("starts", starts_group).withColumn(
+        "group",
+        F.sum("starts").over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+    )
     return grouped.groupBy("consumer", "topic", "group").agg(
-        F.min("range_from").alias("range_from"), F.max("range_to").alias("range_to"))
+        F.min("range_from").alias("range_from"), F.max("range_to").alias("range_to")
+    )

@@ -9,6 +9,7 @@ counts and example seqs in ``reconcile_summary``, which runs still have open rep
 run's outcome in ``pipeline_runs``. Prints a readable summary; exits 1 when anything remains.
 The audit log is read only in the topics the defects are in, bounded by their seqs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -42,13 +43,19 @@ def render(report: list) -> str:
     left = [r for r in report if r["remaining"] > 0]
     if not report:
         return "verify: no defects found"
-    lines = [(f"verify: {sum(r['remaining'] for r in report)} of "
-              f"{sum(r['found'] for r in report)} defects remain after backfill")]
+    lines = [
+        (
+            f"verify: {sum(r['remaining'] for r in report)} of "
+            f"{sum(r['found'] for r in report)} defects remain after backfill"
+        )
+    ]
     for r in sorted(report, key=lambda r: (r["consumer"], r["topic"], r["status"])):
         examples = ", ".join(str(s) for s in r["example_seqs"] or [])
-        lines.append(f"  {r['consumer']:<20} {r['topic']:<24} {r['status']:<11} "
-                     f"found {r['found']:>8}  remaining {r['remaining']:>8}"
-                     + (f"  e.g. seq {examples}" if examples else ""))
+        lines.append(
+            f"  {r['consumer']:<20} {r['topic']:<24} {r['status']:<11} "
+            f"found {r['found']:>8}  remaining {r['remaining']:>8}"
+            + (f"  e.g. seq {examples}" if examples else "")
+        )
     if not left:
         lines.append("verify: every defect was repaired")
     return "\n".join(lines)
@@ -56,8 +63,11 @@ def render(report: list) -> str:
 
 def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> DataFrame:
     """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
-    bounds = defects.groupBy("topic").agg(F.min("seq").alias("lo"),
-                                          F.max("seq_to").alias("hi")).collect()
+    bounds = (
+        defects.groupBy("topic")
+        .agg(F.min("seq").alias("lo"), F.max("seq_to").alias("hi"))
+        .collect()
+    )
     folders = [partitions.folder(topic=r["topic"]) for r in bounds]
     rows = warehouse.read_partitions(spark, layout.audit_log, folders, AUDIT_LOG)
     inside = F.lit(False)
@@ -73,29 +83,62 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     layout = Layout(Path("."), Path(args.work), args.run_id)
     with store.connect(args.database_url) as conn:
         carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
-    own = spark.read.schema(DETAIL).parquet(str(layout.run_path("detail"))).withColumn(
-        "run_id", F.lit(args.run_id))
+    own = (
+        spark.read.schema(DETAIL)
+        .parquet(str(layout.run_path("detail")))
+        .withColumn("run_id", F.lit(args.run_id))
+    )
     older = run_details(spark, layout, carried).filter(
-        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
+        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+    )
     detail = own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)).cache()
     remaining_defects(detail, audit_rows_for(spark, layout, detail)).write.mode(
-        "overwrite").parquet(str(layout.run_path("remaining")))
+        "overwrite"
+    ).parquet(str(layout.run_path("remaining")))
     remaining = spark.read.schema(LEFT).parquet(str(layout.run_path("remaining")))
     report = defect_report(detail, remaining, args.examples).collect()
-    still_open = sorted({r["run_id"] for r in remaining.filter(
-        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()).select(
-        "run_id").distinct().collect()})
+    still_open = sorted(
+        {
+            r["run_id"]
+            for r in remaining.filter(
+                F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+            )
+            .select("run_id")
+            .distinct()
+            .collect()
+        }
+    )
     mine = [r for r in report if r["run_id"] == args.run_id]
     carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
     if hook:
         hook("verify.committing")
     with store.connect(args.database_url, transaction=True) as conn:
         passed = runs.record_verify(
-            conn, args.run_id, [(r["consumer"], r["topic"], r["status"], r["found"],
-                                 r["remaining"], r["example_seqs"]) for r in mine],
-            st.DEFECTS, carried, carried_left, still_open)
-    counts = {"found": sum(r["found"] for r in mine), "remaining": sum(r["remaining"] for r in mine),
-              "carried_left": carried_left, "passed": passed, "carried_runs": len(carried)}
+            conn,
+            args.run_id,
+            [
+                (
+                    r["consumer"],
+                    r["topic"],
+                    r["status"],
+                    r["found"],
+                    r["remaining"],
+                    r["example_seqs"],
+                )
+                for r in mine
+            ],
+            st.DEFECTS,
+            carried,
+            carried_left,
+            still_open,
+        )
+    counts = {
+        "found": sum(r["found"] for r in mine),
+        "remaining": sum(r["remaining"] for r in mine),
+        "carried_left": carried_left,
+        "passed": passed,
+        "carried_runs": len(carried),
+    }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "verify", figures)
     print(render(report), flush=True)

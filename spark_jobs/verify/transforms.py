@@ -12,6 +12,7 @@ The pipeline fails its quality gate when anything remains.
 Detail rows carry the ``run_id`` whose verdict they are: a run checks its own defects and
 those of earlier runs whose repairs are still open.
 """
+
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
@@ -23,14 +24,20 @@ from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, REMAINING, conform
 
 GROUP = ["run_id", "consumer", "topic", "status"]
 # A defect detail row with how many of its seqs are still unrepaired.
-LEFT = StructType([StructField("run_id", StringType(), False), *DETAIL.fields,
-                   StructField("left", LongType(), False)])
+LEFT = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        *DETAIL.fields,
+        StructField("left", LongType(), False),
+    ]
+)
 
 
 def _with_run(detail: DataFrame) -> DataFrame:
     run = F.col("run_id") if "run_id" in detail.columns else F.lit("")
-    return detail.select(*[F.col(f.name).cast(f.dataType) for f in DETAIL.fields],
-                         run.cast("string").alias("run_id"))
+    return detail.select(
+        *[F.col(f.name).cast(f.dataType) for f in DETAIL.fields], run.cast("string").alias("run_id")
+    )
 
 
 def remaining_defects(detail: DataFrame, audit_log: DataFrame) -> DataFrame:
@@ -38,31 +45,41 @@ def remaining_defects(detail: DataFrame, audit_log: DataFrame) -> DataFrame:
     defects = _with_run(detail).filter(F.col("status").isin(*st.DEFECTS))
     d = defects.withColumn("row", F.monotonically_increasing_id()).alias("d")
     a = conform(audit_log, AUDIT_LOG).select("topic", "seq", "data_sha256").alias("a")
-    holds = ((F.col("d.topic") == F.col("a.topic"))
-             & F.col("a.seq").between(F.col("d.seq"), F.col("d.seq_to"))
-             & F.col("d.status").isin(*st.REPAIRABLE)
-             & (F.col("d.source_hash").isNull()
-                | (F.col("d.source_hash") == F.col("a.data_sha256"))))
-    held = d.join(a, on=holds, how="inner").groupBy("d.row").agg(
-        F.count(F.lit(1)).alias("held"))
-    left = (d.join(held, on="row", how="left")
-            .withColumn("left", F.col("seq_to") - F.col("seq") + 1
-                        - F.coalesce(F.col("held"), F.lit(0))))
+    holds = (
+        (F.col("d.topic") == F.col("a.topic"))
+        & F.col("a.seq").between(F.col("d.seq"), F.col("d.seq_to"))
+        & F.col("d.status").isin(*st.REPAIRABLE)
+        & (F.col("d.source_hash").isNull() | (F.col("d.source_hash") == F.col("a.data_sha256")))
+    )
+    held = d.join(a, on=holds, how="inner").groupBy("d.row").agg(F.count(F.lit(1)).alias("held"))
+    left = d.join(held, on="row", how="left").withColumn(
+        "left", F.col("seq_to") - F.col("seq") + 1 - F.coalesce(F.col("held"), F.lit(0))
+    )
     return conform(left.filter(F.col("left") > 0), LEFT)
 
 
 def defect_report(detail: DataFrame, remaining: DataFrame, examples: int = 5) -> DataFrame:
     """Per (run, consumer, topic, defect status): found, remaining and up to ``examples``
     seqs (a range shows its first seq)."""
-    found = (_with_run(detail).filter(F.col("status").isin(*st.DEFECTS))
-             .groupBy(*GROUP).agg(F.sum(F.col("seq_to") - F.col("seq") + 1).alias("found")))
+    found = (
+        _with_run(detail)
+        .filter(F.col("status").isin(*st.DEFECTS))
+        .groupBy(*GROUP)
+        .agg(F.sum(F.col("seq_to") - F.col("seq") + 1).alias("found"))
+    )
     left = conform(remaining, LEFT)
     order = Window.partitionBy(*GROUP).orderBy("seq")
-    firsts = (left.withColumn("n", F.row_number().over(order)).filter(F.col("n") <= examples)
-              .groupBy(*GROUP).agg(F.array_sort(F.collect_list("seq")).alias("example_seqs")))
+    firsts = (
+        left.withColumn("n", F.row_number().over(order))
+        .filter(F.col("n") <= examples)
+        .groupBy(*GROUP)
+        .agg(F.array_sort(F.collect_list("seq")).alias("example_seqs"))
+    )
     counts = left.groupBy(*GROUP).agg(F.sum("left").alias("remaining"))
-    report = (found.join(counts, on=GROUP, how="left").join(firsts, on=GROUP, how="left")
-              .withColumn("remaining", F.coalesce("remaining", F.lit(0)))
-              .withColumn("example_seqs", F.coalesce("example_seqs",
-                                                     F.array().cast("array<bigint>"))))
+    report = (
+        found.join(counts, on=GROUP, how="left")
+        .join(firsts, on=GROUP, how="left")
+        .withColumn("remaining", F.coalesce("remaining", F.lit(0)))
+        .withColumn("example_seqs", F.coalesce("example_seqs", F.array().cast("array<bigint>")))
+    )
     return conform(report, REMAINING)

@@ -13,6 +13,7 @@
 * ``runs``: the audit_sync DAG run with ``airflow dags test`` on that landing zone, which the
   e2e, Spark-cluster and browser tests all read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,8 +59,9 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> ob
 
 def http_json(method: str, url: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -69,14 +71,28 @@ class AirflowHome:
     local: Path
     env: dict[str, str]
 
-    def run(self, *args: str, timeout: float = 300, extra_env: dict | None = None,
-            check: bool = False, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *args: str,
+        timeout: float = 300,
+        extra_env: dict | None = None,
+        check: bool = False,
+        unset: tuple[str, ...] = (),
+    ) -> subprocess.CompletedProcess:
         env = {k: v for k, v in {**self.env, **(extra_env or {})}.items() if k not in unset}
-        out = subprocess.run([str(BIN / "airflow"), *args], env=env,
-                             capture_output=True, text=True, timeout=timeout, cwd=self.local)
+        out = subprocess.run(
+            [str(BIN / "airflow"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.local,
+        )
         if check and out.returncode != 0:
-            raise AssertionError(f"airflow {' '.join(args)} exited {out.returncode}:\n"
-                                 f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+            raise AssertionError(
+                f"airflow {' '.join(args)} exited {out.returncode}:\n"
+                f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+            )
         return out
 
     @property
@@ -96,8 +112,9 @@ class AirflowHome:
 def watch_service(pg_url, tmp_path_factory):
     logs = tmp_path_factory.mktemp("watch-log")
     # Retention only when the retention DAG runs it, so the test controls when trims happen.
-    svc = ServiceProcess(pg_url, env={"AUDITSYNC_RETENTION_INTERVAL_S": "3600"},
-                         log_path=logs / "serve.log").start()
+    svc = ServiceProcess(
+        pg_url, env={"AUDITSYNC_RETENTION_INTERVAL_S": "3600"}, log_path=logs / "serve.log"
+    ).start()
     yield svc
     svc.stop()
 
@@ -107,8 +124,9 @@ def spark_connect(tmp_path_factory):
     """The Spark Connect server, started in the background (it comes up while the Airflow
     home migrates and the sink fills the landing zone) and stopped by its pid at the end."""
     settings = Settings(local_dir=tmp_path_factory.mktemp("spark-connect"))
-    state = spark_connect_server.start(settings, port=free_port(), master="local[2]",
-                                       driver_memory="1g", timeout_s=None)
+    state = spark_connect_server.start(
+        settings, port=free_port(), master="local[2]", driver_memory="1g", timeout_s=None
+    )
     yield settings, state
     spark_connect_server.terminate(state.pid)
 
@@ -117,11 +135,21 @@ def spark_connect(tmp_path_factory):
 def airflow_home(pg_url, watch_service, spark_connect, tmp_path_factory) -> AirflowHome:
     local = tmp_path_factory.mktemp("airflow-local")
     connect_settings, connect = spark_connect
-    env = airflow_env(Settings(local_dir=local, database_url=pg_url), {
-        "AUDITSYNC_WATCH_URL": watch_service.url, "AUDITSYNC_SPARK_MASTER": "local[2]",
-        "AUDITSYNC_SENSOR_TIMEOUT_S": "120", "AUDITSYNC_SPARK_CONNECT": connect.url})
-    full = {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO"}
+    env = airflow_env(
+        Settings(local_dir=local, database_url=pg_url),
+        {
+            "AUDITSYNC_WATCH_URL": watch_service.url,
+            "AUDITSYNC_SPARK_MASTER": "local[2]",
+            "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
+            "AUDITSYNC_SPARK_CONNECT": connect.url,
+        },
+    )
+    full = {
+        **os.environ,
+        **env,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    }
     home = AirflowHome(local, full)
     home.run("db", "migrate", check=True, timeout=180)
     spark_connect_server.wait_ready(connect_settings, connect)
@@ -130,7 +158,7 @@ def airflow_home(pg_url, watch_service, spark_connect, tmp_path_factory) -> Airf
 
 @dataclasses.dataclass
 class Landing:
-    topics: dict[str, int]          # topic -> head_seq when the sink caught up
+    topics: dict[str, int]  # topic -> head_seq when the sink caught up
     capped: str
     retention_output: str
     faults: dict[str, int]
@@ -139,9 +167,20 @@ class Landing:
 def _append(url: str, topic: str, count: int, batch: int = 100) -> None:
     for start in range(0, count, batch):
         n = min(batch, count - start)
-        http_json("POST", f"{url}/v0/topics/{topic}/records", {"records": [
-            {"data": {"n": start + i, "text": f"{topic} record {start + i}"},
-             "tag": f"k{(start + i) % 37}", "meta": {"writer": "e2e"}} for i in range(n)]})
+        http_json(
+            "POST",
+            f"{url}/v0/topics/{topic}/records",
+            {
+                "records": [
+                    {
+                        "data": {"n": start + i, "text": f"{topic} record {start + i}"},
+                        "tag": f"k{(start + i) % 37}",
+                        "meta": {"writer": "e2e"},
+                    }
+                    for i in range(n)
+                ]
+            },
+        )
 
 
 @pytest.fixture(scope="session")
@@ -154,8 +193,7 @@ def landing(airflow_home, watch_service, pg_url) -> Landing:
     _append(url, other, 300)
     _append(url, capped, 120)
     # The retention DAG trims the capped topic to its last 50 and records the gap [1, 70].
-    out = airflow_home.run("dags", "test", "retention", "2025-06-01T12:00:00+00:00",
-                           timeout=240)
+    out = airflow_home.run("dags", "test", "retention", "2025-06-01T12:00:00+00:00", timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     heads = {t["topic"]: t["head_seq"] for t in http_json("GET", f"{url}/v0/topics")["topics"]}
     assert http_json("GET", f"{url}/v0/topics/{capped}")["earliest_seq"] == 71
@@ -163,18 +201,41 @@ def landing(airflow_home, watch_service, pg_url) -> Landing:
     root = airflow_home.landing
     sink_log = open(airflow_home.local / "sink.log", "wb")
     sink = subprocess.Popen(
-        [sys.executable, "-m", "watch_service.sink", "--url", url,
-         "--topics", f"{plain},{other},{capped}", "--consumer", CONSUMER,
-         "--landing", str(root), "--database-url", pg_url, "--heartbeat-ms", "1000",
-         "--flush-ms", "100", "--flush-rows", "150", *FAULTS],
-        stdout=sink_log, stderr=subprocess.STDOUT, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "watch_service.sink",
+            "--url",
+            url,
+            "--topics",
+            f"{plain},{other},{capped}",
+            "--consumer",
+            CONSUMER,
+            "--landing",
+            str(root),
+            "--database-url",
+            pg_url,
+            "--heartbeat-ms",
+            "1000",
+            "--flush-ms",
+            "100",
+            "--flush-rows",
+            "150",
+            *FAULTS,
+        ],
+        stdout=sink_log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     state = root / CONSUMER / "state.json"
     wanted = {t: heads[t] for t in (plain, other, capped)}
 
     def caught_up() -> bool:
         if sink.poll() is not None:
-            raise AssertionError(f"sink exited {sink.returncode}: "
-                                 f"{(airflow_home.local / 'sink.log').read_text()[-2000:]}")
+            raise AssertionError(
+                f"sink exited {sink.returncode}: "
+                f"{(airflow_home.local / 'sink.log').read_text()[-2000:]}"
+            )
         try:
             cursors = json.loads(state.read_text()).get("cursors", {})
         except (OSError, ValueError):
@@ -195,8 +256,8 @@ def landing(airflow_home, watch_service, pg_url) -> Landing:
 
 
 # -- the audit_sync DAG, run with `airflow dags test` -------------------------------------------
-FAULT_DATE = "2025-06-01T12:05:00+00:00"     # interval [11:45, 12:00)
-PHANTOM_DATE = "2025-06-01T12:20:00+00:00"   # interval [12:00, 12:15)
+FAULT_DATE = "2025-06-01T12:05:00+00:00"  # interval [11:45, 12:00)
+PHANTOM_DATE = "2025-06-01T12:20:00+00:00"  # interval [12:00, 12:15)
 
 
 def pipeline_run_id(start: str, end: str) -> str:
@@ -222,26 +283,53 @@ def task_states(home: AirflowHome) -> dict[str, str]:
     with sqlite3.connect(home.local / "airflow" / "airflow.db") as db:
         rows = db.execute(
             "SELECT task_id, state FROM task_instance WHERE dag_id = 'audit_sync' AND run_id = "
-            "(SELECT run_id FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1)")
+            "(SELECT run_id FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1)"
+        )
         return dict(rows.fetchall())
 
 
-def dags_test(home: AirflowHome, date: str, run_id: str, *, landing: Path | None = None,
-              warehouse: Path | None = None, extra_env: dict | None = None,
-              extra_args: tuple[str, ...] = (), spark_connect: bool = True) -> DagTest:
+def dags_test(
+    home: AirflowHome,
+    date: str,
+    run_id: str,
+    *,
+    landing: Path | None = None,
+    warehouse: Path | None = None,
+    extra_env: dict | None = None,
+    extra_args: tuple[str, ...] = (),
+    spark_connect: bool = True,
+) -> DagTest:
     """One DAG run; ``spark_connect=False`` drops the Spark Connect connection, so every Spark
     step is a ``spark-submit`` through ``spark_default`` (the cluster path)."""
     landing = landing or home.landing
     warehouse = warehouse or home.warehouse
-    env = {"AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
-           "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(warehouse), **(extra_env or {})}
+    env = {
+        "AIRFLOW_VAR_AUDITSYNC_LANDING": str(landing),
+        "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": str(warehouse),
+        **(extra_env or {}),
+    }
     started = time.monotonic()
-    out = home.run("dags", "test", "audit_sync", date, *extra_args, extra_env=env, timeout=900,
-                   unset=() if spark_connect else (CONNECT_CONN,))
+    out = home.run(
+        "dags",
+        "test",
+        "audit_sync",
+        date,
+        *extra_args,
+        extra_env=env,
+        timeout=900,
+        unset=() if spark_connect else (CONNECT_CONN,),
+    )
     output = out.stdout + out.stderr
     (home.local / f"dags-test-{run_id}-{int(started)}.log").write_text(output)
-    return DagTest(out.returncode, output, time.monotonic() - started, run_id,
-                   task_states(home), warehouse, landing)
+    return DagTest(
+        out.returncode,
+        output,
+        time.monotonic() - started,
+        run_id,
+        task_states(home),
+        warehouse,
+        landing,
+    )
 
 
 def pg_rows(pg_url: str, sql: str, *params) -> list[tuple]:
@@ -259,8 +347,9 @@ SUMMARY_SQL = """SELECT consumer, topic, status, count, remaining, example_seqs
 def fault_run(airflow_home, landing, pg_url) -> DagTest:
     """The DAG on the faulty landing zone: finds the drops and corruptions, backfills them,
     passes verify and the checkpoint, publishes."""
-    run = dags_test(airflow_home, FAULT_DATE,
-                    pipeline_run_id("20250601T114500Z", "20250601T120000Z"))
+    run = dags_test(
+        airflow_home, FAULT_DATE, pipeline_run_id("20250601T114500Z", "20250601T120000Z")
+    )
     run.facts["summary"] = pg_rows(pg_url, SUMMARY_SQL, run.run_id)
     return run
 
@@ -275,10 +364,18 @@ def write_phantom(consumer_dir: Path, topic: str, seq: int) -> None:
 
     last = Landing(consumer_dir.parent, consumer_dir.name).segments()[-1].last_frame_no
     data = '{"phantom":true}'
-    row = {"consumer": consumer_dir.name, "frame_no": last + 1, "received_ms":
-           int(time.time() * 1000), "kind": KIND_RECORD, "topic": topic, "cursor": seq,
-           "seq": seq, "ts": int(time.time() * 1000), "data": data,
-           "data_sha256": payload_hash(data)}
+    row = {
+        "consumer": consumer_dir.name,
+        "frame_no": last + 1,
+        "received_ms": int(time.time() * 1000),
+        "kind": KIND_RECORD,
+        "topic": topic,
+        "cursor": seq,
+        "seq": seq,
+        "ts": int(time.time() * 1000),
+        "data": data,
+        "data_sha256": payload_hash(data),
+    }
     table = rows_table([tuple(row.get(c) for c in COLUMN_NAMES)])
     pq.write_table(table, consumer_dir / f"part-{last + 1:012d}-{last + 1:012d}.parquet")
 
@@ -295,9 +392,14 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     topic = next(iter(landing.topics))
     phantom_seq = landing.topics[topic] + 7
     write_phantom(root / CONSUMER, topic, phantom_seq)
-    run = dags_test(airflow_home, PHANTOM_DATE,
-                    pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
-                    landing=root, warehouse=root.parent / "warehouse", spark_connect=False)
+    run = dags_test(
+        airflow_home,
+        PHANTOM_DATE,
+        pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
+        landing=root,
+        warehouse=root.parent / "warehouse",
+        spark_connect=False,
+    )
     run.facts["phantom"] = (topic, phantom_seq)
     return run
 
@@ -308,7 +410,12 @@ def phantom_connect_run(airflow_home, phantom_run, tmp_path_factory) -> DagTest:
     identical ones), into a fresh warehouse, its Spark steps on the Spark Connect server: the
     gate fails the same way, the verdict in the failure message."""
     warehouse = tmp_path_factory.mktemp("phantom-connect") / "warehouse"
-    run = dags_test(airflow_home, PHANTOM_DATE, phantom_run.run_id,
-                    landing=phantom_run.landing, warehouse=warehouse)
+    run = dags_test(
+        airflow_home,
+        PHANTOM_DATE,
+        phantom_run.run_id,
+        landing=phantom_run.landing,
+        warehouse=warehouse,
+    )
     run.facts["phantom"] = phantom_run.facts["phantom"]
     return run

@@ -1,5 +1,6 @@
 """Run in a subprocess by test_dagbag.py: parse the project's DAGs and load its plugin with
 every network connection refused, then print what happened as one JSON line."""
+
 from __future__ import annotations
 
 import json
@@ -23,29 +24,48 @@ socket.socket.connect = _refuse
 from airflow import plugins_manager  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 
-heavy_before = {m for m in ("pyspark", "great_expectations", "psycopg", "fastapi")
-                if m in sys.modules}
+heavy_before = {
+    m for m in ("pyspark", "great_expectations", "psycopg", "fastapi") if m in sys.modules
+}
 started = time.perf_counter()
 bag = DagBag(dag_folder=sys.argv[1])
 parse_s = time.perf_counter() - started
-heavy = sorted({m for m in ("pyspark", "great_expectations")
-                if m in sys.modules} - heavy_before)
+heavy = sorted({m for m in ("pyspark", "great_expectations") if m in sys.modules} - heavy_before)
 plugins, plugin_errors = plugins_manager._get_plugins()
 dag = bag.dags.get("audit_sync")
-print(json.dumps({
-    "dags": sorted(bag.dags), "import_errors": {str(k): v for k, v in bag.import_errors.items()},
-    "parse_s": parse_s, "heavy_imports": heavy, "network_attempts": attempts,
-    "plugins": sorted(p.name for p in plugins), "plugin_errors": plugin_errors,
-    "fastapi_imported_by_plugin_load": "fastapi.applications" in sys.modules,
-    "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} if dag else {},
-    "catchup": dag.catchup if dag else None,
-    "doc_md": bool(dag and dag.doc_md),
-    "schedule": [type(dag.timetable).__name__, dag.timetable.expression] if dag else None,
-    "spark": {t.task_id: [t._conn_id, t._spark_binary, t.jars] for t in dag.tasks
-              if "SparkSubmitOperator" in {c.__name__ for c in type(t).__mro__}} if dag else {},
-    "spark_argv": {t.task_id: list(t.application_args) for t in dag.tasks
-                   if hasattr(t, "application_args")} if dag else {},
-    "spark_env": {t.task_id: t.env_vars for t in dag.tasks if hasattr(t, "env_vars")}
-    if dag else {},
-    "outlets": sorted(a.name for t in dag.tasks for a in t.outlets) if dag else [],
-}))
+print(
+    json.dumps(
+        {
+            "dags": sorted(bag.dags),
+            "import_errors": {str(k): v for k, v in bag.import_errors.items()},
+            "parse_s": parse_s,
+            "heavy_imports": heavy,
+            "network_attempts": attempts,
+            "plugins": sorted(p.name for p in plugins),
+            "plugin_errors": plugin_errors,
+            "fastapi_imported_by_plugin_load": "fastapi.applications" in sys.modules,
+            "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} if dag else {},
+            "catchup": dag.catchup if dag else None,
+            "doc_md": bool(dag and dag.doc_md),
+            "schedule": [type(dag.timetable).__name__, dag.timetable.expression] if dag else None,
+            "spark": {
+                t.task_id: [t._conn_id, t._spark_binary, t.jars]
+                for t in dag.tasks
+                if "SparkSubmitOperator" in {c.__name__ for c in type(t).__mro__}
+            }
+            if dag
+            else {},
+            "spark_argv": {
+                t.task_id: list(t.application_args)
+                for t in dag.tasks
+                if hasattr(t, "application_args")
+            }
+            if dag
+            else {},
+            "spark_env": {t.task_id: t.env_vars for t in dag.tasks if hasattr(t, "env_vars")}
+            if dag
+            else {},
+            "outlets": sorted(a.name for t in dag.tasks for a in t.outlets) if dag else [],
+        }
+    )
+)

@@ -1,5 +1,6 @@
 """The DAG files parse without errors, fast, and without touching the network, a database or
 heavy libraries; the plugin loads; the wiring is what the design says."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from watch_service.tools.airflow_env import airflow_env
 from watch_service.settings import Settings
+from watch_service.tools.airflow_env import airflow_env
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,14 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory) -> dict:
     home = tmp_path_factory.mktemp("parse-home")
-    env = {**os.environ, **airflow_env(
-        Settings(local_dir=home, database_url="postgresql://nobody@127.0.0.1:1/none"),
-        {"AUDITSYNC_WATCH_URL": "http://127.0.0.1:1"})}
+    env = {
+        **os.environ,
+        **airflow_env(
+            Settings(local_dir=home, database_url="postgresql://nobody@127.0.0.1:1/none"),
+            {"AUDITSYNC_WATCH_URL": "http://127.0.0.1:1"},
+        ),
+    }
     # A metadata DB that cannot exist: any parse-time Variable/Connection lookup would fail.
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = "sqlite:////nonexistent/dir/airflow.db"
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("parse_probe.py")),
-                          str(ROOT / "dags")], env=env, capture_output=True, text=True,
-                         timeout=180, cwd=home)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("parse_probe.py")), str(ROOT / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=home,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -49,18 +59,31 @@ def test_parsing_does_no_io_and_no_heavy_imports(parsed):
 def test_the_pipeline_wiring(parsed):
     backfill = ["backfill_audit_log", "backfill_search_index"]
     assert parsed["tasks"] == {
-        "wait_for_sinks": ["start_run"], "start_run": ["compact"], "compact": ["reconcile"],
-        "reconcile": backfill, **{b: ["verify"] for b in backfill},
-        "verify": ["quality"], "quality": ["publish"], "publish": []}
+        "wait_for_sinks": ["start_run"],
+        "start_run": ["compact"],
+        "compact": ["reconcile"],
+        "reconcile": backfill,
+        **{b: ["verify"] for b in backfill},
+        "verify": ["quality"],
+        "quality": ["publish"],
+        "publish": [],
+    }
     assert parsed["catchup"] is False and parsed["doc_md"]
     assert parsed["schedule"] == ["CronDataIntervalTimetable", "*/15 * * * *"]
     spark_submit = str(Path(sys.executable).with_name("spark-submit"))
     assert sorted(parsed["spark"]) == sorted(["compact", "reconcile", *backfill, "verify"])
     for task, (conn_id, binary, jars) in parsed["spark"].items():
-        assert (conn_id, binary, jars) == ("spark_default", spark_submit,
-                                           "/usr/share/java/postgresql.jar"), task
-    assert parsed["outlets"] == ["auditsync_audit_log", "auditsync_quality_report",
-                                 "auditsync_reconciliation", "auditsync_search_index"]
+        assert (conn_id, binary, jars) == (
+            "spark_default",
+            spark_submit,
+            "/usr/share/java/postgresql.jar",
+        ), task
+    assert parsed["outlets"] == [
+        "auditsync_audit_log",
+        "auditsync_quality_report",
+        "auditsync_reconciliation",
+        "auditsync_search_index",
+    ]
 
 
 def test_no_credentials_in_process_arguments(parsed):
@@ -69,7 +92,8 @@ def test_no_credentials_in_process_arguments(parsed):
     for task, argv in parsed["spark_argv"].items():
         assert not any("database-url" in a or "get_uri" in a for a in argv), (task, argv)
         assert parsed["spark_env"][task] == {
-            "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}, task
+            "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"
+        }, task
 
 
 def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):

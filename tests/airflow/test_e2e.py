@@ -1,5 +1,6 @@
 """`airflow dags test audit_sync` end to end on the embedded defaults: real PostgreSQL, the
 real service and sink (with injected faults) writing the landing zone, Spark local[2]."""
+
 from __future__ import annotations
 
 import collections
@@ -13,8 +14,16 @@ from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
 BACKFILL = ["backfill_audit_log", "backfill_search_index"]
-TASKS = {"wait_for_sinks", "start_run", "compact", "reconcile", *BACKFILL, "verify",
-         "quality", "publish"}
+TASKS = {
+    "wait_for_sinks",
+    "start_run",
+    "compact",
+    "reconcile",
+    *BACKFILL,
+    "verify",
+    "quality",
+    "publish",
+}
 
 
 def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:
@@ -28,8 +37,9 @@ def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:
 def test_the_retention_dag_ran_auditsync_retention(landing, pg_url):
     assert "retention: " in landing.retention_output
     assert "gap(s) written" in landing.retention_output
-    assert pg_rows(pg_url, "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s",
-                   landing.capped) == [(1, 70, "cap")]
+    assert pg_rows(
+        pg_url, "SELECT gap_from, gap_to, reason FROM gaps WHERE topic = %s", landing.capped
+    ) == [(1, 70, "cap")]
 
 
 def test_faults_are_found_backfilled_and_the_checkpoint_passes(fault_run, landing, pg_url):
@@ -44,15 +54,18 @@ def test_faults_are_found_backfilled_and_the_checkpoint_passes(fault_run, landin
         assert counts.get((topic, "mismatch"), (0, 0)) == (corrupt, 0), topic
     assert counts[(landing.capped, "tombstoned")][0] == 70
     [(status, found, remaining)] = pg_rows(
-        pg_url, "SELECT status, defects_found, defects_remaining FROM pipeline_runs "
-        "WHERE run_id = %s", fault_run.run_id)
+        pg_url,
+        "SELECT status, defects_found, defects_remaining FROM pipeline_runs WHERE run_id = %s",
+        fault_run.run_id,
+    )
     assert (status, remaining) == ("passed", 0)
     assert found == sum(landing.faults.values())
 
 
 def test_the_audit_log_is_complete_and_unique(fault_run, landing):
-    table = ds.dataset(fault_run.warehouse / "audit_log", format="parquet",
-                       partitioning="hive").to_table(columns=["topic", "seq"])
+    table = ds.dataset(
+        fault_run.warehouse / "audit_log", format="parquet", partitioning="hive"
+    ).to_table(columns=["topic", "seq"])
     seqs = collections.defaultdict(set)
     for topic, seq in zip(table["topic"].to_pylist(), table["seq"].to_pylist()):
         seqs[topic].add(seq)
@@ -64,10 +77,17 @@ def test_the_audit_log_is_complete_and_unique(fault_run, landing):
 
 def test_the_search_index_is_repaired(fault_run, landing, pg_url):
     topics = list(landing.topics)
-    newest = pg_rows(pg_url, "SELECT topic, tag, max(seq) FROM records WHERE topic = ANY(%s) "
-                     "GROUP BY 1, 2 ORDER BY 1, 2", topics)
-    indexed = pg_rows(pg_url, "SELECT topic, tag, seq FROM search_documents "
-                      "WHERE topic = ANY(%s) ORDER BY 1, 2", topics)
+    newest = pg_rows(
+        pg_url,
+        "SELECT topic, tag, max(seq) FROM records WHERE topic = ANY(%s) "
+        "GROUP BY 1, 2 ORDER BY 1, 2",
+        topics,
+    )
+    indexed = pg_rows(
+        pg_url,
+        "SELECT topic, tag, seq FROM search_documents WHERE topic = ANY(%s) ORDER BY 1, 2",
+        topics,
+    )
     assert indexed == newest
 
 
@@ -76,14 +96,19 @@ def test_quality_report_and_asset_events(fault_run, airflow_home):
     assert (docs / "index.html").is_file()
     assert list((docs / "validations").rglob("*.html"))
     with sqlite3.connect(airflow_home.local / "airflow" / "airflow.db") as db:
-        events = db.execute("SELECT a.name, e.extra FROM asset_event e JOIN asset a "
-                            "ON a.id = e.asset_id ORDER BY e.id").fetchall()
+        events = db.execute(
+            "SELECT a.name, e.extra FROM asset_event e JOIN asset a "
+            "ON a.id = e.asset_id ORDER BY e.id"
+        ).fetchall()
     published = {name: json.loads(extra) for name, extra in events}
-    assert set(published) == {"auditsync_audit_log", "auditsync_search_index",
-                              "auditsync_reconciliation", "auditsync_quality_report"}
+    assert set(published) == {
+        "auditsync_audit_log",
+        "auditsync_search_index",
+        "auditsync_reconciliation",
+        "auditsync_quality_report",
+    }
     assert {e["run_id"] for e in published.values()} == {fault_run.run_id}
-    assert all(e["status"] == "passed" and e["defects_remaining"] == 0
-               for e in published.values())
+    assert all(e["status"] == "passed" and e["defects_remaining"] == 0 for e in published.values())
 
 
 def test_a_phantom_delivery_fails_verify_with_a_readable_message(phantom_run, pg_url):
@@ -93,16 +118,18 @@ def test_a_phantom_delivery_fails_verify_with_a_readable_message(phantom_run, pg
     assert all(phantom_run.states[b] == "success" for b in BACKFILL)
     assert phantom_run.states["quality"] == phantom_run.states["publish"] == "upstream_failed"
     # The verdict is in the task log and ends the failure message itself.
-    failure = phantom_run.output[phantom_run.output.index("Cannot execute:"):]
-    verdict = failure[failure.index("Last spark-submit output:"):]
+    failure = phantom_run.output[phantom_run.output.index("Cannot execute:") :]
+    verdict = failure[failure.index("Last spark-submit output:") :]
     assert "defects remain after backfill" in verdict
     line = next(x for x in verdict.splitlines() if "phantom" in x)
     assert topic in line and f"e.g. seq {seq}" in line
     rows = pg_rows(pg_url, SUMMARY_SQL, phantom_run.run_id)
     assert [(t, s, left, ex) for _, t, s, _, left, ex in rows if left] == [
-        (topic, "phantom", 1, [seq])]
-    [(status,)] = pg_rows(pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s",
-                          phantom_run.run_id)
+        (topic, "phantom", 1, [seq])
+    ]
+    [(status,)] = pg_rows(
+        pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s", phantom_run.run_id
+    )
     assert status == "failed"
 
 
@@ -124,21 +151,22 @@ def test_a_phantom_fails_verify_on_spark_connect_too(phantom_connect_run, pg_url
     states = phantom_connect_run.states
     assert states["verify"] == "failed" and all(states[b] == "success" for b in BACKFILL)
     assert states["quality"] == states["publish"] == "upstream_failed"
-    failure = phantom_connect_run.output[phantom_connect_run.output.index(
-        "Spark step verify did not pass (Spark Connect sc://"):]
+    failure = phantom_connect_run.output[
+        phantom_connect_run.output.index("Spark step verify did not pass (Spark Connect sc://") :
+    ]
     assert "defects remain after backfill" in failure
     line = next(x for x in failure.splitlines() if "phantom" in x and "e.g. seq" in x)
     assert topic in line and f"e.g. seq {seq}" in line
-    [(status,)] = pg_rows(pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s",
-                          phantom_connect_run.run_id)
+    [(status,)] = pg_rows(
+        pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s", phantom_connect_run.run_id
+    )
     assert status == "failed"
 
 
 def test_the_full_audit_dag_agrees_with_the_incremental_run(fault_run, airflow_home):
     """The on-demand audit re-judges all history and finds what the run found."""
     assert fault_run.returncode == 0, fault_run.output[-3000:]
-    out = airflow_home.run("dags", "test", "audit_full", "2025-06-01T13:00:00+00:00",
-                           timeout=600)
+    out = airflow_home.run("dags", "test", "audit_full", "2025-06-01T13:00:00+00:00", timeout=600)
     output = out.stdout + out.stderr
     assert out.returncode == 0, output[-4000:]
     assert "agrees with the incremental runs" in output

@@ -1,5 +1,6 @@
 """The plugin's pure core and the Airflow environment, without Airflow running, a socket, a
 database or a JVM."""
+
 from __future__ import annotations
 
 import json
@@ -8,15 +9,27 @@ from pathlib import Path
 import pytest
 
 from auditsync_plugin import step_args as jobs
-from auditsync_plugin.hooks import (Request, WatchServiceError, WatchServiceHook, base_url,
-                                    error_message, parse_heads)
-from auditsync_plugin.sink_cursors import (Lag, SinkPosition, decide, parse_state,
-                                           read_positions, split_consumers)
+from auditsync_plugin.hooks import (
+    Request,
+    WatchServiceError,
+    WatchServiceHook,
+    base_url,
+    error_message,
+    parse_heads,
+)
 from auditsync_plugin.quality_summary import summarize
+from auditsync_plugin.sink_cursors import (
+    Lag,
+    SinkPosition,
+    decide,
+    parse_state,
+    read_positions,
+    split_consumers,
+)
 from auditsync_plugin.ui.app import resolve_doc
 from auditsync_plugin.ui.runs import pivot, render_page
-from watch_service.tools.airflow_env import airflow_env, connection_json
 from watch_service.settings import Settings
+from watch_service.tools.airflow_env import airflow_env, connection_json
 
 pytestmark = pytest.mark.unit
 
@@ -25,16 +38,22 @@ pytestmark = pytest.mark.unit
 def test_requests_are_built_without_io():
     hook = WatchServiceHook(timeout_s=3.0)
     assert hook.topics_request("http://svc:8400/", "k3y") == Request(
-        "GET", "http://svc:8400/v0/topics",
-        {"Accept": "application/json", "Authorization": "Bearer k3y"}, 3.0)
+        "GET",
+        "http://svc:8400/v0/topics",
+        {"Accept": "application/json", "Authorization": "Bearer k3y"},
+        3.0,
+    )
     assert "Authorization" not in hook.topics_request("http://svc:8400", None).headers
 
 
-@pytest.mark.parametrize(("schema", "host", "port", "url"), [
-    (None, "watch", 8400, "http://watch:8400"),
-    ("https", "watch.example", None, "https://watch.example"),
-    ("", "http://10.0.0.5:8400/", None, "http://10.0.0.5:8400"),
-])
+@pytest.mark.parametrize(
+    ("schema", "host", "port", "url"),
+    [
+        (None, "watch", 8400, "http://watch:8400"),
+        ("https", "watch.example", None, "https://watch.example"),
+        ("", "http://10.0.0.5:8400/", None, "http://10.0.0.5:8400"),
+    ],
+)
 def test_base_url_from_connection_fields(schema, host, port, url):
     assert base_url(schema, host, port) == url
 
@@ -47,13 +66,21 @@ def test_base_url_refuses_what_it_cannot_use():
 
 
 def test_heads_and_errors_parsed_from_the_service_answers():
-    body = json.dumps({"topics": [{"topic": "a", "head_seq": 7, "earliest_seq": 1},
-                                  {"topic": "b", "head_seq": 0, "earliest_seq": 1}]})
+    body = json.dumps(
+        {
+            "topics": [
+                {"topic": "a", "head_seq": 7, "earliest_seq": 1},
+                {"topic": "b", "head_seq": 0, "earliest_seq": 1},
+            ]
+        }
+    )
     assert parse_heads(body) == {"a": 7, "b": 0}
     with pytest.raises(WatchServiceError, match="unexpected answer"):
         parse_heads(b'{"nope": 1}')
-    assert error_message(401, b'{"error":{"code":"unauthorized","message":"missing key"}}') \
+    assert (
+        error_message(401, b'{"error":{"code":"unauthorized","message":"missing key"}}')
         == "401 unauthorized: missing key"
+    )
     assert error_message(502, b"<html>bad gateway") == "502: <html>bad gateway"
 
 
@@ -95,8 +122,9 @@ def test_cursors_of_topics_not_yet_in_the_state_count_as_zero():
 
 def test_state_files_are_read_and_discovered(tmp_path: Path):
     (tmp_path / "c1").mkdir()
-    (tmp_path / "c1" / "state.json").write_text(json.dumps(
-        {"wid": "w", "topics": ["a"], "cursors": {"a": 5}, "frame_no": 3}))
+    (tmp_path / "c1" / "state.json").write_text(
+        json.dumps({"wid": "w", "topics": ["a"], "cursors": {"a": 5}, "frame_no": 3})
+    )
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "state.json").write_text("{not json")
     (tmp_path / "empty").mkdir()
@@ -111,47 +139,93 @@ def test_state_files_are_read_and_discovered(tmp_path: Path):
 # -- GX summary --------------------------------------------------------------------------------
 def _result(dataset, success, results, evaluated=None):
     ok = sum(1 for r in results if r["success"])
-    return {"dataset": dataset, "success": success, "results": results,
-            "statistics": {"evaluated_expectations": evaluated or len(results),
-                           "successful_expectations": ok}}
+    return {
+        "dataset": dataset,
+        "success": success,
+        "results": results,
+        "statistics": {
+            "evaluated_expectations": evaluated or len(results),
+            "successful_expectations": ok,
+        },
+    }
 
 
 def _item(success, type_, kwargs, result=None, error=None):
-    return {"success": success, "expectation_config": {"type": type_, "kwargs": kwargs},
-            "result": result or {},
-            "exception_info": {"raised_exception": error is not None,
-                               "exception_message": error}}
+    return {
+        "success": success,
+        "expectation_config": {"type": type_, "kwargs": kwargs},
+        "result": result or {},
+        "exception_info": {"raised_exception": error is not None, "exception_message": error},
+    }
 
 
 def test_a_passing_checkpoint_summarises_in_one_line_plus_the_link():
-    s = summarize([_result("audit_log", True, [
-        _item(True, "expect_column_values_to_not_be_null", {"column": "seq"})])],
-        "http://af/auditsync/docs/index.html")
+    s = summarize(
+        [
+            _result(
+                "audit_log",
+                True,
+                [_item(True, "expect_column_values_to_not_be_null", {"column": "seq"})],
+            )
+        ],
+        "http://af/auditsync/docs/index.html",
+    )
     assert s.success
-    assert s.text() == ("data quality PASSED: 1 of 1 expectations met (audit_log 1/1)\n"
-                        "report: http://af/auditsync/docs/index.html")
+    assert s.text() == (
+        "data quality PASSED: 1 of 1 expectations met (audit_log 1/1)\n"
+        "report: http://af/auditsync/docs/index.html"
+    )
 
 
 def test_failures_name_the_expectation_the_rows_and_examples():
     docs = [
-        _result("audit_log", False, [
-            _item(False, "expect_compound_columns_to_be_unique",
-                  {"column_list": ["topic", "seq"], "batch_id": "x"},
-                  {"element_count": 10, "unexpected_count": 2,
-                   "partial_unexpected_list": [{"topic": "t", "seq": 4}] * 2}),
-            _item(True, "expect_column_values_to_not_be_null", {"column": "ts"})]),
-        _result("deliveries", False, [
-            _item(False, "expect_column_values_to_not_be_null",
-                  {"column": "seq", "row_condition": {"column": {"name": "kind"},
-                                                      "operator": "==",
-                                                      "parameter": "record"}},
-                  {"element_count": 5, "unexpected_count": 1,
-                   "partial_unexpected_list": [None]}),
-            _item(False, "expect_column_values_to_be_between", {"column": "ts"},
-                  error="column ts not found")]),
-        _result("remaining", False, [
-            _item(False, "expect_table_row_count_to_equal", {"value": 0},
-                  {"observed_value": 2})]),
+        _result(
+            "audit_log",
+            False,
+            [
+                _item(
+                    False,
+                    "expect_compound_columns_to_be_unique",
+                    {"column_list": ["topic", "seq"], "batch_id": "x"},
+                    {
+                        "element_count": 10,
+                        "unexpected_count": 2,
+                        "partial_unexpected_list": [{"topic": "t", "seq": 4}] * 2,
+                    },
+                ),
+                _item(True, "expect_column_values_to_not_be_null", {"column": "ts"}),
+            ],
+        ),
+        _result(
+            "deliveries",
+            False,
+            [
+                _item(
+                    False,
+                    "expect_column_values_to_not_be_null",
+                    {
+                        "column": "seq",
+                        "row_condition": {
+                            "column": {"name": "kind"},
+                            "operator": "==",
+                            "parameter": "record",
+                        },
+                    },
+                    {"element_count": 5, "unexpected_count": 1, "partial_unexpected_list": [None]},
+                ),
+                _item(
+                    False,
+                    "expect_column_values_to_be_between",
+                    {"column": "ts"},
+                    error="column ts not found",
+                ),
+            ],
+        ),
+        _result(
+            "remaining",
+            False,
+            [_item(False, "expect_table_row_count_to_equal", {"value": 0}, {"observed_value": 2})],
+        ),
     ]
     s = summarize(docs, "DOCS")
     assert not s.success and s.evaluated == 5 and len(s.failed) == 4
@@ -176,17 +250,38 @@ def test_no_results_is_not_a_pass():
 # -- UI ----------------------------------------------------------------------------------------
 DEFECTS = ("silent_gap", "mismatch", "phantom")
 REPAIRABLE = ("silent_gap", "mismatch")
-ROWS = [{"run_id": "r1", "run_status": "failed", "finished_at": "2025-06-01 12:00:03.5+00",
-         "consumer": "c1", "topic": "a", "status": s, "count": n, "remaining": left}
-        for s, n, left in [("delivered", 90, None), ("duplicate", 3, None),
-                           ("tombstoned", 5, None), ("silent_gap", 4, 0), ("mismatch", 1, 0),
-                           ("phantom", 1, 1)]]
+ROWS = [
+    {
+        "run_id": "r1",
+        "run_status": "failed",
+        "finished_at": "2025-06-01 12:00:03.5+00",
+        "consumer": "c1",
+        "topic": "a",
+        "status": s,
+        "count": n,
+        "remaining": left,
+    }
+    for s, n, left in [
+        ("delivered", 90, None),
+        ("duplicate", 3, None),
+        ("tombstoned", 5, None),
+        ("silent_gap", 4, 0),
+        ("mismatch", 1, 0),
+        ("phantom", 1, 1),
+    ]
+]
 
 
 def test_runs_pivot_to_one_line_per_topic():
     [line] = pivot(ROWS, REPAIRABLE, DEFECTS)
-    assert (line.delivered, line.duplicates, line.tombstoned, line.silent_gaps,
-            line.backfilled, line.defects_left) == (90, 3, 5, 4, 5, 1)
+    assert (
+        line.delivered,
+        line.duplicates,
+        line.tombstoned,
+        line.silent_gaps,
+        line.backfilled,
+        line.defects_left,
+    ) == (90, 3, 5, 4, 5, 1)
     assert line.finished_at == "2025-06-01 12:00:03"
 
 
@@ -225,21 +320,27 @@ def test_job_arguments_are_the_pipeline_runners():
     assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
     assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
     assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]
-    assert jobs.args("backfill", paths, target="search_index")[-2:] == [
-        "--target", "search_index"]
+    assert jobs.args("backfill", paths, target="search_index")[-2:] == ["--target", "search_index"]
     with pytest.raises(ValueError, match="--target is for backfill"):
         jobs.args("backfill", paths, target="both")
     with pytest.raises(ValueError, match="unknown Spark job"):
         jobs.application(Path("/p"), "nope")
     # The database URL is never an argument: it travels in the environment.
-    assert not any("database" in a for step in ("compact", "reconcile", "backfill", "verify")
-                   for a in jobs.args(step, paths))
+    assert not any(
+        "database" in a
+        for step in ("compact", "reconcile", "backfill", "verify")
+        for a in jobs.args(step, paths)
+    )
 
 
 def test_templated_roots_survive_path_building():
     paths = jobs.Paths("{{ var.value.l }}", "{{ var.value.w }}", "{{ ds }}")
-    assert jobs.args("reconcile", paths)[:4] == ["--work", "{{ var.value.w }}",
-                                                 "--run-id", "{{ ds }}"]
+    assert jobs.args("reconcile", paths)[:4] == [
+        "--work",
+        "{{ var.value.w }}",
+        "--run-id",
+        "{{ ds }}",
+    ]
 
 
 def test_publish_refuses_a_run_that_did_not_pass():
@@ -248,8 +349,13 @@ def test_publish_refuses_a_run_that_did_not_pass():
     from auditsync_plugin.operators import published_extra
 
     extra = published_extra("R", ("passed", 3, 0, {"compact": {"seconds": 1.5, "rows": 9}}))
-    assert extra == {"run_id": "R", "status": "passed", "defects_found": 3,
-                     "defects_remaining": 0, "counts": {"compact": {"rows": 9}}}
+    assert extra == {
+        "run_id": "R",
+        "status": "passed",
+        "defects_found": 3,
+        "defects_remaining": 0,
+        "counts": {"compact": {"rows": 9}},
+    }
     with pytest.raises(AirflowFailException, match="is 'failed', not passed"):
         published_extra("R", ("failed", 1, 1, {}))
     with pytest.raises(AirflowFailException, match="not in pipeline_runs"):
@@ -258,21 +364,35 @@ def test_publish_refuses_a_run_that_did_not_pass():
 
 # -- airflow_env -------------------------------------------------------------------------------
 def test_airflow_env_for_the_embedded_defaults(tmp_path: Path):
-    env = airflow_env(Settings(local_dir=tmp_path, pg_port=5555), {},
-                      project_root=Path("/proj"), python="/venv/bin/python")
+    env = airflow_env(
+        Settings(local_dir=tmp_path, pg_port=5555),
+        {},
+        project_root=Path("/proj"),
+        python="/venv/bin/python",
+    )
     assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/proj/dags"
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == "/proj/plugins"
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
-    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == {"conn_type": "spark",
-                                                             "host": "local[*]"}
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == {
+        "conn_type": "spark",
+        "host": "local[*]",
+    }
     assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"]) == {
-        "conn_type": "http", "host": "127.0.0.1", "port": 8400, "schema": "http"}
+        "conn_type": "http",
+        "host": "127.0.0.1",
+        "port": 8400,
+        "schema": "http",
+    }
     assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_PG"]) == {
-        "conn_type": "postgres", "host": "127.0.0.1", "port": 5555, "login": "postgres",
-        "schema": "auditsync"}
+        "conn_type": "postgres",
+        "host": "127.0.0.1",
+        "port": 5555,
+        "login": "postgres",
+        "schema": "auditsync",
+    }
     assert env["AUDITSYNC_SPARK_SUBMIT"] == "/venv/bin/spark-submit"
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == "/venv/bin/python"
     assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == str(tmp_path / "landing")
@@ -281,16 +401,34 @@ def test_airflow_env_for_the_embedded_defaults(tmp_path: Path):
 
 def test_airflow_env_overrides(tmp_path: Path):
     settings = Settings(local_dir=tmp_path, database_url="postgresql://u:p%40ss@db:6432/x")
-    env = airflow_env(settings, {
-        "AUDITSYNC_SPARK_MASTER": "spark://m:7077", "AUDITSYNC_WATCH_URL": "https://w:9",
-        "AUDITSYNC_SINK_KEY": "sekret", "AUDITSYNC_SCHEDULE": "0 * * * *",
-        "AUDITSYNC_CONSUMERS": "c1,c2", "HOME": "/ignored", "AUDITSYNC_LANDING": ""})
+    env = airflow_env(
+        settings,
+        {
+            "AUDITSYNC_SPARK_MASTER": "spark://m:7077",
+            "AUDITSYNC_WATCH_URL": "https://w:9",
+            "AUDITSYNC_SINK_KEY": "sekret",
+            "AUDITSYNC_SCHEDULE": "0 * * * *",
+            "AUDITSYNC_CONSUMERS": "c1,c2",
+            "HOME": "/ignored",
+            "AUDITSYNC_LANDING": "",
+        },
+    )
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "spark://m:7077"
     assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"]) == {
-        "conn_type": "http", "host": "w", "port": 9, "schema": "https", "password": "sekret"}
+        "conn_type": "http",
+        "host": "w",
+        "port": 9,
+        "schema": "https",
+        "password": "sekret",
+    }
     assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_PG"]) == {
-        "conn_type": "postgres", "host": "db", "port": 6432, "login": "u", "password": "p@ss",
-        "schema": "x"}
+        "conn_type": "postgres",
+        "host": "db",
+        "port": 6432,
+        "login": "u",
+        "password": "p@ss",
+        "schema": "x",
+    }
     assert env["AUDITSYNC_SCHEDULE"] == "0 * * * *"
     assert env["AIRFLOW_VAR_AUDITSYNC_CONSUMERS"] == "c1,c2"
     assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == str(tmp_path / "landing")
@@ -323,6 +461,8 @@ def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
 def test_airflow_env_names_the_spark_connect_server(tmp_path: Path):
     env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_SPARK_CONNECT": "sc://h:15002"})
     assert json.loads(env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]) == {
-        "conn_type": "spark_connect", "host": "h", "port": 15002}
-    assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" not in airflow_env(Settings(local_dir=tmp_path),
-                                                                   {})
+        "conn_type": "spark_connect",
+        "host": "h",
+        "port": 15002,
+    }
+    assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" not in airflow_env(Settings(local_dir=tmp_path), {})

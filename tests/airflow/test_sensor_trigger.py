@@ -1,5 +1,6 @@
 """The deferrable half of the sink-cursor sensor against the real watch service: it reads the
 heads once, then waits on the sink's state.json; past its deadline it reports who lags."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,10 @@ pytestmark = [pytest.mark.airflow, pytest.mark.service]
 
 @pytest.fixture
 def watch_conn(watch_service, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_AUDITSYNC_WATCH", json.dumps(
-        {"conn_type": "http", "host": "127.0.0.1", "port": watch_service.port}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AUDITSYNC_WATCH",
+        json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": watch_service.port}),
+    )
     return watch_service
 
 
@@ -29,15 +32,19 @@ def watch_conn(watch_service, monkeypatch):
 def topic(watch_conn) -> tuple[str, int]:
     name = unique("sensor")
     http_json("PUT", f"{watch_conn.url}/v0/topics/{name}", {})
-    http_json("POST", f"{watch_conn.url}/v0/topics/{name}/records",
-              {"records": [{"data": i} for i in range(5)]})
+    http_json(
+        "POST",
+        f"{watch_conn.url}/v0/topics/{name}/records",
+        {"records": [{"data": i} for i in range(5)]},
+    )
     return name, 5
 
 
 def _state(tmp_path, consumer: str, topic: str, cursor: int) -> None:
     (tmp_path / consumer).mkdir(exist_ok=True)
     (tmp_path / consumer / "state.json").write_text(
-        json.dumps({"topics": [topic], "cursors": {topic: cursor}}))
+        json.dumps({"topics": [topic], "cursors": {topic: cursor}})
+    )
 
 
 async def _first_event(trigger: SinkCursorTrigger):
@@ -53,8 +60,9 @@ def test_the_hook_reads_heads_from_the_service(topic):
 def test_trigger_fires_when_the_sink_has_the_heads(topic, tmp_path):
     name, head = topic
     _state(tmp_path, "c1", name, head)
-    trigger = SinkCursorTrigger(str(tmp_path), ["c1"], time.time() - 60, time.time() + 30,
-                                "auditsync_watch", poll_s=0.05)
+    trigger = SinkCursorTrigger(
+        str(tmp_path), ["c1"], time.time() - 60, time.time() + 30, "auditsync_watch", poll_s=0.05
+    )
     payload = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
     assert payload["status"] == "ready"
 
@@ -62,8 +70,9 @@ def test_trigger_fires_when_the_sink_has_the_heads(topic, tmp_path):
 def test_trigger_times_out_naming_the_lagging_topic(topic, tmp_path):
     name, head = topic
     _state(tmp_path, "c1", name, head - 2)
-    trigger = SinkCursorTrigger(str(tmp_path), ["c1"], time.time() - 60, time.time() + 0.3,
-                                "auditsync_watch", poll_s=0.05)
+    trigger = SinkCursorTrigger(
+        str(tmp_path), ["c1"], time.time() - 60, time.time() + 0.3, "auditsync_watch", poll_s=0.05
+    )
     payload = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
     assert payload["status"] == "timeout"
     assert f"c1/{name} cursor {head - 2} < head {head} (2 behind)" in payload["reason"]

@@ -1,6 +1,7 @@
 """The plugin's page served by a real Airflow API server: anonymous requests get 401; a
 logged-in browser (headless Chromium, the UI's ``_token`` cookie) sees recent reconciliation
 runs and opens the Great Expectations Data Docs. Screenshots go to ``test-artifacts/``."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,16 @@ from .conftest import BIN, wait_until
 pytestmark = [pytest.mark.browser, pytest.mark.airflow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _status(url: str, headers: dict | None = None) -> int:
@@ -44,21 +52,30 @@ def api_server(airflow_home, fault_run, phantom_run):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(airflow_home.local / "api-server.log", "wb")
-    proc = subprocess.Popen([str(BIN / "airflow"), "api-server", "-H", "127.0.0.1", "-p",
-                             str(port), "-w", "1"],
-                            env={**airflow_home.env, "AIRFLOW__API__BASE_URL": base},
-                            stdout=log, stderr=subprocess.STDOUT, cwd=airflow_home.local)
+    proc = subprocess.Popen(
+        [str(BIN / "airflow"), "api-server", "-H", "127.0.0.1", "-p", str(port), "-w", "1"],
+        env={**airflow_home.env, "AIRFLOW__API__BASE_URL": base},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=airflow_home.local,
+    )
     try:
+
         def healthy() -> bool:
             if proc.poll() is not None:
-                raise AssertionError(f"api-server exited {proc.returncode}: " + (
-                    airflow_home.local / "api-server.log").read_text()[-3000:])
+                raise AssertionError(
+                    f"api-server exited {proc.returncode}: "
+                    + (airflow_home.local / "api-server.log").read_text()[-3000:]
+                )
             return _status(f"{base}/api/v2/monitor/health") == 200
+
         wait_until(healthy, 120, "the Airflow API server to be healthy")
-        req = urllib.request.Request(f"{base}/auth/token", method="POST",
-                                     data=json.dumps({"username": "admin",
-                                                      "password": password}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{base}/auth/token",
+            method="POST",
+            data=json.dumps({"username": "admin", "password": password}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             token = json.loads(resp.read())["access_token"]
         yield base, token
@@ -83,8 +100,9 @@ def test_anonymous_access_is_refused(api_server):
 
 def test_the_runs_json_carries_both_runs(api_server, fault_run, phantom_run):
     base, token = api_server
-    req = urllib.request.Request(base + "/auditsync/runs.json",
-                                 headers={"Authorization": f"Bearer {token}"})
+    req = urllib.request.Request(
+        base + "/auditsync/runs.json", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         doc = json.loads(resp.read())
     assert doc["error"] is None
@@ -102,15 +120,13 @@ def docs_dir(home) -> Path:
     return home.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
 
 
-def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_run,
-                                                             airflow_home):
+def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_run, airflow_home):
     from playwright.sync_api import sync_playwright
 
     base, token = api_server
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium",
-                                     args=CHROMIUM_FLAGS[1:])
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
             context.add_cookies([{"name": "_token", "value": token, "url": base}])

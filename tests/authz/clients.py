@@ -6,6 +6,7 @@ body and parses it as one JSON document), so ``PermifyWatch`` uses its
 ``watch_watch_without_preload_content`` (the client's own request) and parses each line with
 the client's ``StreamResultOfWatchResponse`` model.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,32 +36,43 @@ def ptuple(entity: str, relation: str, subject: str) -> permify.Tuple:
     srel = ""
     if "#" in sid:
         sid, srel = sid.split("#", 1)
-    return permify.Tuple(entity=permify.Entity(type=et, id=eid), relation=relation,
-                         subject=permify.Subject(type=st, id=sid, relation=srel or None))
+    return permify.Tuple(
+        entity=permify.Entity(type=et, id=eid),
+        relation=relation,
+        subject=permify.Subject(type=st, id=sid, relation=srel or None),
+    )
 
 
 def bool_value(flag: bool) -> permify.Any:
-    return permify.Any.from_dict({"@type": "type.googleapis.com/base.v1.BooleanValue",
-                                  "data": flag})
+    return permify.Any.from_dict(
+        {"@type": "type.googleapis.com/base.v1.BooleanValue", "data": flag}
+    )
 
 
 class PermifyWatch:
     """One open ``POST /v1/tenants/{t}/watch`` stream, read line by line in a thread."""
 
-    def __init__(self, api: permify.ApiClient, tenant: str, snap_token: str | None = None,
-                 read_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        api: permify.ApiClient,
+        tenant: str,
+        snap_token: str | None = None,
+        read_timeout: float = 15.0,
+    ) -> None:
         self.api, self.tenant, self.snap_token = api, tenant, snap_token
         self.read_timeout = read_timeout
         self.resp = None
         self._buf = b""
         self._chunks = None
 
-    async def open(self) -> "PermifyWatch":
+    async def open(self) -> PermifyWatch:
         """Returns once the response headers arrived: the start position is then fixed."""
         self.resp = await asyncio.to_thread(
             permify.WatchApi(self.api).watch_watch_without_preload_content,
-            self.tenant, permify.WatchBody(snap_token=self.snap_token),
-            _request_timeout=(5.0, self.read_timeout))
+            self.tenant,
+            permify.WatchBody(snap_token=self.snap_token),
+            _request_timeout=(5.0, self.read_timeout),
+        )
         return self
 
     def _next_line(self) -> bytes:
@@ -80,18 +92,21 @@ class PermifyWatch:
             self.resp.close()
 
 
-async def sse_records(http, base_url: str, topic: str, from_seq: int, n: int,
-                      timeout: float = 15.0) -> list[dict]:
+async def sse_records(
+    http, base_url: str, topic: str, from_seq: int, n: int, timeout: float = 15.0
+) -> list[dict]:
     """The first ``n`` records after ``from_seq`` of ``topic`` through the SSE watch."""
-    async with http.post(f"{base_url}/v0/watch",
-                         json={"topics": {topic: {"from_seq": from_seq}}}) as r:
+    async with http.post(
+        f"{base_url}/v0/watch", json={"topics": {topic: {"from_seq": from_seq}}}
+    ) as r:
         assert r.status == 200, await r.text()
         wid = (await r.json())["wid"]
     records: list[dict] = []
 
     async def read() -> None:
-        async with http.get(f"{base_url}/v0/watch/{wid}",
-                            headers={"Accept": "text/event-stream"}) as resp:
+        async with http.get(
+            f"{base_url}/v0/watch/{wid}", headers={"Accept": "text/event-stream"}
+        ) as resp:
             event = None
             async for raw in resp.content:
                 line = raw.decode().rstrip("\n")

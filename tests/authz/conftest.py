@@ -1,5 +1,6 @@
 """Fixtures for the authorization-data surfaces: a service with the SpiceDB gRPC surface on,
 and the official clients (``permify`` REST, ``authzed`` gRPC) pointed at it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,9 @@ from .clients import GRPC_KEY
 @pytest.fixture(scope="session")
 async def authz_service(pg_url, base_settings: Settings):
     """A dev-mode HTTP service (Permify REST open) with gRPC on, key ``GRPC_KEY``."""
-    settings = dataclasses.replace(base_settings, grpc_port=free_port(), grpc_key=GRPC_KEY,
-                                   spicedb_checkpoint_ms=200)
+    settings = dataclasses.replace(
+        base_settings, grpc_port=free_port(), grpc_key=GRPC_KEY, spicedb_checkpoint_ms=200
+    )
     svc = await InProcessService(settings, pg_url).start()
     svc.grpc_target = f"127.0.0.1:{settings.grpc_port}"
     yield svc

@@ -1,4 +1,5 @@
 """Building SpiceDB requests and reading Watch streams with the official ``authzed`` client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +7,15 @@ import queue
 import threading
 
 import grpc
-from authzed.api.v1 import (InsecureClient, ObjectReference, Relationship, RelationshipUpdate,
-                            SubjectReference, WatchRequest, WriteRelationshipsRequest)
+from authzed.api.v1 import (
+    InsecureClient,
+    ObjectReference,
+    Relationship,
+    RelationshipUpdate,
+    SubjectReference,
+    WatchRequest,
+    WriteRelationshipsRequest,
+)
 from google.protobuf.struct_pb2 import Struct
 
 Op = RelationshipUpdate.Operation
@@ -17,9 +25,13 @@ def rel(resource: str, relation: str, subject: str) -> Relationship:
     rt, rid = resource.split(":", 1)
     st, sid = subject.split(":", 1)
     sid, _, srel = sid.partition("#")
-    return Relationship(resource=ObjectReference(object_type=rt, object_id=rid), relation=relation,
-                        subject=SubjectReference(object=ObjectReference(object_type=st, object_id=sid),
-                                                 optional_relation=srel))
+    return Relationship(
+        resource=ObjectReference(object_type=rt, object_id=rid),
+        relation=relation,
+        subject=SubjectReference(
+            object=ObjectReference(object_type=st, object_id=sid), optional_relation=srel
+        ),
+    )
 
 
 def update(op, resource: str, relation: str, subject: str) -> RelationshipUpdate:
@@ -42,8 +54,10 @@ def write(client: InsecureClient, *updates, metadata: dict | None = None, precon
 def text(resp_update) -> str:
     r = resp_update.relationship
     tail = f"#{r.subject.optional_relation}" if r.subject.optional_relation else ""
-    return (f"{r.resource.object_type}:{r.resource.object_id}#{r.relation}@"
-            f"{r.subject.object.object_type}:{r.subject.object.object_id}{tail}")
+    return (
+        f"{r.resource.object_type}:{r.resource.object_id}#{r.relation}@"
+        f"{r.subject.object.object_type}:{r.subject.object.object_id}{tail}"
+    )
 
 
 class WatchReader:

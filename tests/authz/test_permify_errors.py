@@ -1,5 +1,6 @@
 """Every error code of seed 000 from the Permify surface, in grpc-gateway shape, and bad input
 that leaves nothing written."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +14,11 @@ import psycopg
 import pytest
 from permify.exceptions import ApiException
 
+from watch_service.protocol import authz as pa
 from watch_service.store import retention
 from watch_service.store.cluster import EmbeddedPostgres
-from watch_service.protocol import authz as pa
-from watch_service.web.app_keys import POOL
-from watch_service.store import topics
 from watch_service.store.migrate import migrate
+from watch_service.web.app_keys import POOL
 
 from ..support import InProcessService, free_port
 from .clients import PermifyWatch
@@ -39,8 +39,11 @@ def grpc_error(status: int, body: dict, code: int, http_status: int) -> None:
 
 
 def tuple_doc(entity_type: str = "document", entity_id: str = "1") -> dict:
-    return {"entity": {"type": entity_type, "id": entity_id}, "relation": "viewer",
-            "subject": {"type": "user", "id": "u"}}
+    return {
+        "entity": {"type": entity_type, "id": entity_id},
+        "relation": "viewer",
+        "subject": {"type": "user", "id": "u"},
+    }
 
 
 async def state(http, url: str, tenant: str) -> tuple:
@@ -55,29 +58,47 @@ async def test_invalid_argument_and_not_found_write_nothing(permify_api, authz_s
     await post(http, f"{url}/v1/tenants/{tenant}/relationships/write", {"tuples": [tuple_doc()]})
     before = await state(http, url, tenant)
     bad_bodies = [
-        {"tuples": [tuple_doc(), tuple_doc("9document")]},            # malformed entity type
-        {"tuples": [tuple_doc(entity_id="a b")]},                      # malformed id
+        {"tuples": [tuple_doc(), tuple_doc("9document")]},  # malformed entity type
+        {"tuples": [tuple_doc(entity_id="a b")]},  # malformed id
         {"tuples": [tuple_doc(entity_id=str(i)) for i in range(101)]},  # over 100 tuples
-        {"tuples": [{**tuple_doc(), "relation": "x"}]},                # relation too short
-        {"tuples": "nope"}, {"bogus": 1},
-        {"attributes": [{"entity": {"type": "document", "id": "1"}, "attribute": "public",
-                         "value": {"@type": "type.googleapis.com/base.v1.BooleanValue",
-                                   "data": "yes"}}]}]
+        {"tuples": [{**tuple_doc(), "relation": "x"}]},  # relation too short
+        {"tuples": "nope"},
+        {"bogus": 1},
+        {
+            "attributes": [
+                {
+                    "entity": {"type": "document", "id": "1"},
+                    "attribute": "public",
+                    "value": {"@type": "type.googleapis.com/base.v1.BooleanValue", "data": "yes"},
+                }
+            ]
+        },
+    ]
     for body in bad_bodies:
         grpc_error(*await post(http, f"{url}/v1/tenants/{tenant}/data/write", body), 3, 400)
     grpc_error(*await post(http, f"{url}/v1/tenants/{tenant}/data/write", b"{not json"), 3, 400)
-    grpc_error(*await post(http, f"{url}/v1/tenants/bad tenant!/data/write",
-                           {"tuples": [tuple_doc()]}), 3, 400)
+    grpc_error(
+        *await post(http, f"{url}/v1/tenants/bad tenant!/data/write", {"tuples": [tuple_doc()]}),
+        3,
+        400,
+    )
     grpc_error(*await post(http, f"{url}/v1/tenants/create", {"id": "x" * 129}), 3, 400)
-    grpc_error(*await post(http, f"{url}/v1/tenants/no-such-tenant/data/write",
-                           {"tuples": [tuple_doc()]}), 5, 404)
+    grpc_error(
+        *await post(http, f"{url}/v1/tenants/no-such-tenant/data/write", {"tuples": [tuple_doc()]}),
+        5,
+        404,
+    )
     grpc_error(*await post(http, f"{url}/v1/tenants/no-such-tenant/watch", {}), 5, 404)
-    grpc_error(*await post(http, f"{url}/v1/tenants/{tenant}/watch",
-                           {"snap_token": "garbage"}), 3, 400)
+    grpc_error(
+        *await post(http, f"{url}/v1/tenants/{tenant}/watch", {"snap_token": "garbage"}), 3, 400
+    )
     assert await state(http, url, tenant) == before
     with pytest.raises(ApiException) as err:  # the official client sees the same
-        await call(permify.DataApi(permify_api).data_write, "no-such-tenant",
-                   permify.DataWriteBody(tuples=[permify.Tuple.from_dict(tuple_doc())]))
+        await call(
+            permify.DataApi(permify_api).data_write,
+            "no-such-tenant",
+            permify.DataWriteBody(tuples=[permify.Tuple.from_dict(tuple_doc())]),
+        )
     assert err.value.status == 404
 
 
@@ -92,19 +113,38 @@ async def test_oversized_body(make_service, permify_api, http):
 async def test_unauthenticated(make_service, tmp_path, http):
     secret = "permify-secret"
     keys = tmp_path / "keys.toml"
-    keys.write_text(f'[[keys]]\nid = "w"\nsecret_sha256 = "{hashlib.sha256(secret.encode()).hexdigest()}"\n'
-                    'scopes = ["read", "write"]\nprefixes = [""]\n')
+    keys.write_text(
+        f'[[keys]]\nid = "w"\nsecret_sha256 = "{hashlib.sha256(secret.encode()).hexdigest()}"\n'
+        'scopes = ["read", "write"]\nprefixes = [""]\n'
+    )
     svc = await make_service(keys_file=keys)
     body = {"tuples": [tuple_doc()]}
     grpc_error(*await post(http, f"{svc.url}/v1/tenants/t1/relationships/write", body), 16, 401)
-    grpc_error(*await post(http, f"{svc.url}/v1/tenants/t1/watch", {},
-                           {"Authorization": "Bearer wrong"}), 16, 401)
-    grpc_error(*await post(http, f"{svc.url}/v1/tenants/create", {"id": "new"},
-                           {"Authorization": f"Bearer {secret}"}), 7, 403)  # lacks admin
-    api = permify.ApiClient(permify.Configuration(host=svc.url), header_name="Authorization",
-                            header_value=f"Bearer {secret}")
-    resp = await call(permify.DataApi(api).relationships_write, "t1",
-                      permify.WriteRelationshipsBody(tuples=[permify.Tuple.from_dict(body["tuples"][0])]))
+    grpc_error(
+        *await post(http, f"{svc.url}/v1/tenants/t1/watch", {}, {"Authorization": "Bearer wrong"}),
+        16,
+        401,
+    )
+    grpc_error(
+        *await post(
+            http,
+            f"{svc.url}/v1/tenants/create",
+            {"id": "new"},
+            {"Authorization": f"Bearer {secret}"},
+        ),
+        7,
+        403,
+    )  # lacks admin
+    api = permify.ApiClient(
+        permify.Configuration(host=svc.url),
+        header_name="Authorization",
+        header_value=f"Bearer {secret}",
+    )
+    resp = await call(
+        permify.DataApi(api).relationships_write,
+        "t1",
+        permify.WriteRelationshipsBody(tuples=[permify.Tuple.from_dict(body["tuples"][0])]),
+    )
     assert resp.snap_token
 
 
@@ -141,8 +181,10 @@ async def test_internal_error_is_the_final_stream_line(permify_api, authz_servic
     tenant = await new_tenant(permify_api)
     watch = await PermifyWatch(permify_api, tenant).open()
     try:
-        async with http.post(f"{authz_service.url}/v0/topics/{pa.change_topic(tenant)}/records",
-                             json={"records": [{"data": "not a change record"}]}) as r:
+        async with http.post(
+            f"{authz_service.url}/v0/topics/{pa.change_topic(tenant)}/records",
+            json={"records": [{"data": "not a change record"}]},
+        ) as r:
             assert r.status == 200
         [line] = await watch.lines(1)
     finally:

@@ -1,5 +1,6 @@
 """The seed-001 reconnect loop across a service restart (a real process, stopped and started
 on the same gRPC port): no change lost or repeated past ``changes_through``."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,14 +31,24 @@ class ReconnectingWatcher:
 
     def _run(self) -> None:
         # Short reconnect backoff keeps the test quick; the loop itself is the seed's.
-        client = InsecureClient(self.target, GRPC_KEY, options=[
-            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300),
-            ("grpc.use_local_subchannel_pool", 1)])
+        client = InsecureClient(
+            self.target,
+            GRPC_KEY,
+            options=[
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 300),
+                ("grpc.use_local_subchannel_pool", 1),
+            ],
+        )
         while not self.stop.is_set():
             try:
-                for resp in client.Watch(WatchRequest(
-                        optional_start_cursor=self.last, optional_object_types=[self.doc],
-                        optional_update_kinds=[WATCH_KIND_INCLUDE_CHECKPOINTS])):
+                for resp in client.Watch(
+                    WatchRequest(
+                        optional_start_cursor=self.last,
+                        optional_object_types=[self.doc],
+                        optional_update_kinds=[WATCH_KIND_INCLUDE_CHECKPOINTS],
+                    )
+                ):
                     self.seen += [text(u) for u in resp.updates]
                     if resp.updates:
                         self.tokens.append(resp.changes_through.token)
@@ -51,10 +62,15 @@ class ReconnectingWatcher:
 
 async def test_reconnect_loop_survives_restart(pg_url, tmp_path):
     grpc_port = free_port()
-    env = {"AUDITSYNC_GRPC_PORT": str(grpc_port), "AUDITSYNC_GRPC_KEY": GRPC_KEY,
-           "AUDITSYNC_SPICEDB_CHECKPOINT_MS": "100", "AUDITSYNC_HOME": str(tmp_path)}
-    proc = await asyncio.to_thread(ServiceProcess(pg_url, env=env,
-                                                  log_path=tmp_path / "svc.log").start)
+    env = {
+        "AUDITSYNC_GRPC_PORT": str(grpc_port),
+        "AUDITSYNC_GRPC_KEY": GRPC_KEY,
+        "AUDITSYNC_SPICEDB_CHECKPOINT_MS": "100",
+        "AUDITSYNC_HOME": str(tmp_path),
+    }
+    proc = await asyncio.to_thread(
+        ServiceProcess(pg_url, env=env, log_path=tmp_path / "svc.log").start
+    )
     target = f"127.0.0.1:{grpc_port}"
     client = InsecureClient(target, GRPC_KEY)
     doc = unique_type()
@@ -75,8 +91,11 @@ async def test_reconnect_loop_survives_restart(pg_url, tmp_path):
         for i in range(15):
             await write(client, update(Op.OPERATION_TOUCH, f"{doc}:b{i}", "viewer", "user:u"))
             expected.append(f"{doc}:b{i}#viewer@user:u")
-        await wait_for(lambda: len(watcher.seen) >= len(expected), timeout=20,
-                       what="every change after the restart")
+        await wait_for(
+            lambda: len(watcher.seen) >= len(expected),
+            timeout=20,
+            what="every change after the restart",
+        )
         watcher.stop.set()
         assert watcher.seen == expected
         assert len(set(watcher.tokens)) == len(watcher.tokens) == len(expected)

@@ -1,5 +1,6 @@
 """``store.authz_reads`` and ``store.authz_writes`` against the test PostgreSQL: the SQL filter
 agrees with ``matches``, and a write is one transaction (change + record, or neither)."""
+
 from __future__ import annotations
 
 import itertools
@@ -26,14 +27,26 @@ async def test_sql_filter_agrees_with_matches(conn):
     tenant = "store-filter"
     await conn.execute("DELETE FROM authz_tenants WHERE id = %s", (tenant,))
     await db.create_tenant(conn, tenant, tenant, HISTORY_MS)
-    tuples = [pa.Tuple(e, i, r, s, sid, sr) for e, i, r, s, sid, sr in itertools.product(
-        ["doc", "folder"], ["a1", "b2"], ["viewer", "owner"], ["user", "team"], ["u", "v"],
-        ["", "member"])]
+    tuples = [
+        pa.Tuple(e, i, r, s, sid, sr)
+        for e, i, r, s, sid, sr in itertools.product(
+            ["doc", "folder"],
+            ["a1", "b2"],
+            ["viewer", "owner"],
+            ["user", "team"],
+            ["u", "v"],
+            ["", "member"],
+        )
+    ]
     await db.apply(conn, tenant, "test", db.Write([("write", t) for t in tuples]), HISTORY_MS)
-    filters = [pa.TupleFilter(), pa.TupleFilter(entity_type="doc"),
-               pa.TupleFilter(entity_ids=("a1",), relation="owner"),
-               pa.TupleFilter(entity_id_prefix="b"), pa.TupleFilter(subject_relation=""),
-               pa.TupleFilter(subject_type="team", subject_ids=("v",), subject_relation="member")]
+    filters = [
+        pa.TupleFilter(),
+        pa.TupleFilter(entity_type="doc"),
+        pa.TupleFilter(entity_ids=("a1",), relation="owner"),
+        pa.TupleFilter(entity_id_prefix="b"),
+        pa.TupleFilter(subject_relation=""),
+        pa.TupleFilter(subject_type="team", subject_ids=("v",), subject_relation="member"),
+    ]
     for f in filters:
         got = await reads.read_tuples(conn, tenant, f, None, 1000)
         assert got == sorted((t for t in tuples if pa.matches(f, t)), key=pa.Tuple.key), f
@@ -48,9 +61,16 @@ async def test_failed_write_leaves_nothing(conn):
     with pytest.raises(db.TupleExists):
         await db.apply(conn, tenant, "test", db.Write([("create", t2), ("create", t1)]), HISTORY_MS)
     with pytest.raises(db.PreconditionFailed):
-        await db.apply(conn, tenant, "test", db.Write(
-            [("touch", t2)], preconditions=[db.Precondition(True, pa.TupleFilter(relation="nope"))]),
-            HISTORY_MS)
+        await db.apply(
+            conn,
+            tenant,
+            "test",
+            db.Write(
+                [("touch", t2)],
+                preconditions=[db.Precondition(True, pa.TupleFilter(relation="nope"))],
+            ),
+            HISTORY_MS,
+        )
     assert await reads.read_tuples(conn, tenant, pa.TupleFilter(), None, 10) == [t1]
     topic = await topics.get_topic(conn, pa.change_topic(tenant))
     assert topic.head_seq == first.seq == 1 and topic.ttl_ms == HISTORY_MS

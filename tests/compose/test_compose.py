@@ -2,6 +2,7 @@
 the services and their start order, PostgreSQL's settings, the Spark master URL the DAG
 submits to, Airflow's configuration matching what ``airflow_env`` computes locally, and no
 secret written into the file."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from watch_service.tools.airflow_env import airflow_env
 from watch_service.settings import Settings
+from watch_service.tools.airflow_env import airflow_env
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_MASTER = "spark://spark-master:7077"
-AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 SECRET_NAME = re.compile(r"(PASSWORD|SECRET|TOKEN|_KEY)$")
 REQUIRED_VAR = re.compile(r"^\$\{[A-Z_]+:\?[^}]*\}$")
 
@@ -37,7 +42,7 @@ def services(compose) -> dict:
 def depends(service: dict) -> dict[str, str]:
     deps = service.get("depends_on") or {}
     if isinstance(deps, list):
-        return {d: "service_started" for d in deps}
+        return dict.fromkeys(deps, "service_started")
     return {name: spec.get("condition", "service_started") for name, spec in deps.items()}
 
 
@@ -47,9 +52,19 @@ def command(service: dict) -> str:
 
 
 def test_every_part_of_the_deployment_is_there(services):
-    expected = {"postgres", "migrate", "watch", "sink", "spark-master", "spark-worker-1",
-                "spark-worker-2", "spark-connect", "airflow-db", "airflow-init",
-                *AIRFLOW_SERVICES}
+    expected = {
+        "postgres",
+        "migrate",
+        "watch",
+        "sink",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+        "spark-connect",
+        "airflow-db",
+        "airflow-init",
+        *AIRFLOW_SERVICES,
+    }
     assert expected <= set(services)
     workers = [n for n, s in services.items() if "deploy.worker.Worker" in command(s)]
     assert sorted(workers) == ["spark-worker-1", "spark-worker-2"]
@@ -58,8 +73,13 @@ def test_every_part_of_the_deployment_is_there(services):
 def test_postgres_15_with_logical_wal_and_commit_timestamps(services):
     pg = services["postgres"]
     assert pg["image"].startswith("postgres:15")
-    assert command(pg).split() == ["postgres", "-c", "wal_level=logical",
-                                   "-c", "track_commit_timestamp=on"]
+    assert command(pg).split() == [
+        "postgres",
+        "-c",
+        "wal_level=logical",
+        "-c",
+        "track_commit_timestamp=on",
+    ]
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
 
 
@@ -104,8 +124,10 @@ def test_the_steps_reach_a_spark_connect_server_on_the_cluster(services):
         assert conn == {"conn_type": "spark_connect", "host": "spark-connect", "port": 15002}
         # The JDBC driver is the image's (AUDITSYNC_JDBC_JAR), not decided per service.
         assert "AUDITSYNC_JDBC_JAR" not in services[name]["environment"]
-    assert "AUDITSYNC_JDBC_JAR=/usr/share/java/postgresql.jar" in \
-        services["watch"]["build"]["dockerfile_inline"]
+    assert (
+        "AUDITSYNC_JDBC_JAR=/usr/share/java/postgresql.jar"
+        in services["watch"]["build"]["dockerfile_inline"]
+    )
 
 
 def test_processes_that_share_files_share_the_data_volume(compose, services):
@@ -121,14 +143,20 @@ def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
     """Every connection, variable and auditsync setting airflow_env gives a local Airflow is
     also set for each Airflow service (with container values)."""
     local = airflow_env(Settings(local_dir=tmp_path))
-    wanted = {k for k in local if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AUDITSYNC_",
-                                                "AIRFLOW__CORE__", "PYSPARK_"))}
+    wanted = {
+        k
+        for k in local
+        if k.startswith(
+            ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AUDITSYNC_", "AIRFLOW__CORE__", "PYSPARK_")
+        )
+    }
     for name in ("airflow-init", *AIRFLOW_SERVICES):
         env = services[name]["environment"]
         assert wanted - set(env) == set(), name
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
         assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(
-            "http://airflow-api-server:8080/")
+            "http://airflow-api-server:8080/"
+        )
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@airflow-db:5432/airflow")
         watch = json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"])
         assert (watch["host"], watch["port"]) == ("watch", 8400)
@@ -147,8 +175,9 @@ def test_no_secret_is_written_in_the_file(services):
     for name, key, value in _walk_env(services):
         if SECRET_NAME.search(key):
             # Required (no default) or explicitly empty (dev mode, e.g. no bearer keys).
-            assert REQUIRED_VAR.match(value) or re.fullmatch(r"\$\{[A-Z_]+:-\}", value), \
+            assert REQUIRED_VAR.match(value) or re.fullmatch(r"\$\{[A-Z_]+:-\}", value), (
                 f"{name}: {key} must come from the environment, got {value!r}"
+            )
         for user_pass in re.findall(r"://[^/@\s:]+:([^@\s]+)@", value):
             assert REQUIRED_VAR.match(user_pass), f"{name}: {key} embeds a password"
         for pw in re.findall(r'"password":\s*"([^"]*)"', value):

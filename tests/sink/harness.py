@@ -1,5 +1,6 @@
 """Test harness: read a consumer's landing folder back, run a sink in-process, or run it as
 its own OS process (``python -m watch_service.sink``) to kill it by PID."""
+
 from __future__ import annotations
 
 import asyncio
@@ -43,14 +44,23 @@ def faults(folder: Path) -> set[tuple[str, str, int]]:
     path = folder / "faults.jsonl"
     if not path.exists():
         return set()
-    return {(e["kind"], e["topic"], e["seq"])
-            for e in map(orjson.loads, path.read_bytes().splitlines())}
+    return {
+        (e["kind"], e["topic"], e["seq"]) for e in map(orjson.loads, path.read_bytes().splitlines())
+    }
 
 
 def config(landing: Path, url: str, **changes) -> SinkConfig:
-    base = SinkConfig(url=url, topics=("a", "b"), consumer="c1", landing=landing,
-                      heartbeat_ms=1000, watchdog_slack_ms=200, flush_ms=50, progress_s=60,
-                      backoff_cap_ms=200)
+    base = SinkConfig(
+        url=url,
+        topics=("a", "b"),
+        consumer="c1",
+        landing=landing,
+        heartbeat_ms=1000,
+        watchdog_slack_ms=200,
+        flush_ms=50,
+        progress_s=60,
+        backoff_cap_ms=200,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -88,16 +98,21 @@ class SinkProcess:
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "watch_service.sink", *self.args],
-                                         stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "watch_service.sink", *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
 
     def alive(self) -> bool:
         """True while running; fails the test with the log's tail if the sink has exited."""
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"sink exited {self.proc.returncode}: "
-                                 f"{self.log.read_text()[-3000:]}")
+            raise AssertionError(
+                f"sink exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+            )
         return True
 
     async def end(self, sig: int) -> int:

@@ -6,6 +6,7 @@ Each ``GET /v0/watch/{wid}`` takes the next script: an HTTP status to refuse wit
 steps — ``bytes`` to write (each as its own write), a ``float`` pause in seconds (how a peer
 paces heartbeats), or ``HANG`` (stay open and silent). A script that runs out closes the stream.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,13 @@ from watch_service.protocol import frames
 HANG = object()
 
 
-def record_frame(topic: str, seqs: list[int], cursors: dict[str, int], head: int | None = None,
-                 tags: dict[int, str] | None = None) -> bytes:
+def record_frame(
+    topic: str,
+    seqs: list[int],
+    cursors: dict[str, int],
+    head: int | None = None,
+    tags: dict[int, str] | None = None,
+) -> bytes:
     """A record frame for ``seqs``; ``cursors`` is the composite id after it."""
     recs = []
     for s in seqs:
@@ -77,20 +83,40 @@ class StubWatch:
     async def _post(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.posts.append(body)
-        topics = {t: {"from_seq": o.get("from_seq", 0), "head_seq": 0, "earliest_seq": 1}
-                  for t, o in body["topics"].items()}
+        topics = {
+            t: {"from_seq": o.get("from_seq", 0), "head_seq": 0, "earliest_seq": 1}
+            for t, o in body["topics"].items()
+        }
         wid = f"wid_{len(self.posts)}"
-        return web.json_response({"wid": wid, "stream_url": f"/v0/watch/{wid}",
-                                  "session_ttl_ms": 300000, "topics": topics})
+        return web.json_response(
+            {
+                "wid": wid,
+                "stream_url": f"/v0/watch/{wid}",
+                "session_ttl_ms": 300000,
+                "topics": topics,
+            }
+        )
 
     async def _get(self, request: web.Request) -> web.StreamResponse:
-        self.gets.append(Get(request.match_info["wid"], request.headers.get("Last-Event-ID"),
-                             request.headers.get("Authorization"), time.monotonic()))
+        self.gets.append(
+            Get(
+                request.match_info["wid"],
+                request.headers.get("Last-Event-ID"),
+                request.headers.get("Authorization"),
+                time.monotonic(),
+            )
+        )
         script = self.scripts.pop(0) if self.scripts else [HANG]
         if isinstance(script, int):
-            return web.json_response({"error": {"code": "not_found" if script == 404 else
-                                                "unauthorized", "message": "scripted"}},
-                                     status=script)
+            return web.json_response(
+                {
+                    "error": {
+                        "code": "not_found" if script == 404 else "unauthorized",
+                        "message": "scripted",
+                    }
+                },
+                status=script,
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         sock = request.transport.get_extra_info("socket") if request.transport else None

@@ -1,5 +1,6 @@
 """The consumer folder's durability rules, exercised on a temp folder: crash windows, temp
 files, torn fault-log lines, the lock."""
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -17,8 +18,15 @@ pytestmark = pytest.mark.unit
 
 
 def row(frame_no: int, seq: int) -> tuple:
-    values = {"consumer": "c", "frame_no": frame_no, "received_ms": 1, "kind": "record",
-              "topic": "a", "seq": seq, "data": "{}"}
+    values = {
+        "consumer": "c",
+        "frame_no": frame_no,
+        "received_ms": 1,
+        "kind": "record",
+        "topic": "a",
+        "seq": seq,
+        "data": "{}",
+    }
     return tuple(values.get(c) for c in COLUMN_NAMES)
 
 
@@ -35,8 +43,12 @@ def test_segment_has_the_landing_schema_and_a_resume_footer(landing):
     assert path.name == segment_name(1, 2) == "part-000000000001-000000000002.parquet"
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA and table.column("seq").to_pylist() == [1, 2]
-    assert landing.segment_footer(path) == {"first_frame_no": 1, "last_frame_no": 2,
-                                            "last_frame_id": "id-2", "cursors": {"a": 2}}
+    assert landing.segment_footer(path) == {
+        "first_frame_no": 1,
+        "last_frame_no": 2,
+        "last_frame_id": "id-2",
+        "cursors": {"a": 2},
+    }
     assert landing.segment_records(path) == [("a", 1, None, None, "{}"), ("a", 2, None, None, "{}")]
     with pytest.raises(LandingError, match="never repeat"):
         landing.write_segment([], 1, 2, "id-2", {})

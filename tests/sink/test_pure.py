@@ -1,5 +1,6 @@
 """The composite id as the sink reads it (the shared protocol.cursor), backoff and the
 watchdog, progress lines, flag validation."""
+
 import argparse
 from pathlib import Path
 
@@ -28,8 +29,18 @@ def test_cursor_id_round_trip_unpadded(cursors):
     assert cursor_codec.decode(encoded) == cursors
 
 
-@pytest.mark.parametrize("opaque", ["", "ckpt_123", "!!!", cursor_codec.encode({"a": -1}),
-                                    "WzEsMl0", "eyJhIjp0cnVlfQ", "eyJhIjoiMSJ9"])
+@pytest.mark.parametrize(
+    "opaque",
+    [
+        "",
+        "ckpt_123",
+        "!!!",
+        cursor_codec.encode({"a": -1}),
+        "WzEsMl0",
+        "eyJhIjp0cnVlfQ",
+        "eyJhIjoiMSJ9",
+    ],
+)
 def test_cursor_id_opaque_tokens_decode_to_none(opaque):
     assert cursor_codec.decode(opaque) is None
 
@@ -63,8 +74,9 @@ def test_cursors_never_move_backwards_so_every_resent_record_counts():
 
 
 def test_session_body_resumes_known_topics_and_starts_the_others():
-    opts = WatchOptions("http://x", ("a", "b", "c"), from_seq=5, consistency="strong",
-                        include_tags=False)
+    opts = WatchOptions(
+        "http://x", ("a", "b", "c"), from_seq=5, consistency="strong", include_tags=False
+    )
     body = session_body(opts, {"a": 9})
     assert body["topics"] == {"a": {"from_seq": 9}, "b": {"from_seq": 5}, "c": {"from_seq": 5}}
     assert body["consistency"] == "strong" and body["include_tags"] is False
@@ -80,8 +92,14 @@ def test_watchdog_is_twice_the_clamped_heartbeat_plus_slack():
 
 def test_progress_line_rates_and_lag():
     before = Stats(frames=10, records=100)
-    now = Stats(frames=30, records=500, duplicates=3, reconnects=1, heads={"b": 50, "a": 9},
-                cursors={"a": 9, "b": 20})
+    now = Stats(
+        frames=30,
+        records=500,
+        duplicates=3,
+        reconnects=1,
+        heads={"b": 50, "a": 9},
+        cursors={"a": 9, "b": 20},
+    )
     assert lags(now) == {"a": 0, "b": 30}
     line = progress_line(before, now, 2.0)
     assert line.startswith("frames/s=10 records/s=200 lag[a=0 b=30] ")
@@ -90,8 +108,19 @@ def test_progress_line_rates_and_lag():
 
 
 def _args(*extra: str) -> argparse.Namespace:
-    return build_parser().parse_args(["--url", "http://127.0.0.1:8400/", "--topics", "a, b",
-                                      "--consumer", "c1", "--landing", "/tmp/x", *extra])
+    return build_parser().parse_args(
+        [
+            "--url",
+            "http://127.0.0.1:8400/",
+            "--topics",
+            "a, b",
+            "--consumer",
+            "c1",
+            "--landing",
+            "/tmp/x",
+            *extra,
+        ]
+    )
 
 
 def test_config_from_flags():
@@ -103,15 +132,18 @@ def test_config_from_flags():
     assert config_from_args(_args(), "", None).key is None
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--topics", "bad name"], "--topics"),
-    (["--topics", "a,a"], "--topics"),
-    (["--consumer", "../up"], "--consumer"),
-    (["--url", "ftp://x"], "--url"),
-    (["--flush-ms", "0"], "--flush-ms"),
-    (["--node", "has space"], "--node"),
-    (["--fault-drop-fraction", "1.5"], "--fault"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--topics", "bad name"], "--topics"),
+        (["--topics", "a,a"], "--topics"),
+        (["--consumer", "../up"], "--consumer"),
+        (["--url", "ftp://x"], "--url"),
+        (["--flush-ms", "0"], "--flush-ms"),
+        (["--node", "has space"], "--node"),
+        (["--fault-drop-fraction", "1.5"], "--fault"),
+    ],
+)
 def test_config_names_the_bad_flag(extra, message):
     with pytest.raises(ConfigError, match=message):
         config_from_args(_args(*extra), None, None)

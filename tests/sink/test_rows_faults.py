@@ -1,4 +1,5 @@
 """Frames → landing rows, and deterministic fault selection."""
+
 import orjson
 import pytest
 
@@ -25,10 +26,16 @@ def as_dicts(rows):
     return [dict(zip(COLUMN_NAMES, r)) for r in rows]
 
 
-RECORD_FRAME = {"topic": "a", "from_seq": 1, "to_seq": 3, "head_seq": 10, "records": [
-    {"$seq": 2, "$ts": 11, "$tag": "t2", "$node": "w", "meta": {"m": 1}, "data": {"x": 1.5}},
-    {"$seq": 3, "$ts": 12, "data": [1, "é"]},
-]}
+RECORD_FRAME = {
+    "topic": "a",
+    "from_seq": 1,
+    "to_seq": 3,
+    "head_seq": 10,
+    "records": [
+        {"$seq": 2, "$ts": 11, "$tag": "t2", "$node": "w", "meta": {"m": 1}, "data": {"x": 1.5}},
+        {"$seq": 3, "$ts": 12, "data": [1, "é"]},
+    ],
+}
 
 
 def test_record_frame_one_row_per_record():
@@ -37,11 +44,26 @@ def test_record_frame_one_row_per_record():
     assert [r["seq"] for r in rows] == [2, 3]
     first = rows[0]
     assert first == {
-        "consumer": "c1", "filter_node": "n1", "frame_no": 7, "frame_id": ctx().frame_id,
-        "received_ms": 1000, "kind": "record", "topic": "a", "cursor": 3, "seq": 2, "ts": 11,
-        "tag": "t2", "node": "w", "meta": '{"m":1}', "data": '{"x":1.5}',
-        "data_sha256": payload_hash('{"x":1.5}'), "reason": None, "gap_from": None,
-        "gap_to": None, "head_seq": 10}
+        "consumer": "c1",
+        "filter_node": "n1",
+        "frame_no": 7,
+        "frame_id": ctx().frame_id,
+        "received_ms": 1000,
+        "kind": "record",
+        "topic": "a",
+        "cursor": 3,
+        "seq": 2,
+        "ts": 11,
+        "tag": "t2",
+        "node": "w",
+        "meta": '{"m":1}',
+        "data": '{"x":1.5}',
+        "data_sha256": payload_hash('{"x":1.5}'),
+        "reason": None,
+        "gap_from": None,
+        "gap_to": None,
+        "head_seq": 10,
+    }
     assert rows[1]["tag"] is None and rows[1]["meta"] is None
     assert rows[1]["data"] == orjson.dumps([1, "é"]).decode()
     assert (landed.records, landed.duplicates, landed.cursor, landed.head_seq) == (2, 0, 3, 10)
@@ -54,12 +76,25 @@ def test_duplicates_are_records_at_or_below_the_previous_cursor():
 
 
 def test_tombstone_caught_up_topic_deleted_rows():
-    tomb = {"topic": "b", "reason": "cap", "gap_from": 4, "gap_to": 9, "earliest_seq": 10,
-            "head_seq": 20}
+    tomb = {
+        "topic": "b",
+        "reason": "cap",
+        "gap_from": 4,
+        "gap_to": 9,
+        "earliest_seq": 10,
+        "head_seq": 20,
+    }
     (row,) = as_dicts(frame_rows("tombstone", tomb, ctx(), {}).rows)
-    assert (row["kind"], row["cursor"], row["reason"], row["gap_from"], row["gap_to"],
-            row["head_seq"], row["seq"], row["data"]) == ("tombstone", 9, "cap", 4, 9, 20, None,
-                                                          None)
+    assert (
+        row["kind"],
+        row["cursor"],
+        row["reason"],
+        row["gap_from"],
+        row["gap_to"],
+        row["head_seq"],
+        row["seq"],
+        row["data"],
+    ) == ("tombstone", 9, "cap", 4, 9, 20, None, None)
     (row,) = as_dicts(frame_rows("caught-up", {"topic": "a", "head_seq": 3}, ctx(), {}).rows)
     assert (row["kind"], row["cursor"], row["head_seq"]) == ("caught-up", 3, 3)
     deleted = {"topic": "a", "head_seq": 3, "reason": "deleted"}
@@ -74,9 +109,16 @@ def test_opaque_id_falls_back_to_frame_positions():
     assert frame_rows("tombstone", tomb, opaque, {}).rows[0][COLUMN_NAMES.index("cursor")] == 4
 
 
-@pytest.mark.parametrize("kind, payload", [
-    ("record", []), ("record", {"topic": 1}), ("record", {"topic": "a", "records": None}),
-    ("record", {"topic": "a", "records": [{"data": 1}]}), ("message", {"topic": "a"})])
+@pytest.mark.parametrize(
+    "kind, payload",
+    [
+        ("record", []),
+        ("record", {"topic": 1}),
+        ("record", {"topic": "a", "records": None}),
+        ("record", {"topic": "a", "records": [{"data": 1}]}),
+        ("message", {"topic": "a"}),
+    ],
+)
 def test_malformed_frames_raise(kind, payload):
     with pytest.raises(FrameError):
         frame_rows(kind, payload, ctx(), {})

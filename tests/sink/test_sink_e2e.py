@@ -2,6 +2,7 @@
 SIGKILL mid-stream and restarted, it lands every seq at least once, counts its duplicates,
 keeps exactly the newest document per key in the search index, and — with fault injection —
 its fault log names exactly what is missing or altered in the landing."""
+
 from __future__ import annotations
 
 import asyncio
@@ -45,15 +46,17 @@ async def write_all(http, url: str, topics: list[str]) -> None:
 
 async def source(pg_url: str, topics: list[str]) -> dict[tuple[str, int], tuple]:
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
-        cur = await conn.execute("SELECT topic, seq, ts, tag, data::text FROM records "
-                                 "WHERE topic = ANY(%s)", (topics,))
+        cur = await conn.execute(
+            "SELECT topic, seq, ts, tag, data::text FROM records WHERE topic = ANY(%s)", (topics,)
+        )
         return {(t, s): (ts, tag, data) for t, s, ts, tag, data in await cur.fetchall()}
 
 
 async def index_rows(pg_url: str, topics: list[str]) -> dict[str, tuple]:
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
-        cur = await conn.execute("SELECT doc_key, seq, data FROM search_documents "
-                                 "WHERE topic = ANY(%s)", (topics,))
+        cur = await conn.execute(
+            "SELECT doc_key, seq, data FROM search_documents WHERE topic = ANY(%s)", (topics,)
+        )
         return {k: (s, d) for k, s, d in await cur.fetchall()}
 
 
@@ -66,30 +69,50 @@ def newest_per_key(items: dict[tuple[str, int], tuple[str | None, str]]) -> dict
 
 
 @pytest.mark.parametrize("faulty", [False, True], ids=["faithful", "fault-injection"])
-async def test_sigkill_mid_stream_then_restart_loses_nothing(service, http, pg_url, tmp_path,
-                                                             faulty):
+async def test_sigkill_mid_stream_then_restart_loses_nothing(
+    service, http, pg_url, tmp_path, faulty
+):
     topics = [unique("sink-a"), unique("sink-b")]
     for t in topics:
         async with http.put(f"{service.url}/v0/topics/{t}", json={}) as r:
             assert r.status == 201
     consumer = tmp_path / "landing" / "e2e"
-    args = ["--url", service.url, "--topics", ",".join(topics), "--consumer", "e2e",
-            "--landing", str(tmp_path / "landing"), "--database-url", pg_url,
-            "--flush-rows", "150", "--flush-ms", "100", "--progress-s", "0.5",
-            *(FAULTS if faulty else [])]
+    args = [
+        "--url",
+        service.url,
+        "--topics",
+        ",".join(topics),
+        "--consumer",
+        "e2e",
+        "--landing",
+        str(tmp_path / "landing"),
+        "--database-url",
+        pg_url,
+        "--flush-rows",
+        "150",
+        "--flush-ms",
+        "100",
+        "--progress-s",
+        "0.5",
+        *(FAULTS if faulty else []),
+    ]
     sink = lv.SinkProcess(args, tmp_path / "sink.log")
     sink.start()
     writer = asyncio.create_task(write_all(http, service.url, topics))
-    await wait_for(lambda: sink.alive() and lv.segments(consumer), timeout=60,
-                   what="the first segment")
+    await wait_for(
+        lambda: sink.alive() and lv.segments(consumer), timeout=60, what="the first segment"
+    )
     assert await sink.end(signal.SIGKILL) == -signal.SIGKILL
     killed_at = lv.state(consumer).get("frame_no", 0)
     await writer
 
     sink.start()
-    heads = {t: PER_TOPIC for t in topics}
-    await wait_for(lambda: sink.alive() and lv.state(consumer).get("cursors") == heads,
-                   timeout=120, what="the restarted sink to reach both heads")
+    heads = dict.fromkeys(topics, PER_TOPIC)
+    await wait_for(
+        lambda: sink.alive() and lv.state(consumer).get("cursors") == heads,
+        timeout=120,
+        what="the restarted sink to reach both heads",
+    )
     assert await sink.end(signal.SIGTERM) == 0
     log = sink.log.read_text()
 

@@ -2,6 +2,7 @@
 every record, restarts, and re-sends from the cursors it had persisted (behind the sink's).
 Every re-sent record is recognised, logged and counted; no cursor moves backwards, in memory,
 in ``state.json`` or in a segment footer; and the landing holds exactly the re-sent copies."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,9 @@ LATER = 10  # records appended after the restart, landed once
 
 async def append(http, url: str, topic: str, values: range) -> None:
     for start in range(values.start, values.stop, BATCH):
-        body = {"records": [{"data": {"n": n}} for n in range(start, min(start + BATCH,
-                                                                          values.stop))]}
+        body = {
+            "records": [{"data": {"n": n}} for n in range(start, min(start + BATCH, values.stop))]
+        }
         async with http.post(f"{url}/v0/topics/{topic}/records", json=body) as r:
             assert r.status == 200, await r.text()
 
@@ -42,8 +44,9 @@ async def persisted_cursors(pg_url: str, wid: str) -> dict[str, int]:
         return cursors
 
 
-async def test_redelivery_after_a_service_restart_is_counted_exactly(service, http, pg_url,
-                                                                     tmp_path, caplog):
+async def test_redelivery_after_a_service_restart_is_counted_exactly(
+    service, http, pg_url, tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="auditsync.sink")
     topics = (unique("redo-a"), unique("redo-b"))
     for t in topics:
@@ -52,16 +55,27 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(service, ht
         await append(http, service.url, t, range(1, PER_TOPIC + 1))
     # The write-behind cursor flush is an hour away: killed, the process has persisted only
     # the cursors its session started with, so it re-sends everything after them.
-    proc = ServiceProcess(pg_url, env={"AUDITSYNC_CURSOR_FLUSH_MS": "3600000"},
-                          log_path=tmp_path / "service.log")
+    proc = ServiceProcess(
+        pg_url, env={"AUDITSYNC_CURSOR_FLUSH_MS": "3600000"}, log_path=tmp_path / "service.log"
+    )
     await asyncio.to_thread(proc.start)
-    cfg = lv.config(tmp_path / "landing", proc.url, topics=topics, flush_rows=120,
-                    heartbeat_ms=5000, watchdog_slack_ms=5000, backoff_cap_ms=300)
-    heads = {t: PER_TOPIC for t in topics}
+    cfg = lv.config(
+        tmp_path / "landing",
+        proc.url,
+        topics=topics,
+        flush_rows=120,
+        heartbeat_ms=5000,
+        watchdog_slack_ms=5000,
+        backoff_cap_ms=300,
+    )
+    heads = dict.fromkeys(topics, PER_TOPIC)
     try:
         async with lv.running(cfg) as run:
-            await wait_for(lambda: lv.state(cfg.consumer_dir).get("cursors") == heads,
-                           timeout=60, what="every record landed")
+            await wait_for(
+                lambda: lv.state(cfg.consumer_dir).get("cursors") == heads,
+                timeout=60,
+                what="every record landed",
+            )
             assert run.sink.stats.duplicates == 0
             await asyncio.to_thread(proc.stop, signal.SIGKILL)
             wid = lv.state(cfg.consumer_dir)["wid"]
@@ -73,10 +87,15 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(service, ht
                 await append(http, service.url, t, range(PER_TOPIC + 1, PER_TOPIC + LATER + 1))
             await asyncio.to_thread(proc.start)
             total = 2 * (PER_TOPIC + LATER) + resent
-            done = {t: PER_TOPIC + LATER for t in topics}
-            await wait_for(lambda: run.sink.stats.records == total
-                           and lv.state(cfg.consumer_dir).get("cursors") == done,
-                           timeout=60, what="the re-sent and new records landed")
+            done = dict.fromkeys(topics, PER_TOPIC + LATER)
+            await wait_for(
+                lambda: (
+                    run.sink.stats.records == total
+                    and lv.state(cfg.consumer_dir).get("cursors") == done
+                ),
+                timeout=60,
+                what="the re-sent and new records landed",
+            )
             assert run.sink.stats.duplicates == resent
             assert await run.stop() == 0
     finally:
@@ -86,8 +105,9 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(service, ht
     assert logged == resent
     rows = [r for r in lv.rows(cfg.consumer_dir) if r["kind"] == "record"]
     copies = collections.Counter((r["topic"], r["seq"]) for r in rows)
-    assert copies == {(t, s): 2 if s <= PER_TOPIC else 1
-                      for t in topics for s in range(1, PER_TOPIC + LATER + 1)}
+    assert copies == {
+        (t, s): 2 if s <= PER_TOPIC else 1 for t in topics for s in range(1, PER_TOPIC + LATER + 1)
+    }
 
     footers = [Landing.segment_footer(p)["cursors"] for p in lv.segments(cfg.consumer_dir)]
     assert len(footers) > 2

@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT end the sink process cleanly: the buffer is flushed to a segment, the
 cursor persisted, and the exit status is 0."""
+
 import signal
 
 import pytest
@@ -22,17 +23,41 @@ async def stub():
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_signal_flushes_the_buffer_and_exits_0(stub, tmp_path, sig):
-    stub.scripts.append([record_frame("a", [1, 2], {"a": 2, "b": 0}),
-                         record_frame("b", [1], {"a": 2, "b": 1}), HANG])
+    stub.scripts.append(
+        [
+            record_frame("a", [1, 2], {"a": 2, "b": 0}),
+            record_frame("b", [1], {"a": 2, "b": 1}),
+            HANG,
+        ]
+    )
     consumer = tmp_path / "landing" / "c1"
     # Nothing flushes on its own (huge row and time limits): only the signal can land it.
-    sink = lv.SinkProcess(["--url", stub.url, "--topics", "a,b", "--consumer", "c1",
-                           "--landing", str(tmp_path / "landing"), "--no-index",
-                           "--flush-rows", "1000000", "--flush-ms", "3600000",
-                           "--progress-s", "0.1"], tmp_path / "sink.log")
+    sink = lv.SinkProcess(
+        [
+            "--url",
+            stub.url,
+            "--topics",
+            "a,b",
+            "--consumer",
+            "c1",
+            "--landing",
+            str(tmp_path / "landing"),
+            "--no-index",
+            "--flush-rows",
+            "1000000",
+            "--flush-ms",
+            "3600000",
+            "--progress-s",
+            "0.1",
+        ],
+        tmp_path / "sink.log",
+    )
     sink.start()
-    await wait_for(lambda: sink.alive() and " frames=2 " in sink.log.read_text(), timeout=60,
-                   what="the sink to have buffered both frames")
+    await wait_for(
+        lambda: sink.alive() and " frames=2 " in sink.log.read_text(),
+        timeout=60,
+        what="the sink to have buffered both frames",
+    )
     assert lv.segments(consumer) == []
     assert await sink.end(sig) == 0
     assert [(r["topic"], r["seq"]) for r in lv.rows(consumer)] == [("a", 1), ("a", 2), ("b", 1)]

@@ -1,4 +1,5 @@
 """The SSE parser against the WHATWG rules: line endings, split chunks, BOM, fields."""
+
 import pytest
 
 from watch_service.sink.sse import Comment, Event, Retry, SseParser
@@ -14,14 +15,18 @@ def parse_all(chunks: list[bytes], last_id: str = "") -> list:
     return out
 
 
-WIRE = (b"retry: 2000\n\n"
-        b"id: eyJhIjoxfQ\nevent: record\ndata: {\"topic\":\"a\"}\n\n"
-        b": hb\n\n"
-        b"id: eyJhIjoyfQ\nevent: caught-up\ndata: {\"topic\":\"a\",\"head_seq\":2}\n\n")
-EXPECTED = [Retry(2000),
-            Event("record", '{"topic":"a"}', "eyJhIjoxfQ"),
-            Comment("hb"),
-            Event("caught-up", '{"topic":"a","head_seq":2}', "eyJhIjoyfQ")]
+WIRE = (
+    b"retry: 2000\n\n"
+    b'id: eyJhIjoxfQ\nevent: record\ndata: {"topic":"a"}\n\n'
+    b": hb\n\n"
+    b'id: eyJhIjoyfQ\nevent: caught-up\ndata: {"topic":"a","head_seq":2}\n\n'
+)
+EXPECTED = [
+    Retry(2000),
+    Event("record", '{"topic":"a"}', "eyJhIjoxfQ"),
+    Comment("hb"),
+    Event("caught-up", '{"topic":"a","head_seq":2}', "eyJhIjoyfQ"),
+]
 
 
 def test_whole_stream():
@@ -36,7 +41,7 @@ def test_every_line_ending(eol):
 @pytest.mark.parametrize("eol", [b"\r\n", b"\r", b"\n"])
 def test_split_at_every_byte(eol):
     wire = WIRE.replace(b"\n", eol)
-    assert parse_all([wire[i:i + 1] for i in range(len(wire))]) == EXPECTED
+    assert parse_all([wire[i : i + 1] for i in range(len(wire))]) == EXPECTED
 
 
 def test_crlf_split_between_cr_and_lf_is_one_line_end():
@@ -59,7 +64,7 @@ def test_bom_skipped_once_even_when_split():
 
 def test_utf8_split_inside_a_character():
     wire = "data: é€\n\n".encode()
-    assert parse_all([wire[i:i + 1] for i in range(len(wire))]) == [Event("message", "é€", "")]
+    assert parse_all([wire[i : i + 1] for i in range(len(wire))]) == [Event("message", "é€", "")]
 
 
 def test_multiline_data_joins_with_newline_and_drops_one_space():
@@ -99,5 +104,5 @@ def test_event_type_resets_after_dispatch():
 def test_large_frame_in_many_chunks():
     payload = "x" * 300_000
     wire = f"id: big\nevent: record\ndata: {payload}\n\n".encode()
-    chunks = [wire[i:i + 4096] for i in range(0, len(wire), 4096)]
+    chunks = [wire[i : i + 4096] for i in range(0, len(wire), 4096)]
     assert parse_all(chunks) == [Event("record", payload, "big")]

@@ -2,6 +2,7 @@
 a resume after a dropped connection (``Last-Event-ID``) and after the service process restarts
 (graceful: no record twice; killed: at least once, from the cursors it had persisted), and a
 refusal that ends the watch."""
+
 from __future__ import annotations
 
 import asyncio
@@ -52,8 +53,7 @@ async def test_typed_frames_and_resume_after_a_dropped_connection(service, http)
     topic = await make_topic(http, service.url)
     await append(http, service.url, topic, 1, 2, 3)
     relay = await CuttableRelay(service.port).start()
-    frames = watch(f"http://127.0.0.1:{relay.port}", [topic], heartbeat_ms=1000,
-                   backoff_cap_ms=200)
+    frames = watch(f"http://127.0.0.1:{relay.port}", [topic], heartbeat_ms=1000, backoff_cap_ms=200)
     try:
         first = await asyncio.wait_for(until_caught_up(frames, 3), 20)
         assert [f.event for f in first] == ["record", "caught-up"]
@@ -64,8 +64,10 @@ async def test_typed_frames_and_resume_after_a_dropped_connection(service, http)
         await append(http, service.url, topic, 4, 5)
         second = await asyncio.wait_for(until_caught_up(frames, 5), 20)
         assert seqs(first + second) == [1, 2, 3, 4, 5]
-        assert [r.get("last-event-id") for r in relay.stream_requests()] == \
-            [None, cursor_codec.encode({topic: 3})]
+        assert [r.get("last-event-id") for r in relay.stream_requests()] == [
+            None,
+            cursor_codec.encode({topic: 3}),
+        ]
     finally:
         await frames.aclose()
         await relay.stop()
@@ -75,8 +77,9 @@ async def test_typed_frames_and_resume_after_a_dropped_connection(service, http)
 async def test_resume_across_a_service_restart(service, http, pg_url, tmp_path, sig):
     # The restarted process persists cursors only when a stream closes (the write-behind
     # flush is an hour away): killed, it resumes from the cursors the session started with.
-    proc = ServiceProcess(pg_url, env={"AUDITSYNC_CURSOR_FLUSH_MS": "3600000"},
-                          log_path=tmp_path / "service.log")
+    proc = ServiceProcess(
+        pg_url, env={"AUDITSYNC_CURSOR_FLUSH_MS": "3600000"}, log_path=tmp_path / "service.log"
+    )
     await asyncio.to_thread(proc.start)
     topic = await make_topic(http, service.url)
     await append(http, service.url, topic, 1, 2, 3)

@@ -1,4 +1,5 @@
 """Literal landing / source rows for the spark tests: a tiny frame-by-frame stream writer."""
+
 from __future__ import annotations
 
 import base64
@@ -47,36 +48,65 @@ class Stream:
         self.cursors[topic] = cursor
         fid = frame_id(self.cursors)
         for item in items:
-            row = {"consumer": self.consumer, "filter_node": self.filter_node,
-                   "frame_no": self.frame_no, "frame_id": fid, "received_ms": 1_000 + self.frame_no,
-                   "topic": topic, "cursor": cursor, **item}
+            row = {
+                "consumer": self.consumer,
+                "filter_node": self.filter_node,
+                "frame_no": self.frame_no,
+                "frame_id": fid,
+                "received_ms": 1_000 + self.frame_no,
+                "topic": topic,
+                "cursor": cursor,
+                **item,
+            }
             self.rows.append(tuple(row.get(c) for c in COLUMN_NAMES))
 
-    def records(self, topic: str, seqs: list[int], cursor: int | None = None,
-                data: dict[int, str] | None = None,
-                nodes: dict[int, str] | None = None) -> "Stream":
+    def records(
+        self,
+        topic: str,
+        seqs: list[int],
+        cursor: int | None = None,
+        data: dict[int, str] | None = None,
+        nodes: dict[int, str] | None = None,
+    ) -> Stream:
         items = []
         for s in seqs:
             text = (data or {}).get(s, payload(s, topic))
-            items.append({"kind": KIND_RECORD, "seq": s, "ts": 1_700_000_000_000 + s,
-                          "node": (nodes or {}).get(s), "data": text, "data_sha256": sha(text),
-                          "head_seq": max(seqs)})
+            items.append(
+                {
+                    "kind": KIND_RECORD,
+                    "seq": s,
+                    "ts": 1_700_000_000_000 + s,
+                    "node": (nodes or {}).get(s),
+                    "data": text,
+                    "data_sha256": sha(text),
+                    "head_seq": max(seqs),
+                }
+            )
         self._frame(topic, max(seqs) if cursor is None else cursor, items)
         return self
 
-    def tombstone(self, topic: str, gap_from: int, gap_to: int, reason: str = "cap") -> "Stream":
-        self._frame(topic, gap_to, [{"kind": KIND_TOMBSTONE, "reason": reason,
-                                     "gap_from": gap_from, "gap_to": gap_to}])
+    def tombstone(self, topic: str, gap_from: int, gap_to: int, reason: str = "cap") -> Stream:
+        self._frame(
+            topic,
+            gap_to,
+            [{"kind": KIND_TOMBSTONE, "reason": reason, "gap_from": gap_from, "gap_to": gap_to}],
+        )
         return self
 
-    def caught_up(self, topic: str, head: int) -> "Stream":
-        self._frame(topic, max(head, self.cursors.get(topic, 0)),
-                    [{"kind": KIND_CAUGHT_UP, "head_seq": head}])
+    def caught_up(self, topic: str, head: int) -> Stream:
+        self._frame(
+            topic,
+            max(head, self.cursors.get(topic, 0)),
+            [{"kind": KIND_CAUGHT_UP, "head_seq": head}],
+        )
         return self
 
-    def topic_deleted(self, topic: str, head: int) -> "Stream":
-        self._frame(topic, max(head, self.cursors.get(topic, 0)),
-                    [{"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}])
+    def topic_deleted(self, topic: str, head: int) -> Stream:
+        self._frame(
+            topic,
+            max(head, self.cursors.get(topic, 0)),
+            [{"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}],
+        )
         return self
 
 
@@ -112,16 +142,29 @@ def make_source(url: str, topics: dict[str, dict]) -> dict[tuple[str, int], str]
             seqs, gap = spec["seqs"], spec.get("gap")
             earliest = min(seqs) if seqs else (gap[1] + 1 if gap else 1)
             head = max(seqs + ([gap[1]] if gap else []))
-            conn.execute("INSERT INTO topics (name, head_seq, earliest_seq) VALUES (%s, %s, %s)",
-                         (name, head, earliest))
+            conn.execute(
+                "INSERT INTO topics (name, head_seq, earliest_seq) VALUES (%s, %s, %s)",
+                (name, head, earliest),
+            )
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO records (topic, seq, ts, tag, node, meta, data) "
                     "VALUES (%s, %s, %s, NULL, %s, NULL, %s::json)",
-                    [(name, s, 1_700_000_000_000 + s, spec.get("nodes", {}).get(s),
-                      payload(s, name)) for s in seqs])
+                    [
+                        (
+                            name,
+                            s,
+                            1_700_000_000_000 + s,
+                            spec.get("nodes", {}).get(s),
+                            payload(s, name),
+                        )
+                        for s in seqs
+                    ],
+                )
             if gap:
-                conn.execute("INSERT INTO gaps (topic, gap_from, gap_to, reason) "
-                             "VALUES (%s, %s, %s, 'cap')", (name, *gap))
+                conn.execute(
+                    "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, %s, %s, 'cap')",
+                    (name, *gap),
+                )
             out.update({(name, s): payload(s, name) for s in seqs})
     return out

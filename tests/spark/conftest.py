@@ -1,5 +1,6 @@
 """The spark test layer: ONE local SparkSession for the whole test session (a cold one costs
 ~6-10 s), built by the jobs' own session builder with the PostgreSQL JDBC driver."""
+
 from __future__ import annotations
 
 import os
@@ -14,17 +15,21 @@ from spark_jobs.common.session import build_session
 def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = build_session("auditsync-tests", master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.ui.enabled": "false",
-        "spark.sql.adaptive.enabled": "false",
-        "spark.driver.memory": "1g",
-        # Tiny literal tables: compiling is the cost, not running. C1-only JIT and no
-        # whole-stage codegen roughly halve the CPU the suite spends.
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-        "spark.sql.codegen.wholeStage": "false",
-    })
+    session = build_session(
+        "auditsync-tests",
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.enabled": "false",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.driver.memory": "1g",
+            # Tiny literal tables: compiling is the cost, not running. C1-only JIT and no
+            # whole-stage codegen roughly halve the CPU the suite spends.
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.sql.codegen.wholeStage": "false",
+        },
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

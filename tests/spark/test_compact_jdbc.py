@@ -1,5 +1,6 @@
 """compact's cursor_before, the JDBC URL conversion, and partitioned JDBC reads of the real
 test PostgreSQL (exact rows, exact JSON text)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,29 +19,51 @@ pytestmark = pytest.mark.spark
 
 
 def test_cursor_before_is_the_topic_cursor_in_the_previous_frame_id(spark):
-    s = (Stream("c", {"a": 3, "b": 0}).records("b", [1, 2]).records("a", [4, 5])
-         .caught_up("b", 9).records("a", [6]))
+    s = (
+        Stream("c", {"a": 3, "b": 0})
+        .records("b", [1, 2])
+        .records("a", [4, 5])
+        .caught_up("b", 9)
+        .records("a", [6])
+    )
     garbled = list(s.rows[-1])
     garbled[3] = "not-a-cursor!"  # an opaque id: the next frame learns nothing from it
     other = Stream("d", {"a": 0}).records("a", [1])
     rows = s.rows[:-1] + [tuple(garbled)] + other.rows
-    got = {(r.consumer, r.frame_no, r.seq): r.cursor_before
-           for r in compact(spark.createDataFrame(rows, LANDING)).collect()}
-    assert got == {("c", 1, 1): None, ("c", 1, 2): None,   # the consumer's first frame
-                   ("c", 2, 4): 3, ("c", 2, 5): 3,         # a's start, from frame 1's id
-                   ("c", 3, None): 2, ("c", 4, 6): 5,
-                   ("d", 1, 1): None}
-    assert columns(compact(spark.createDataFrame(rows, LANDING)).schema)[:len(LANDING)] == \
-        columns(LANDING)
+    got = {
+        (r.consumer, r.frame_no, r.seq): r.cursor_before
+        for r in compact(spark.createDataFrame(rows, LANDING)).collect()
+    }
+    assert got == {
+        ("c", 1, 1): None,
+        ("c", 1, 2): None,  # the consumer's first frame
+        ("c", 2, 4): 3,
+        ("c", 2, 5): 3,  # a's start, from frame 1's id
+        ("c", 3, None): 2,
+        ("c", 4, 6): 5,
+        ("d", 1, 1): None,
+    }
+    assert columns(compact(spark.createDataFrame(rows, LANDING)).schema)[: len(LANDING)] == columns(
+        LANDING
+    )
 
 
-@pytest.mark.parametrize("url, expected_url, props", [
-    ("postgresql://postgres@127.0.0.1:5433/auditsync", "jdbc:postgresql://127.0.0.1:5433/auditsync",
-     {"user": "postgres"}),
-    ("postgres://u:p%40ss@db.example/app?sslmode=require", "jdbc:postgresql://db.example:5432/app",
-     {"user": "u", "password": "p@ss", "sslmode": "require"}),
-    ("postgresql://u@[::1]:6000/x", "jdbc:postgresql://[::1]:6000/x", {"user": "u"}),
-])
+@pytest.mark.parametrize(
+    "url, expected_url, props",
+    [
+        (
+            "postgresql://postgres@127.0.0.1:5433/auditsync",
+            "jdbc:postgresql://127.0.0.1:5433/auditsync",
+            {"user": "postgres"},
+        ),
+        (
+            "postgres://u:p%40ss@db.example/app?sslmode=require",
+            "jdbc:postgresql://db.example:5432/app",
+            {"user": "u", "password": "p@ss", "sslmode": "require"},
+        ),
+        ("postgresql://u@[::1]:6000/x", "jdbc:postgresql://[::1]:6000/x", {"user": "u"}),
+    ],
+)
 def test_jdbc_target(url, expected_url, props):
     target = jdbc.jdbc_target(url)
     assert target.url == expected_url
@@ -58,16 +81,30 @@ def source_topic(pg_url):
     topic = unique("jdbc")
     datas = [f'{{"i": {i},  "s":"zürich {i}", "n":[1, 2]}}' for i in range(1, 301)]
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO topics (name, head_seq, earliest_seq) VALUES (%s, 300, 1)",
-                     (topic,))
+        conn.execute(
+            "INSERT INTO topics (name, head_seq, earliest_seq) VALUES (%s, 300, 1)", (topic,)
+        )
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO records (topic, seq, ts, tag, node, meta, data) "
                 "VALUES (%s, %s, %s, %s, %s, %s::json, %s::json)",
-                [(topic, i, 1_000 + i, f"k{i % 7}" if i % 2 else None, "n1" if i % 3 == 0 else None,
-                  '{"m": true}' if i == 5 else None, datas[i - 1]) for i in range(1, 301)])
-        conn.execute("INSERT INTO gaps (topic, gap_from, gap_to, reason) "
-                     "VALUES (%s, 301, 310, 'ttl')", (topic,))
+                [
+                    (
+                        topic,
+                        i,
+                        1_000 + i,
+                        f"k{i % 7}" if i % 2 else None,
+                        "n1" if i % 3 == 0 else None,
+                        '{"m": true}' if i == 5 else None,
+                        datas[i - 1],
+                    )
+                    for i in range(1, 301)
+                ],
+            )
+        conn.execute(
+            "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, 301, 310, 'ttl')",
+            (topic,),
+        )
     return topic, datas
 
 
@@ -78,12 +115,14 @@ def test_partitioned_read_returns_exact_rows_and_json_text(spark, pg_url, source
     assert records.rdd.getNumPartitions() == 3
     mine = sorted(records.filter(records.topic == topic).collect(), key=lambda r: r.seq)
     assert [r.seq for r in mine] == list(range(1, 301))
-    assert [r.data for r in mine] == datas                      # byte-exact stored text
+    assert [r.data for r in mine] == datas  # byte-exact stored text
     assert mine[4].meta == '{"m": true}' and mine[3].meta is None
     assert (mine[2].tag, mine[2].node, mine[2].ts) == ("k3", "n1", 1_003)
     hashed = records.filter(records.topic == topic).selectExpr("seq", "sha2(data, 256) AS h")
     assert {r.seq: r.h for r in hashed.collect()} == {
-        i: hashlib.sha256(d.encode()).hexdigest() for i, d in enumerate(datas, 1)}
+        i: hashlib.sha256(d.encode()).hexdigest() for i, d in enumerate(datas, 1)
+    }
     gaps = jdbc.read_gaps(spark, target)
     assert [tuple(g) for g in gaps.filter(gaps.topic == topic).collect()] == [
-        (topic, 301, 310, "ttl")]
+        (topic, 301, 310, "ttl")
+    ]

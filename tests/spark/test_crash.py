@@ -3,6 +3,7 @@ stopped (an exception from its crash hook, as a kill would) after compact moved 
 into the deliveries table but before its commit record, after reconcile wrote its outputs but
 before its PostgreSQL commit, and between two audit-log partition swaps (the defect that run
 found stays open and the next run repairs it)."""
+
 from __future__ import annotations
 
 import pyarrow.dataset as ds
@@ -28,6 +29,7 @@ def kill_at(point: str):
     def hook(reached: str) -> None:
         if reached == point:
             raise Killed(point)
+
     return hook
 
 
@@ -41,30 +43,41 @@ def outcome(spark, pg_url, tmp_path_factory):
     a, b = unique("ca"), unique("cb")
     make_source(pg_url, {a: {"seqs": list(range(1, 41))}, b: {"seqs": list(range(1, 21))}})
     root = tmp_path_factory.mktemp("crash")
-    c = (Stream("c-" + a, {a: 0, b: 0}).records(a, list(range(1, 11))).records(b, [1, 2, 3])
-         .records(a, [s for s in range(11, 21) if s != 15]).records(b, list(range(4, 21)))
-         .records(a, list(range(21, 41))))
+    c = (
+        Stream("c-" + a, {a: 0, b: 0})
+        .records(a, list(range(1, 11)))
+        .records(b, [1, 2, 3])
+        .records(a, [s for s in range(11, 21) if s != 15])
+        .records(b, list(range(4, 21)))
+        .records(a, list(range(21, 41)))
+    )
     d = Stream("d-" + a, {a: 30}).records(a, list(range(31, 41)))
     landing = root / "landing"
     clean = Layout(landing, root / "clean", "")
     crashed = Layout(landing, root / "crashed", "")
     # Something new for every run; frame 3 drops a.15, so the run killed in backfill leaves a
     # repair open that the next run carries forward.
-    points = ["compact.moving", "backfill.swapping", "compact.committing",
-              "reconcile.committing"]
+    points = ["compact.moving", "backfill.swapping", "compact.committing", "reconcile.committing"]
     segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
     reruns = {}
     for point, segment in zip(points, segments):
         write_segment(landing, *segment)
         with pytest.raises(Killed):
-            runner.run_steps(spark, Layout(landing, crashed.work, unique("k")), pg_url, 2,
-                             hook=kill_at(point))
-        reruns[point] = runner.run_steps(spark, Layout(landing, crashed.work, unique("r")),
-                                         pg_url, 2)
+            runner.run_steps(
+                spark, Layout(landing, crashed.work, unique("k")), pg_url, 2, hook=kill_at(point)
+            )
+        reruns[point] = runner.run_steps(
+            spark, Layout(landing, crashed.work, unique("r")), pg_url, 2
+        )
     # Incremental runs equal one run over everything (test_incremental): the clean reference.
     runner.run_steps(spark, Layout(landing, clean.work, unique("c")), pg_url, 2)
-    return {"clean": clean, "crashed": crashed, "url": pg_url, "reruns": reruns,
-            "landed": len(c.rows) + len(d.rows)}
+    return {
+        "clean": clean,
+        "crashed": crashed,
+        "url": pg_url,
+        "reruns": reruns,
+        "landed": len(c.rows) + len(d.rows),
+    }
 
 
 def test_no_segment_is_skipped_or_counted_twice(outcome):
@@ -87,9 +100,9 @@ def test_verdicts_and_audit_log_equal_a_clean_run(outcome):
 
 def test_a_repair_left_open_by_a_killed_backfill_is_carried_forward(outcome):
     rerun = outcome["reruns"]["backfill.swapping"]
-    assert rerun["reconcile"]["seqs"] == 0                    # nothing new to judge
-    assert rerun["backfill"]["carried_runs"] == 1             # the killed run's repair
-    assert rerun["backfill"]["repair_keys"] == 1              # a.15
+    assert rerun["reconcile"]["seqs"] == 0  # nothing new to judge
+    assert rerun["backfill"]["carried_runs"] == 1  # the killed run's repair
+    assert rerun["backfill"]["repair_keys"] == 1  # a.15
     assert rerun["verify"]["carried_runs"] == 1 and rerun["verify"]["passed"]
     later = outcome["reruns"]["compact.committing"]
-    assert later["backfill"]["carried_runs"] == 0             # closed by that verify
+    assert later["backfill"]["carried_runs"] == 0  # closed by that verify

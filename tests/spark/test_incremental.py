@@ -13,6 +13,7 @@ cap, keeps 21..30. Consumers, frame by frame (run 1 | run 2 | run 3):
   signalled: a retention gap whose verdict spans runs; unverifiable / silent gap).
 - ``joiner`` subscribes A at 5 in run 3 only (a consumer that joins late).
 """
+
 from __future__ import annotations
 
 import pyarrow.dataset as ds
@@ -34,11 +35,20 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 def streams(a: str, g: str) -> list[tuple[Stream, list[int]]]:
     """Each stream with the last frame number landed by runs 1, 2 and 3."""
     bad, ghost = {6: '{"n":"corrupt"}'}, {31: payload(31, a)}
-    c1 = (Stream("c1-" + a, {a: 0}).records(a, [1, 2, 3], cursor=4).records(a, [5])
-          .records(a, [5]).records(a, [6], data=bad))                              # frames 1-4
+    c1 = (
+        Stream("c1-" + a, {a: 0})
+        .records(a, [1, 2, 3], cursor=4)
+        .records(a, [5])
+        .records(a, [5])
+        .records(a, [6], data=bad)
+    )  # frames 1-4
     c1.records(a, [s for s in range(7, 31) if s != 17]).records(a, [31], data=ghost)  # 5-6
-    (c1.records(a, [2], cursor=2).records(a, [4], cursor=4).records(a, [6], cursor=6)
-     .records(a, [31], cursor=31, data=ghost))                                      # 7-10
+    (
+        c1.records(a, [2], cursor=2)
+        .records(a, [4], cursor=4)
+        .records(a, [6], cursor=6)
+        .records(a, [31], cursor=31, data=ghost)
+    )  # 7-10
     gap = Stream("gap-" + a, {g: 0}, filter_node="web-1").tombstone(g, 1, 10)
     gap.records(g, list(range(21, 31)))
     gap2 = Stream("gap2-" + a, {g: 0}).tombstone(g, 1, 10).records(g, list(range(21, 31)))
@@ -65,8 +75,13 @@ def net(url: str, layout: Layout) -> dict:
 @pytest.fixture(scope="module")
 def world(spark, pg_url, tmp_path_factory):
     a, g = unique("ia"), unique("ig")
-    make_source(pg_url, {a: {"seqs": list(range(1, 31)), "nodes": {4: "web-1"}},
-                         g: {"seqs": list(range(21, 31)), "gap": (1, 20)}})
+    make_source(
+        pg_url,
+        {
+            a: {"seqs": list(range(1, 31)), "nodes": {4: "web-1"}},
+            g: {"seqs": list(range(21, 31)), "gap": (1, 20)},
+        },
+    )
     root = tmp_path_factory.mktemp("incremental")
     plan = streams(a, g)
     inc = Layout(root / "landing", root / "inc", "")
@@ -78,8 +93,16 @@ def world(spark, pg_url, tmp_path_factory):
     whole = Layout(root / "landing", root / "whole", unique("whole"))
     whole_figures = runner.run_steps(spark, whole, pg_url, partitions=2)
     audit = runner.audit(spark, Layout(inc.landing, inc.work, unique("audit")), pg_url, 2)
-    return {"a": a, "g": g, "inc": inc, "whole": whole, "figures": figures, "url": pg_url,
-            "whole_figures": whole_figures, "audit": audit}
+    return {
+        "a": a,
+        "g": g,
+        "inc": inc,
+        "whole": whole,
+        "figures": figures,
+        "url": pg_url,
+        "whole_figures": whole_figures,
+        "audit": audit,
+    }
 
 
 def test_incremental_runs_equal_one_run_over_everything(world):
@@ -88,11 +111,15 @@ def test_incremental_runs_equal_one_run_over_everything(world):
     a, g = world["a"], world["g"]
     D = st.DELIVERED
     assert inc == {
-        ("c1-" + a, a, D): 29, ("c1-" + a, a, st.DUPLICATE): 3, ("c1-" + a, a, st.SILENT_GAP): 1,
+        ("c1-" + a, a, D): 29,
+        ("c1-" + a, a, st.DUPLICATE): 3,
+        ("c1-" + a, a, st.SILENT_GAP): 1,
         ("c1-" + a, a, st.PHANTOM): 1,
-        ("gap-" + a, g, st.TOMBSTONED): 10, ("gap-" + a, g, st.UNVERIFIABLE): 10,
+        ("gap-" + a, g, st.TOMBSTONED): 10,
+        ("gap-" + a, g, st.UNVERIFIABLE): 10,
         ("gap-" + a, g, D): 10,
-        ("gap2-" + a, g, st.TOMBSTONED): 10, ("gap2-" + a, g, st.SILENT_GAP): 10,
+        ("gap2-" + a, g, st.TOMBSTONED): 10,
+        ("gap2-" + a, g, st.SILENT_GAP): 10,
         ("gap2-" + a, g, D): 10,
         ("joiner-" + a, a, D): 25,
     }
@@ -108,8 +135,9 @@ def test_the_audit_logs_are_the_same(world):
     assert inc == whole
     keys = [(t, int(s)) for t, s, *_ in inc]
     assert len(keys) == len(set(keys))
-    assert sorted(keys) == sorted([(world["a"], s) for s in range(1, 31)]
-                                  + [(world["g"], s) for s in range(21, 31)])
+    assert sorted(keys) == sorted(
+        [(world["a"], s) for s in range(1, 31)] + [(world["g"], s) for s in range(21, 31)]
+    )
 
 
 def test_each_run_judges_only_its_window(world):
@@ -127,9 +155,9 @@ def test_injected_faults_are_exactly_the_defects_found(world):
     """Drops and corruptions, as the sink injects them, found seq by seq in the run that
     judged them; repaired ones (a later copy) are revised, the rest backfilled."""
     first, second, third = world["figures"]
-    assert first["verify"]["found"] == 2             # 4 dropped, 6 corrupted
-    assert first["verify"]["remaining"] == 0         # both backfilled from PostgreSQL
-    assert second["verify"]["found"] == 1 + 10 + 1   # 17 dropped, gap2's 11..20, phantom 31
-    assert second["verify"]["remaining"] == 11       # 17 backfilled; the rest cannot be
-    assert third["verify"]["found"] == 0             # the late copies repair, not break
+    assert first["verify"]["found"] == 2  # 4 dropped, 6 corrupted
+    assert first["verify"]["remaining"] == 0  # both backfilled from PostgreSQL
+    assert second["verify"]["found"] == 1 + 10 + 1  # 17 dropped, gap2's 11..20, phantom 31
+    assert second["verify"]["remaining"] == 11  # 17 backfilled; the rest cannot be
+    assert third["verify"]["found"] == 0  # the late copies repair, not break
     assert third["verify"]["passed"]

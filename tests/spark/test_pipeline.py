@@ -13,6 +13,7 @@ appends, so 1..3 are a ``cap`` gap. Consumers:
   (unverifiable: it filters a node).
 - ``worse`` got B's 1..2 and 4..8: 3 is a silent gap whose source is gone (unrepairable).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,9 +41,16 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 # Tiny inputs: C1-only JIT and no codegen/AQE halve a cold session's CPU.
-SMALL_RUN = [x for kv in ("spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
-                          "spark.sql.shuffle.partitions=2", "spark.sql.adaptive.enabled=false",
-                          "spark.sql.codegen.wholeStage=false") for x in ("--conf", kv)]
+SMALL_RUN = [
+    x
+    for kv in (
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+        "spark.sql.shuffle.partitions=2",
+        "spark.sql.adaptive.enabled=false",
+        "spark.sql.codegen.wholeStage=false",
+    )
+    for x in ("--conf", kv)
+]
 _ARROW = {"string": pa.string(), "int64": pa.int64()}
 SCHEMA = pa.schema([pa.field(n, _ARROW[k]) for n, k in COLUMNS])
 
@@ -51,13 +59,27 @@ async def _make_source(url: str, a: str, b: str) -> dict[tuple[str, int], str]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await store.put_topic(conn, a, TopicConfig(None, None))
         await store.put_topic(conn, b, TopicConfig(5, None))
-        await store.append(conn, a, [
-            NewRecord(data=f'{{"i":{i},"s":"grüße"}}', meta=None, tag="k3" if i == 3 else None,
-                      node="web-1" if i == 4 else None) for i in range(1, 11)])
-        await store.append(conn, b, [NewRecord(data=f'{{"b":{i}}}', meta=None, tag=None, node=None)
-                                     for i in range(1, 9)])
+        await store.append(
+            conn,
+            a,
+            [
+                NewRecord(
+                    data=f'{{"i":{i},"s":"grüße"}}',
+                    meta=None,
+                    tag="k3" if i == 3 else None,
+                    node="web-1" if i == 4 else None,
+                )
+                for i in range(1, 11)
+            ],
+        )
+        await store.append(
+            conn,
+            b,
+            [NewRecord(data=f'{{"b":{i}}}', meta=None, tag=None, node=None) for i in range(1, 9)],
+        )
         cur = await conn.execute(
-            "SELECT topic, seq, data::text FROM records WHERE topic IN (%s, %s)", (a, b))
+            "SELECT topic, seq, data::text FROM records WHERE topic IN (%s, %s)", (a, b)
+        )
         return {(t, s): d for t, s, d in await cur.fetchall()}
 
 
@@ -67,7 +89,7 @@ def _write_landing(root: Path, stream: Stream, split: int) -> None:
     names = [c for c, _ in COLUMNS]
     frame_no = names.index("frame_no")
     early = [r for r in stream.rows if r[frame_no] <= split]
-    for part in (early, stream.rows[len(early):]):
+    for part in (early, stream.rows[len(early) :]):
         if part:
             first, last = part[0][frame_no], part[-1][frame_no]
             table = pa.Table.from_pylist([dict(zip(names, r)) for r in part], schema=SCHEMA)
@@ -77,43 +99,75 @@ def _write_landing(root: Path, stream: Stream, split: int) -> None:
 def _landing(root: Path, a: str, b: str, data: dict) -> None:
     def text(topic, seqs):
         return {s: data[(topic, s)] for s in seqs if (topic, s) in data}
-    good = (Stream("good", {a: 5, b: 0}).tombstone(b, 1, 3)
-            .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9))).caught_up(b, 8)
-            .records(a, [6, 7, 8, 9, 10], data=text(a, range(6, 11))).caught_up(a, 10))
-    bad = (Stream("bad", {a: 0, b: 0}, filter_node="web-1")
-           .records(a, [1], cursor=2, data=text(a, [1]))
-           .records(a, [3], data={3: '{"i":3,"s":"grusse"}'})
-           .records(a, [5, 6], data=text(a, [5, 6])).records(a, [6], data=text(a, [6]))
-           .records(b, [1, 2], data={1: '{"b":1}', 2: '{"b":2}'})
-           .records(a, [7, 8, 9, 10, 11], data=text(a, range(7, 11)))
-           .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9))))
-    worse = (Stream("worse", {b: 0}).records(b, [1, 2], data={1: '{"b":1}', 2: '{"b":2}'})
-             .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9))))
+
+    good = (
+        Stream("good", {a: 5, b: 0})
+        .tombstone(b, 1, 3)
+        .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9)))
+        .caught_up(b, 8)
+        .records(a, [6, 7, 8, 9, 10], data=text(a, range(6, 11)))
+        .caught_up(a, 10)
+    )
+    bad = (
+        Stream("bad", {a: 0, b: 0}, filter_node="web-1")
+        .records(a, [1], cursor=2, data=text(a, [1]))
+        .records(a, [3], data={3: '{"i":3,"s":"grusse"}'})
+        .records(a, [5, 6], data=text(a, [5, 6]))
+        .records(a, [6], data=text(a, [6]))
+        .records(b, [1, 2], data={1: '{"b":1}', 2: '{"b":2}'})
+        .records(a, [7, 8, 9, 10, 11], data=text(a, range(7, 11)))
+        .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9)))
+    )
+    worse = (
+        Stream("worse", {b: 0})
+        .records(b, [1, 2], data={1: '{"b":1}', 2: '{"b":2}'})
+        .records(b, [4, 5, 6, 7, 8], data=text(b, range(4, 9)))
+    )
     for stream in (good, bad, worse):
         _write_landing(root, stream, split=3)
 
 
 def _summary(url: str, run_id: str) -> dict:
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT consumer, topic, status, count, remaining, example_seqs "
-                            "FROM reconcile_summary WHERE run_id = %s", (run_id,)).fetchall()
-        run = conn.execute("SELECT status, defects_found, defects_remaining, steps ? 'verify' "
-                           "FROM pipeline_runs WHERE run_id = %s", (run_id,)).fetchone()
+        rows = conn.execute(
+            "SELECT consumer, topic, status, count, remaining, example_seqs "
+            "FROM reconcile_summary WHERE run_id = %s",
+            (run_id,),
+        ).fetchall()
+        run = conn.execute(
+            "SELECT status, defects_found, defects_remaining, steps ? 'verify' "
+            "FROM pipeline_runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
     return {"rows": {(c, t, s): (n, r, ex) for c, t, s, n, r, ex in rows}, "run": run}
 
 
 def _search(url: str, a: str) -> list:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT doc_key, seq, data::text FROM search_documents "
-                            "WHERE topic = %s ORDER BY doc_key", (a,)).fetchall()
+        return conn.execute(
+            "SELECT doc_key, seq, data::text FROM search_documents "
+            "WHERE topic = %s ORDER BY doc_key",
+            (a,),
+        ).fetchall()
 
 
 def _pipeline(argv: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     env.pop("PYSPARK_SUBMIT_ARGS", None)
-    return subprocess.run([sys.executable, "-m", "spark_jobs.runner", *argv], env=env,
-                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "spark_jobs.runner", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
 
 
 def _layout_1(work: Path) -> None:
@@ -130,9 +184,22 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
     _landing(tmp_path / "landing", a, b, data)
     _layout_1(tmp_path / "work")
     run_id = unique("run")
-    argv = ["run", "--landing", str(tmp_path / "landing"), "--work", str(tmp_path / "work"),
-            "--run-id", run_id, "--database-url", pg_url, "--driver-memory", "1g",
-            "--num-partitions", "2", *SMALL_RUN]
+    argv = [
+        "run",
+        "--landing",
+        str(tmp_path / "landing"),
+        "--work",
+        str(tmp_path / "work"),
+        "--run-id",
+        run_id,
+        "--database-url",
+        pg_url,
+        "--driver-memory",
+        "1g",
+        "--num-partitions",
+        "2",
+        *SMALL_RUN,
+    ]
 
     done = _pipeline(argv)
     assert done.returncode == runner.EXIT_FAILED_GATE, done.stderr[-3000:]
@@ -147,24 +214,34 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
     D, S, M, P = st.DELIVERED, st.SILENT_GAP, st.MISMATCH, st.PHANTOM
     assert first["rows"] == {
         ("good", a, D): (5, None, None),
-        ("good", b, D): (5, None, None), ("good", b, st.TOMBSTONED): (3, None, None),
-        ("bad", a, D): (7, None, None), ("bad", a, st.DUPLICATE): (1, None, None),
+        ("good", b, D): (5, None, None),
+        ("good", b, st.TOMBSTONED): (3, None, None),
+        ("bad", a, D): (7, None, None),
+        ("bad", a, st.DUPLICATE): (1, None, None),
         ("bad", a, st.FILTERED): (1, None, None),
-        ("bad", a, S): (1, 0, []), ("bad", a, M): (1, 0, []), ("bad", a, P): (1, 1, [11]),
-        ("bad", b, D): (5, None, None), ("bad", b, st.TRIMMED_AFTER_DELIVERY): (2, None, None),
+        ("bad", a, S): (1, 0, []),
+        ("bad", a, M): (1, 0, []),
+        ("bad", a, P): (1, 1, [11]),
+        ("bad", b, D): (5, None, None),
+        ("bad", b, st.TRIMMED_AFTER_DELIVERY): (2, None, None),
         ("bad", b, st.UNVERIFIABLE): (1, None, None),
-        ("worse", b, D): (5, None, None), ("worse", b, st.TRIMMED_AFTER_DELIVERY): (2, None, None),
+        ("worse", b, D): (5, None, None),
+        ("worse", b, st.TRIMMED_AFTER_DELIVERY): (2, None, None),
         ("worse", b, S): (1, 1, [3]),
     }
     assert first["run"] == ("failed", 4, 2, True)
 
     audit = pq.read_table(tmp_path / "work" / "audit_log").to_pandas()
     by_key = {(str(r.topic), int(r.seq)): r for r in audit.itertuples()}
-    assert sorted(by_key) == sorted([(a, s) for s in (1, 2, 3, 5, 6, 7, 8, 9, 10)]
-                                    + [(b, s) for s in (1, 2, 4, 5, 6, 7, 8)])
+    assert sorted(by_key) == sorted(
+        [(a, s) for s in (1, 2, 3, 5, 6, 7, 8, 9, 10)] + [(b, s) for s in (1, 2, 4, 5, 6, 7, 8)]
+    )
     assert {s: by_key[(a, s)].origin for s in (1, 2, 3, 5)} == {
-        1: st.ORIGIN_DELIVERED, 2: st.ORIGIN_BACKFILL, 3: st.ORIGIN_BACKFILL,
-        5: st.ORIGIN_DELIVERED}
+        1: st.ORIGIN_DELIVERED,
+        2: st.ORIGIN_BACKFILL,
+        3: st.ORIGIN_BACKFILL,
+        5: st.ORIGIN_DELIVERED,
+    }
     assert all(r.data == data[k] for k, r in by_key.items() if k in data)  # B 1..2: trimmed
     search = _search(pg_url, a)
     assert [(k, s) for k, s, _ in search] == [(f"{a}/2", 2), (f"{a}/k3", 3)]
@@ -176,6 +253,8 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
     assert _summary(pg_url, run_id) == first
     again = pq.read_table(tmp_path / "work" / "audit_log").to_pandas()
     cols = ["topic", "seq", "ts", "tag", "data", "data_sha256", "origin"]
-    assert (again[cols].astype(str).sort_values(["topic", "seq"]).values.tolist()
-            == audit[cols].astype(str).sort_values(["topic", "seq"]).values.tolist())
+    assert (
+        again[cols].astype(str).sort_values(["topic", "seq"]).values.tolist()
+        == audit[cols].astype(str).sort_values(["topic", "seq"]).values.tolist()
+    )
     assert _search(pg_url, a) == search

@@ -4,6 +4,7 @@ Source: ``orders`` seqs 1..12 (4 and 9 from node web-1); ``trimmed`` lost 1..5 t
 keeps 6..10; ``gone`` was deleted at head 4 and recreated (5..6); ``ranges`` seqs 1..20.
 Each consumer below exercises a few rules; the comments say which.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -17,45 +18,75 @@ from .builders import Stream, payload
 
 pytestmark = pytest.mark.spark
 
-SOURCE = ([("orders", s, "web-1" if s in (4, 9) else None) for s in range(1, 13)]
-          + [("trimmed", s, None) for s in range(6, 11)]
-          + [("gone", s, None) for s in (5, 6)]
-          + [("ranges", s, None) for s in range(1, 21)])
+SOURCE = (
+    [("orders", s, "web-1" if s in (4, 9) else None) for s in range(1, 13)]
+    + [("trimmed", s, None) for s in range(6, 11)]
+    + [("gone", s, None) for s in (5, 6)]
+    + [("ranges", s, None) for s in range(1, 21)]
+)
 GAP_ROWS = [("trimmed", 1, 5, "cap"), ("gone", 1, 4, "deleted")]
 
 
 def streams() -> list[Stream]:
     # Started at 0 and got everything: no defects at all.
-    perfect = (Stream("perfect", {"orders": 0}).records("orders", [1, 2, 3])
-               .records("orders", [4, 5, 6, 7, 8]).records("orders", [9, 10, 11, 12])
-               .caught_up("orders", 12))
+    perfect = (
+        Stream("perfect", {"orders": 0})
+        .records("orders", [1, 2, 3])
+        .records("orders", [4, 5, 6, 7, 8])
+        .records("orders", [9, 10, 11, 12])
+        .caught_up("orders", 12)
+    )
     # Filters web-1 (4, 9); a duplicate (6); a corrupted copy (7); a tombstone over a seq
     # that exists (8); 11 and 12 never arrive; 13 has no source at all.
-    faulty = (Stream("faulty", {"orders": 0}, filter_node="web-1")
-              .records("orders", [1, 2, 3]).records("orders", [5, 6], cursor=6)
-              .records("orders", [6]).records("orders", [7], data={7: '{"n":"corrupt"}'})
-              .tombstone("orders", 8, 8).records("orders", [10])
-              .caught_up("orders", 12).records("orders", [13]))
+    faulty = (
+        Stream("faulty", {"orders": 0}, filter_node="web-1")
+        .records("orders", [1, 2, 3])
+        .records("orders", [5, 6], cursor=6)
+        .records("orders", [6])
+        .records("orders", [7], data={7: '{"n":"corrupt"}'})
+        .tombstone("orders", 8, 8)
+        .records("orders", [10])
+        .caught_up("orders", 12)
+        .records("orders", [13])
+    )
     # Watermark 5: seq 5 is due, 6.. are not.
     late = Stream("late", {"orders": 0}).records("orders", [1, 2, 3, 4, 5])
     # Subscribed orders at 6 (the session map in its first frame's id says so); missed 7.
-    tail = (Stream("tail", {"orders": 6, "trimmed": 0}).tombstone("trimmed", 1, 5)
-            .records("trimmed", [6, 7, 8, 9, 10]).records("orders", [8, 9, 10, 11, 12]))
+    tail = (
+        Stream("tail", {"orders": 6, "trimmed": 0})
+        .tombstone("trimmed", 1, 5)
+        .records("trimmed", [6, 7, 8, 9, 10])
+        .records("orders", [8, 9, 10, 11, 12])
+    )
     # Got 1..3 before the cap trimmed them; 4..5 vanished without a tombstone.
-    trimmer = (Stream("trimmer", {"trimmed": 0}).records("trimmed", [1, 2, 3])
-               .records("trimmed", [6, 7, 8, 9, 10]))
+    trimmer = (
+        Stream("trimmer", {"trimmed": 0})
+        .records("trimmed", [1, 2, 3])
+        .records("trimmed", [6, 7, 8, 9, 10])
+    )
     # Filters a node; trimmed 1..5 never arrived and were never signalled: can't tell.
-    filt = (Stream("filt", {"orders": 12, "trimmed": 0}, filter_node="web-1")
-            .caught_up("orders", 12).records("trimmed", [6, 7, 8, 9, 10]))
+    filt = (
+        Stream("filt", {"orders": 12, "trimmed": 0}, filter_node="web-1")
+        .caught_up("orders", 12)
+        .records("trimmed", [6, 7, 8, 9, 10])
+    )
     # Deletion signalled by topic-deleted (3..4), then the recreated topic's 5..6.
-    deleted = (Stream("deleted", {"gone": 0}).records("gone", [1, 2]).topic_deleted("gone", 4)
-               .records("gone", [5, 6]))
+    deleted = (
+        Stream("deleted", {"gone": 0})
+        .records("gone", [1, 2])
+        .topic_deleted("gone", 4)
+        .records("gone", [5, 6])
+    )
     # Same, but it never got topic-deleted: 3..4 were never signalled.
     unsignalled = Stream("unsignalled", {"gone": 0}).records("gone", [1, 2]).records("gone", [5, 6])
     # Tombstone 5..7 exactly: 4 (dropped, cursor 4) and 8 (dropped) are silent gaps.
-    tomb = (Stream("tomb", {"ranges": 0}).records("ranges", [1, 2, 3], cursor=4)
-            .tombstone("ranges", 5, 7).records("ranges", [9, 10])
-            .records("ranges", list(range(11, 21))))
+    tomb = (
+        Stream("tomb", {"ranges": 0})
+        .records("ranges", [1, 2, 3], cursor=4)
+        .tombstone("ranges", 5, 7)
+        .records("ranges", [9, 10])
+        .records("ranges", list(range(11, 21)))
+    )
     return [perfect, faulty, late, tail, trimmer, filt, deleted, unsignalled, tomb]
 
 
@@ -64,21 +95,29 @@ def world(spark):
     rows = [r for s in streams() for r in s.rows]
     landing = spark.createDataFrame(rows, LANDING)
     records = spark.createDataFrame(
-        [(t, s, 1_000 + s, None, n, None, payload(s, t)) for t, s, n in SOURCE], SOURCE_RECORDS)
+        [(t, s, 1_000 + s, None, n, None, payload(s, t)) for t, s, n in SOURCE], SOURCE_RECORDS
+    )
     gaps = spark.createDataFrame(GAP_ROWS, GAPS)
     detail = reconcile(compact(landing).cache(), records, gaps).cache()
-    statuses = {(r.consumer, r.topic, s): (r.status, r.copies) for r in detail.collect()
-                for s in range(r.seq, r.seq_to + 1)}
-    summary = {(r.consumer, r.topic, r.status): r["count"]
-               for r in summarize(detail, "run-1").collect()}
+    statuses = {
+        (r.consumer, r.topic, s): (r.status, r.copies)
+        for r in detail.collect()
+        for s in range(r.seq, r.seq_to + 1)
+    }
+    summary = {
+        (r.consumer, r.topic, r.status): r["count"] for r in summarize(detail, "run-1").collect()
+    }
     assert all(r.revised == 0 for r in summarize(detail, "run-1").collect())
     return statuses, summary
 
 
 def seqs(world, consumer: str, topic: str, status: str | None = None) -> list[int]:
     statuses, _ = world
-    return sorted(s for (c, t, s), (got, _) in statuses.items()
-                  if c == consumer and t == topic and (status is None or got == status))
+    return sorted(
+        s
+        for (c, t, s), (got, _) in statuses.items()
+        if c == consumer and t == topic and (status is None or got == status)
+    )
 
 
 def test_started_at_zero_and_got_everything_has_no_defects(world):

@@ -1,6 +1,7 @@
 """The warehouse's filesystem protocols without Spark: batch recovery after a crash between
 moving files and committing, partition swaps recovered from either side, run retention, and
 Spark's partition-folder escaping."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -21,8 +22,10 @@ def test_an_uncommitted_batch_is_undone_and_a_committed_one_kept(tmp_path):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"x")
     storage.write_json(batches.record_path(records, 1), {"batch": 1, "consumers": {}, "files": []})
-    storage.write_json(batches.record_path(records, 2, pending=True),
-                       {"files": [str(moved.relative_to(deliveries))]})
+    storage.write_json(
+        batches.record_path(records, 2, pending=True),
+        {"files": [str(moved.relative_to(deliveries))]},
+    )
     (deliveries / "_staging" / "b00000002").mkdir(parents=True)
     batches.recover(deliveries, records)
     assert kept.exists() and not moved.exists()
@@ -32,8 +35,12 @@ def test_an_uncommitted_batch_is_undone_and_a_committed_one_kept(tmp_path):
 
 
 def test_new_segments_follow_each_consumers_last_compacted_frame(tmp_path):
-    for name in ("part-000000000001-000000000003.parquet", "part-000000000004-000000000009.parquet",
-                 ".tmp-part-000000000010-000000000011.parquet", "state.json"):
+    for name in (
+        "part-000000000001-000000000003.parquet",
+        "part-000000000004-000000000009.parquet",
+        ".tmp-part-000000000010-000000000011.parquet",
+        "state.json",
+    ):
         (tmp_path / "c").mkdir(exist_ok=True)
         (tmp_path / "c" / name).write_bytes(b"")
     state = {"consumers": {"c": {"segment_through": 3}}}
@@ -44,7 +51,7 @@ def test_a_swap_interrupted_either_way_is_recovered(tmp_path):
     target, staged = tmp_path / "topic=t" / "date=d", tmp_path / "staged"
     target.mkdir(parents=True)
     (target / "old").write_text("old")
-    os.rename(target, target.with_name(".retired-date=d"))     # crashed after moving aside
+    os.rename(target, target.with_name(".retired-date=d"))  # crashed after moving aside
     storage.recover_swap(target)
     assert (target / "old").read_text() == "old"
     staged.mkdir()
@@ -54,8 +61,10 @@ def test_a_swap_interrupted_either_way_is_recovered(tmp_path):
 
 
 def test_partition_folders_escape_like_spark():
-    assert partitions.folder(topic="a/b:c=d", date=dt.date(2024, 1, 2)) == \
-        "topic=a%2Fb%3Ac%3Dd/date=2024-01-02"
+    assert (
+        partitions.folder(topic="a/b:c=d", date=dt.date(2024, 1, 2))
+        == "topic=a%2Fb%3Ac%3Dd/date=2024-01-02"
+    )
     assert partitions.folder(topic="plain-topic_1.x") == "topic=plain-topic_1.x"
 
 

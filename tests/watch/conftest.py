@@ -1,5 +1,6 @@
 """Fixtures of the watch layer: a small client for the service's HTTP API, a direct database
 connection for watching session rows, and a keys file for the authenticated variants."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,11 @@ from tests.support import unique
 
 from . import wire
 
-SECRETS = {"admin": "secret-admin-0001", "reader": "secret-reader-0002",
-           "other": "secret-other-0003"}
+SECRETS = {
+    "admin": "secret-admin-0001",
+    "reader": "secret-reader-0002",
+    "other": "secret-other-0003",
+}
 READER_PREFIX = "w."
 
 
@@ -42,7 +46,9 @@ class Api:
         return await self._call("POST", f"/v0/topics/{topic}/records", json={"records": recs})
 
     async def records(self, topic: str, from_seq: int = 0) -> list[dict]:
-        body = await self._call("GET", f"/v0/topics/{topic}/records?from_seq={from_seq}&limit=10000")
+        body = await self._call(
+            "GET", f"/v0/topics/{topic}/records?from_seq={from_seq}&limit=10000"
+        )
         return body["records"]
 
     async def delete(self, topic: str) -> dict:
@@ -63,7 +69,9 @@ def api(service, http) -> Api:
 async def session_row(db, wid: str) -> dict | None:
     cur = await db.execute(
         "SELECT cursors, definition, stream_lease_until IS NOT NULL FROM watch_sessions "
-        "WHERE wid = %s", (wid,))
+        "WHERE wid = %s",
+        (wid,),
+    )
     row = await cur.fetchone()
     return None if row is None else {"cursors": row[0], "definition": row[1], "leased": row[2]}
 
@@ -76,17 +84,23 @@ def stream_closed_with(db, wid: str, cursors: dict[str, int] | Callable[[dict], 
     async def check() -> bool:
         row = await session_row(db, wid)
         return row is not None and not row["leased"] and accept(row["cursors"])
+
     return check
 
 
 def write_keys_file(path: Path) -> Path:
     def entry(key_id: str, scopes: list[str], prefixes: list[str]) -> str:
         digest = hashlib.sha256(SECRETS[key_id].encode()).hexdigest()
-        return (f'[[keys]]\nid = "{key_id}"\nsecret_sha256 = "{digest}"\n'
-                f"scopes = {scopes!r}\nprefixes = {prefixes!r}\n".replace("'", '"'))
-    path.write_text(entry("admin", ["read", "write", "admin"], [""])
-                    + entry("reader", ["read"], [READER_PREFIX])
-                    + entry("other", ["read"], [""]))
+        return (
+            f'[[keys]]\nid = "{key_id}"\nsecret_sha256 = "{digest}"\n'
+            f"scopes = {scopes!r}\nprefixes = {prefixes!r}\n".replace("'", '"')
+        )
+
+    path.write_text(
+        entry("admin", ["read", "write", "admin"], [""])
+        + entry("reader", ["read"], [READER_PREFIX])
+        + entry("other", ["read"], [""])
+    )
     return path
 
 

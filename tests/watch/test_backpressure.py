@@ -1,6 +1,7 @@
 """No unbounded buffers: a client that stops reading is disconnected once a write has waited
 ``write_timeout_s``, and later resumes without loss from the ``Last-Event-ID`` of the last
 frame it processed. The slow client is a raw socket with a tiny receive buffer."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,14 +30,16 @@ class RawSseClient:
         self.local: tuple = ()
 
     @classmethod
-    async def open(cls, port: int, path: str) -> "RawSseClient":
+    async def open(cls, port: int, path: str) -> RawSseClient:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
         reader, writer = await asyncio.open_connection(sock=sock, limit=4096)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                     f"Accept: text/event-stream\r\n\r\n".encode())
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Accept: text/event-stream\r\n\r\n".encode()
+        )
         client = cls(reader, writer)
         client.local = sock.getsockname()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -56,8 +59,8 @@ class RawSseClient:
             while (end := self.body.find(b"\n\n")) < 0:
                 if not await self._chunk():
                     raise EOFError("the stream ended")
-        raw = bytes(self.body[:end + 2])
-        del self.body[:end + 2]
+        raw = bytes(self.body[: end + 2])
+        del self.body[: end + 2]
         return raw
 
     async def drain_to_close(self, timeout: float = 10.0) -> int:
@@ -75,7 +78,9 @@ class RawSseClient:
         self.writer.close()
 
 
-async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(make_service, http, db):
+async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(
+    make_service, http, db
+):
     svc = await make_service(write_timeout_s=0.5)
     api = Api(http, svc.url)
     topic = await api.topic()
@@ -97,6 +102,7 @@ async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(m
     async def stream_ended() -> bool:
         row = await session_row(db, wid)
         return not row["leased"]
+
     await wait_for(stream_ended, timeout=15, what="the server to give up on the slow client")
     assert not svc.app[STREAMS]
     stored = (await session_row(db, wid))["cursors"][topic]
@@ -105,10 +111,16 @@ async def test_a_client_that_stops_reading_is_cut_off_and_resumes_without_loss(m
     # Disconnected without the client reading another byte: the server holds no connection
     # (nor its buffered frames) for it.
     def still_connected() -> bool:
-        return any(h.transport is not None and not h.transport.is_closing()
-                   and h.transport.get_extra_info("peername") == slow.local
-                   for h in svc.runner.server.connections)
-    await wait_for(lambda: not still_connected(), timeout=5, what="the server to drop the connection")
+        return any(
+            h.transport is not None
+            and not h.transport.is_closing()
+            and h.transport.get_extra_info("peername") == slow.local
+            for h in svc.runner.server.connections
+        )
+
+    await wait_for(
+        lambda: not still_connected(), timeout=5, what="the server to drop the connection"
+    )
     await slow.drain_to_close()
     slow.close()
 

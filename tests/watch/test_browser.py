@@ -1,6 +1,7 @@
 """A real browser: headless Chromium's own ``EventSource`` on a page served at the service's
 origin, authenticated with ``?token=``, survives a service restart on the same port through its
 automatic reconnect with ``Last-Event-ID``, and ends with every seq exactly once, in order."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,15 @@ from .wire import cursor_id
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = ROOT / "test-artifacts"
 
 PAGE = """<!doctype html>
@@ -61,16 +69,19 @@ async def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make system-deps` installs it (apt package chromium)")
     from playwright.async_api import async_playwright
+
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS,
-                                           chromium_sandbox=False)
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=FLAGS, chromium_sandbox=False
+        )
         yield browser
         await browser.close()
 
 
 async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http, tmp_path):
-    proc = ServiceProcess(pg_url, env={"AUDITSYNC_KEYS_FILE": str(keys_file)},
-                          log_path=tmp_path / "service.log").start()
+    proc = ServiceProcess(
+        pg_url, env={"AUDITSYNC_KEYS_FILE": str(keys_file)}, log_path=tmp_path / "service.log"
+    ).start()
     # The page's origin is a relay in front of the service, so the test reads the exact
     # request headers the browser sent (playwright does not show the Last-Event-ID that
     # Chromium's EventSource adds on reconnect).
@@ -81,14 +92,22 @@ async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http,
         admin = Api(http, proc.url, bearer("admin"))
         topic = await admin.topic(unique(READER_PREFIX))
         await admin.append(topic, *range(1, 6))
-        wid = (await Api(http, proc.url, bearer("reader")).watch(
-            {"topics": {topic: {}}, "heartbeat_ms": 1000}))["wid"]
+        wid = (
+            await Api(http, proc.url, bearer("reader")).watch(
+                {"topics": {topic: {}}, "heartbeat_ms": 1000}
+            )
+        )["wid"]
 
         page = await browser.new_page()
         page_url = f"{origin}/__test__/watch.html"
-        await page.route(page_url, lambda route: route.fulfill(
-            status=200, content_type="text/html; charset=utf-8",
-            body=PAGE % {"wid": wid, "token": SECRETS["reader"]}))
+        await page.route(
+            page_url,
+            lambda route: route.fulfill(
+                status=200,
+                content_type="text/html; charset=utf-8",
+                body=PAGE % {"wid": wid, "token": SECRETS["reader"]},
+            ),
+        )
         await page.goto(page_url)
 
         async def seqs_reach(n: int) -> list[int]:
@@ -97,7 +116,8 @@ async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http,
 
         assert await seqs_reach(5) == [1, 2, 3, 4, 5]
         await page.wait_for_function(
-            "window.state.events.some(e => e[0] === 'caught-up')", timeout=10_000)
+            "window.state.events.some(e => e[0] === 'caught-up')", timeout=10_000
+        )
 
         # Restart the service on the same port; the page is left to its own devices.
         await asyncio.to_thread(proc.stop)
@@ -108,8 +128,10 @@ async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http,
         assert await seqs_reach(9) == list(range(1, 10))  # each seq once, in order
 
         events = await page.evaluate("window.state.events")
-        shutdown = json.dumps({"code": "unavailable", "message":
-                               "the service is shutting down; reconnect"}, separators=(",", ":"))
+        shutdown = json.dumps(
+            {"code": "unavailable", "message": "the service is shutting down; reconnect"},
+            separators=(",", ":"),
+        )
         assert ["error", shutdown] in [e[:2] for e in events], events
         assert [e[0] for e in events].count("open") == 2, events
 

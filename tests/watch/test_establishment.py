@@ -1,6 +1,7 @@
 """Everything decided before a stream opens: validation and its exact error bodies, topic and
 prefix checks, the session's key binding, Accept, expiry and GC, the stream cap, and the
 clamps on the stored definition."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ async def post_watch(http, url: str, body, headers: dict | None = None) -> tuple
         return r.status, await r.read()
 
 
-async def get_watch(http, url: str, wid: str, headers: dict | None = None,
-                    query: str = "") -> tuple[int, dict, dict]:
+async def get_watch(
+    http, url: str, wid: str, headers: dict | None = None, query: str = ""
+) -> tuple[int, dict, dict]:
     async with http.get(f"{url}/v0/watch/{wid}{query}", headers=headers) as r:
         return r.status, dict(r.headers), await r.json()
 
@@ -33,8 +35,10 @@ def error_body(code: str, message: str) -> bytes:
 
 async def test_257_topics_is_400_with_the_exact_body(service, http):
     body = {"topics": {f"t{i}": {} for i in range(257)}}
-    assert await post_watch(http, service.url, body) == (400, error_body(
-        "invalid_request", "topics: more than 256 topics (got 257)"))
+    assert await post_watch(http, service.url, body) == (
+        400,
+        error_body("invalid_request", "topics: more than 256 topics (got 257)"),
+    )
 
 
 async def test_256_topics_open_one_stream(api):
@@ -50,20 +54,23 @@ async def test_256_topics_open_one_stream(api):
     stream.close()
 
 
-@pytest.mark.parametrize("body, message", [
-    (b"not json", None),
-    ({}, "topics: expected an object of topic -> options, got null"),
-    ({"topics": []}, "topics: expected an object of topic -> options, got array"),
-    ({"topics": {}}, "topics: at least one topic is required"),
-    ({"topics": {"bad name": {}}}, None),
-    ({"topics": {"t": {"from_seq": -1}}}, None),
-    ({"topics": {"t": {"tail": "yes"}}}, None),
-    ({"topics": {"t": {"nope": 1}}}, None),
-    ({"topics": {"t": {}}, "consistency": "linearizable"}, None),
-    ({"topics": {"t": {}}, "include_data": 1}, "include_data: expected a boolean, got integer"),
-    ({"topics": {"t": {}}, "limit": 0}, None),
-    ({"topics": {"t": {}}, "surprise": True}, None),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"not json", None),
+        ({}, "topics: expected an object of topic -> options, got null"),
+        ({"topics": []}, "topics: expected an object of topic -> options, got array"),
+        ({"topics": {}}, "topics: at least one topic is required"),
+        ({"topics": {"bad name": {}}}, None),
+        ({"topics": {"t": {"from_seq": -1}}}, None),
+        ({"topics": {"t": {"tail": "yes"}}}, None),
+        ({"topics": {"t": {"nope": 1}}}, None),
+        ({"topics": {"t": {}}, "consistency": "linearizable"}, None),
+        ({"topics": {"t": {}}, "include_data": 1}, "include_data: expected a boolean, got integer"),
+        ({"topics": {"t": {}}, "limit": 0}, None),
+        ({"topics": {"t": {}}, "surprise": True}, None),
+    ],
+)
 async def test_malformed_subscriptions_are_400(service, http, body, message):
     status, raw = await post_watch(http, service.url, body)
     doc = json.loads(raw)
@@ -77,8 +84,10 @@ async def test_unknown_or_deleted_topic_is_404_topic_not_found(api, service, htt
     await api.delete(gone)
     for missing in (unique("w.never"), gone):
         status, raw = await post_watch(http, service.url, {"topics": {known: {}, missing: {}}})
-        assert (status, raw) == (404, error_body("topic_not_found",
-                                                 f"topic {missing!r} does not exist"))
+        assert (status, raw) == (
+            404,
+            error_body("topic_not_found", f"topic {missing!r} does not exist"),
+        )
 
 
 async def test_unknown_wid_is_404(service, http):
@@ -90,8 +99,10 @@ async def test_wrong_accept_is_406(api, service, http):
     wid = (await api.watch({"topics": {await api.topic(): {}}}))["wid"]
     for accept in ("application/json", "*/*"):
         status, _, doc = await get_watch(http, service.url, wid, {"Accept": accept})
-        assert (status, doc) == (406, {"error": {"code": "not_acceptable",
-                                                 "message": "Accept must be text/event-stream"}})
+        assert (status, doc) == (
+            406,
+            {"error": {"code": "not_acceptable", "message": "Accept must be text/event-stream"}},
+        )
 
 
 @pytest.fixture
@@ -109,20 +120,29 @@ async def test_auth_binding_of_the_session(auth, http):
     # The POST: no key 401, ?token= refused on the POST, key outside its prefixes 403.
     status, raw = await post_watch(http, svc.url, {"topics": {topic: {}}})
     assert status == 401 and json.loads(raw)["error"]["code"] == "unauthorized"
-    async with http.post(f"{svc.url}/v0/watch?token={bearer('reader')['Authorization'][7:]}",
-                         json={"topics": {topic: {}}}) as r:
+    async with http.post(
+        f"{svc.url}/v0/watch?token={bearer('reader')['Authorization'][7:]}",
+        json={"topics": {topic: {}}},
+    ) as r:
         assert r.status == 401
-    status, raw = await post_watch(http, svc.url, {"topics": {topic: {}, outside: {}}},
-                                   bearer("reader"))
-    assert (status, raw) == (403, error_body(
-        "forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"))
+    status, raw = await post_watch(
+        http, svc.url, {"topics": {topic: {}, outside: {}}}, bearer("reader")
+    )
+    assert (status, raw) == (
+        403,
+        error_body("forbidden", f"topic {outside!r} is outside the prefixes of key 'reader'"),
+    )
 
     created = await Api(http, svc.url, bearer("reader")).watch({"topics": {topic: {}}})
     wid = created["wid"]
     # The GET: no key, a wrong secret, another valid key, another key via ?token=: all 401.
-    for headers, query in [({}, ""), ({"Authorization": "Bearer nope"}, ""),
-                           (bearer("other"), ""), ({}, "?token=secret-other-0003"),
-                           ({"Authorization": "Basic eDp5"}, "")]:
+    for headers, query in [
+        ({}, ""),
+        ({"Authorization": "Bearer nope"}, ""),
+        (bearer("other"), ""),
+        ({}, "?token=secret-other-0003"),
+        ({"Authorization": "Basic eDp5"}, ""),
+    ]:
         status, hdrs, doc = await get_watch(http, svc.url, wid, {**SSE, **headers}, query)
         assert (status, doc["error"]["code"]) == (401, "unauthorized"), (headers, query)
         assert hdrs["WWW-Authenticate"] == "Bearer"
@@ -142,13 +162,16 @@ async def test_an_idle_session_is_reclaimed_and_an_open_one_never(api, service, 
     busy = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
     stream = await api.stream(busy)
     assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
-    await db.execute("UPDATE watch_sessions SET last_active_at = now() - interval '1 hour' "
-                     "WHERE wid = ANY(%s)", ([idle, busy],))
+    await db.execute(
+        "UPDATE watch_sessions SET last_active_at = now() - interval '1 hour' WHERE wid = ANY(%s)",
+        ([idle, busy],),
+    )
 
     status, _, doc = await get_watch(http, service.url, idle, SSE)
-    assert status == 404 and doc["error"] == {"code": "not_found", "message":
-                                              f"watch session {idle!r} is unknown or expired; "
-                                              "POST /v0/watch again"}
+    assert status == 404 and doc["error"] == {
+        "code": "not_found",
+        "message": f"watch session {idle!r} is unknown or expired; POST /v0/watch again",
+    }
     assert await session_row(db, idle) is None
     await api.watch({"topics": {topic: {}}})  # the POST's GC pass
     assert (await session_row(db, busy))["leased"]
@@ -168,12 +191,20 @@ async def test_the_stream_cap_is_429(make_service, http):
     first.close()
 
 
-@pytest.mark.parametrize("given, stored", [
-    ({}, {"limit": 256, "max_batch_bytes": 262144, "heartbeat_ms": 15000}),
-    ({"heartbeat_ms": 10, "max_batch_bytes": 0}, {"heartbeat_ms": 1000, "max_batch_bytes": 1 << 20}),
-    ({"heartbeat_ms": 10**9, "max_batch_bytes": 10**12, "limit": 2**32 - 1},
-     {"heartbeat_ms": 60000, "max_batch_bytes": 8 << 20, "limit": 10000}),
-])
+@pytest.mark.parametrize(
+    "given, stored",
+    [
+        ({}, {"limit": 256, "max_batch_bytes": 262144, "heartbeat_ms": 15000}),
+        (
+            {"heartbeat_ms": 10, "max_batch_bytes": 0},
+            {"heartbeat_ms": 1000, "max_batch_bytes": 1 << 20},
+        ),
+        (
+            {"heartbeat_ms": 10**9, "max_batch_bytes": 10**12, "limit": 2**32 - 1},
+            {"heartbeat_ms": 60000, "max_batch_bytes": 8 << 20, "limit": 10000},
+        ),
+    ],
+)
 async def test_clamps_in_the_stored_definition(api, db, given, stored):
     wid = (await api.watch({"topics": {await api.topic(): {}}, **given}))["wid"]
     definition = (await session_row(db, wid))["definition"]

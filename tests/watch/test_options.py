@@ -1,6 +1,7 @@
 """Subscription options on the wire: the node filter, include_meta / include_tags /
 include_data, ``limit`` and ``max_batch_bytes`` (an oversized record goes out alone), ``tail``,
 and ``consistency: "strong"`` (never a record whose commit is not flushed to the WAL)."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,8 +18,14 @@ pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 async def test_node_filter_hides_own_records_but_moves_the_cursor(api):
     topic = await api.topic()
-    await api.append(topic, {"data": 1, "node": "web-1"}, {"data": 2, "node": "web-2"},
-                     {"data": 3}, {"data": 4, "node": "web-1"}, {"data": 5, "node": "web-1"})
+    await api.append(
+        topic,
+        {"data": 1, "node": "web-1"},
+        {"data": 2, "node": "web-2"},
+        {"data": 3},
+        {"data": 4, "node": "web-1"},
+        {"data": 5, "node": "web-1"},
+    )
     recs = await api.records(topic)
     wid = (await api.watch({"topics": {topic: {}}, "node": "web-1", "limit": 2}))["wid"]
     stream = await api.stream(wid)
@@ -36,15 +43,25 @@ async def test_node_filter_hides_own_records_but_moves_the_cursor(api):
 
 async def test_include_meta_tags_data(api):
     topic = await api.topic()
-    await api.append(topic, {"data": {"k": "v"}, "meta": {"m": 1}, "tag": "tg", "node": "n1"},
-                     {"data": None})
+    await api.append(
+        topic, {"data": {"k": "v"}, "meta": {"m": 1}, "tag": "tg", "node": "n1"}, {"data": None}
+    )
     recs = await api.records(topic)
     for meta, tags, data in itertools.product([True, False], repeat=3):
-        wid = (await api.watch({"topics": {topic: {}}, "include_meta": meta,
-                                "include_tags": tags, "include_data": data}))["wid"]
+        wid = (
+            await api.watch(
+                {
+                    "topics": {topic: {}},
+                    "include_meta": meta,
+                    "include_tags": tags,
+                    "include_data": data,
+                }
+            )
+        )["wid"]
         stream = await api.stream(wid)
-        assert await stream.frame() == record_frame(topic, recs, 0, 2, {topic: 0},
-                                                    meta=meta, tags=tags, data=data)
+        assert await stream.frame() == record_frame(
+            topic, recs, 0, 2, {topic: 0}, meta=meta, tags=tags, data=data
+        )
         stream.close()
     # The defaults: meta and data, no tags; $node whenever set.
     raw = record_frame(topic, recs, 0, 2, {topic: 0})
@@ -82,7 +99,9 @@ async def test_tail_starts_at_the_head_at_subscribe(api):
     stream = await api.stream(created["wid"])
     assert await stream.frame() == caught_up_frame(topic, 3, {topic: 3})
     await api.append(topic, 4)
-    assert await stream.frame() == record_frame(topic, await api.records(topic, 3), 3, 4, {topic: 3})
+    assert await stream.frame() == record_frame(
+        topic, await api.records(topic, 3), 3, 4, {topic: 3}
+    )
     stream.close()
 
 
@@ -154,12 +173,16 @@ async def test_strong_waits_for_the_wal_flush_and_eventual_does_not(pg_url, make
         cur = await pgc.execute(
             "SELECT xid::text, end_lsn - '0/0' FROM pg_get_wal_records_info(%s, "
             "pg_current_wal_flush_lsn()) WHERE resource_manager = 'Transaction' "
-            "AND record_type = 'COMMIT'", (start,))
+            "AND record_type = 'COMMIT'",
+            (start,),
+        )
         commit_end = {xid: int(end) for xid, end in await cur.fetchall()}
     ends = {seq: commit_end[xids[seq]] for seq in xids}
 
     for seq, _, strong_flush in seen:
-        assert strong_flush >= ends[seq], f"strong delivered seq {seq} before its commit was flushed"
+        assert strong_flush >= ends[seq], (
+            f"strong delivered seq {seq} before its commit was flushed"
+        )
     early = [seq for seq, eventual_flush, _ in seen if eventual_flush < ends[seq]]
     assert early, "no eventual delivery ran ahead of the WAL flush in 5 tries"
     for s in stream.values():

@@ -1,6 +1,7 @@
 """Exact resume: server-side cursors after a dropped connection, after a service restart and on
 another service process sharing the database; ``Last-Event-ID`` only ever rewinds, and a
 garbage one is treated as absent."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ import pytest
 from tests.support import ServiceProcess, wait_for
 
 from .conftest import Api, session_row, stream_closed_with
-from .wire import (caught_up_frame, compact, cursor_id, expect_per_topic, frame, record_frame)
+from .wire import caught_up_frame, compact, cursor_id, expect_per_topic, frame, record_frame
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
@@ -29,7 +30,9 @@ async def test_reconnect_without_last_event_id_continues_after_what_was_written(
 
     await api.append(topic, 4, 5)
     stream = await api.stream(wid)
-    assert await stream.frame() == record_frame(topic, await api.records(topic, 3), 3, 5, {topic: 3})
+    assert await stream.frame() == record_frame(
+        topic, await api.records(topic, 3), 3, 5, {topic: 3}
+    )
     assert await stream.frame() == caught_up_frame(topic, 5, {topic: 5})
     stream.close()
 
@@ -41,27 +44,45 @@ async def test_last_event_id_rewinds_but_never_advances(api, db):
     wid = (await api.watch({"topics": {a: {}, b: {}}, "heartbeat_ms": 1000}))["wid"]
     stream = await api.stream(wid)
     ra, rb = await api.records(a), await api.records(b)
-    await expect_per_topic(stream, {a: 0, b: 0}, {
-        a: [partial(record_frame, a, ra, 0, 4), partial(caught_up_frame, a, 4)],
-        b: [partial(record_frame, b, rb, 0, 2), partial(caught_up_frame, b, 2)]})
+    await expect_per_topic(
+        stream,
+        {a: 0, b: 0},
+        {
+            a: [partial(record_frame, a, ra, 0, 4), partial(caught_up_frame, a, 4)],
+            b: [partial(record_frame, b, rb, 0, 2), partial(caught_up_frame, b, 2)],
+        },
+    )
     stream.close()
     await wait_for(stream_closed_with(db, wid, {a: 4, b: 2}), what="the stream's cursors")
 
     # Rewind a to 1 (b's 5 would be an advance and is ignored for b): a re-delivers 2..4.
     stream = await api.stream(wid, last_event_id=cursor_id({a: 1, b: 5}))
-    await expect_per_topic(stream, {a: 1, b: 2}, {
-        a: [partial(record_frame, a, ra[1:], 1, 4), partial(caught_up_frame, a, 4)],
-        b: [partial(caught_up_frame, b, 2)]})
+    await expect_per_topic(
+        stream,
+        {a: 1, b: 2},
+        {
+            a: [partial(record_frame, a, ra[1:], 1, 4), partial(caught_up_frame, a, 4)],
+            b: [partial(caught_up_frame, b, 2)],
+        },
+    )
     stream.close()
     await wait_for(stream_closed_with(db, wid, {a: 4, b: 2}), what="the stream's cursors")
 
     # A map that only tries to advance is ignored entirely; a map naming only b rewinds b.
     for last_id, start, expected in [
-        (cursor_id({a: 10, b: 10}), {a: 4, b: 2},
-         {a: [partial(caught_up_frame, a, 4)], b: [partial(caught_up_frame, b, 2)]}),
-        (cursor_id({b: 0}), {a: 4, b: 0},
-         {a: [partial(caught_up_frame, a, 4)],
-          b: [partial(record_frame, b, rb, 0, 2), partial(caught_up_frame, b, 2)]}),
+        (
+            cursor_id({a: 10, b: 10}),
+            {a: 4, b: 2},
+            {a: [partial(caught_up_frame, a, 4)], b: [partial(caught_up_frame, b, 2)]},
+        ),
+        (
+            cursor_id({b: 0}),
+            {a: 4, b: 0},
+            {
+                a: [partial(caught_up_frame, a, 4)],
+                b: [partial(record_frame, b, rb, 0, 2), partial(caught_up_frame, b, 2)],
+            },
+        ),
     ]:
         stream = await api.stream(wid, last_event_id=last_id)
         assert await expect_per_topic(stream, start, expected) == {a: 4, b: 2}
@@ -74,10 +95,23 @@ def b64(raw: bytes) -> str:
 
 
 GARBAGE = [
-    "", " ", "not base64 !!", "====", "eyJ", b64(b"[1,2]"), b64(b"null"), b64(b"42"),
-    b64(b'{"t":-1}'), b64(b'{"t":"3"}'), b64(b'{"t":1.5}'), b64(b'{"t":true}'),
-    b64(b'{"t":99999999999999999999999999}'), b64(b'{"t":{"x":1}}'), b64(b"\xff\xfe{"),
-    b64(b'{"t":1'), "A" * 6000,
+    "",
+    " ",
+    "not base64 !!",
+    "====",
+    "eyJ",
+    b64(b"[1,2]"),
+    b64(b"null"),
+    b64(b"42"),
+    b64(b'{"t":-1}'),
+    b64(b'{"t":"3"}'),
+    b64(b'{"t":1.5}'),
+    b64(b'{"t":true}'),
+    b64(b'{"t":99999999999999999999999999}'),
+    b64(b'{"t":{"x":1}}'),
+    b64(b"\xff\xfe{"),
+    b64(b'{"t":1'),
+    "A" * 6000,
 ]
 
 
@@ -89,13 +123,17 @@ async def test_garbage_last_event_id_is_treated_as_absent(api, db):
         stream = await api.stream(wid, last_event_id=garbage)
         # Absent: resume from the server's cursor (1, or 2 once a stream stored it).
         raw = await stream.frame()
-        assert raw in (record_frame(topic, (await api.records(topic))[1:], 1, 2, {topic: 1}),
-                       caught_up_frame(topic, 2, {topic: 2})), (garbage, raw)
+        assert raw in (
+            record_frame(topic, (await api.records(topic))[1:], 1, 2, {topic: 1}),
+            caught_up_frame(topic, 2, {topic: 2}),
+        ), (garbage, raw)
         stream.close()
     # Non-latin-1 bytes in the header, sent raw.
     reader, writer = await asyncio.open_connection("127.0.0.1", int(api.url.rsplit(":", 1)[1]))
-    writer.write(f"GET /v0/watch/{wid} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"
-                 .encode() + "Last-Event-ID: ünïcødé\r\n\r\n".encode("utf-8"))
+    writer.write(
+        f"GET /v0/watch/{wid} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n".encode()
+        + "Last-Event-ID: ünïcødé\r\n\r\n".encode()
+    )
     status = await asyncio.wait_for(reader.readline(), 10)
     assert status.startswith(b"HTTP/1.1 200"), status
     writer.close()
@@ -109,12 +147,17 @@ async def test_restart_resumes_from_stored_cursors(pg_url, http, db, tmp_path):
         await api.append(topic, 1, 2, 3)
         wid = (await api.watch({"topics": {topic: {}}}))["wid"]
         stream = await api.stream(wid)
-        assert await stream.frame() == record_frame(topic, await api.records(topic), 0, 3, {topic: 0})
+        assert await stream.frame() == record_frame(
+            topic, await api.records(topic), 0, 3, {topic: 0}
+        )
         assert await stream.frame() == caught_up_frame(topic, 3, {topic: 3})
 
         await asyncio.to_thread(proc.stop)
-        assert await stream.frame() == frame("error", compact(
-            {"code": "unavailable", "message": "the service is shutting down; reconnect"}), None)
+        assert await stream.frame() == frame(
+            "error",
+            compact({"code": "unavailable", "message": "the service is shutting down; reconnect"}),
+            None,
+        )
         await stream.closed()
         row = await session_row(db, wid)
         assert row["cursors"] == {topic: 3} and not row["leased"]
@@ -140,7 +183,9 @@ async def test_a_second_process_sharing_the_database(pg_url, http, service, db, 
         await here.append(topic, 1)
         wid = (await here.watch({"topics": {topic: {}}, "heartbeat_ms": 1000}))["wid"]
         stream = await there.stream(wid)
-        assert await stream.frame() == record_frame(topic, await here.records(topic), 0, 1, {topic: 0})
+        assert await stream.frame() == record_frame(
+            topic, await here.records(topic), 0, 1, {topic: 0}
+        )
         assert await stream.frame() == caught_up_frame(topic, 1, {topic: 1})
         await here.append(topic, 2)
         recs = await here.records(topic, 1)

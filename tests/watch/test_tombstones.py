@@ -2,6 +2,7 @@
 recorded for the range (``cap``, ``ttl``, ``mixed``, ``recreated``, ``from_seq_too_old``),
 and an ``id`` that already moves the topic's cursor to ``gap_to`` so a resume after it is
 correct. Each consumer falls behind with its stream closed, so nothing here races retention."""
+
 from __future__ import annotations
 
 import time
@@ -10,7 +11,6 @@ import pytest
 
 from tests.support import wait_for
 from watch_service.store import retention
-from watch_service.store import topics as store
 
 from .conftest import stream_closed_with
 from .wire import caught_up_frame, record_frame, tombstone_frame
@@ -48,7 +48,8 @@ async def test_ttl(api, db):
     wid = await consume_then_close(api, db, topic, 3)
     await api.append(topic, 4, 5, 6)
     assert [g.as_dict() for g in await retention.trim(db, topic, now_ms=FUTURE_MS)] == [
-        {"reason": "ttl", "gap_from": 1, "gap_to": 6}]
+        {"reason": "ttl", "gap_from": 1, "gap_to": 6}
+    ]
     stream = await api.stream(wid)
     assert await stream.frame() == tombstone_frame(topic, "ttl", 4, 6, 7, 6, {topic: 3})
     assert await stream.frame() == caught_up_frame(topic, 6, {topic: 6})
@@ -93,8 +94,10 @@ async def test_from_seq_too_old_on_connect_and_resume_after_it(api, db, from_seq
     tomb = tombstone_frame(topic, "from_seq_too_old", from_seq + 1, 3, 4, 5, {topic: from_seq})
     assert await stream.frame() == tomb
     stream.close()
-    await wait_for(stream_closed_with(db, created["wid"], lambda c: c[topic] >= 3),
-                   what="the stream to store a cursor past the gap")
+    await wait_for(
+        stream_closed_with(db, created["wid"], lambda c: c[topic] >= 3),
+        what="the stream to store a cursor past the gap",
+    )
 
     # The tombstone's id already carries gap_to: resuming from it (a rewind if the server
     # went further) gets no second tombstone.

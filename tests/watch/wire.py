@@ -5,6 +5,7 @@ Nothing here parses what it compares: a test builds the exact bytes it expects w
 builders and compares them with the bytes read, so an encoder bug cannot hide behind a
 shared helper.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,14 +54,23 @@ def wire_record(rec: dict, *, meta: bool = True, tags: bool = False, data: bool 
     return "{" + ",".join(parts) + "}"
 
 
-def record_frame(topic: str, records: list[dict], from_seq: int, head_seq: int,
-                 cursors: dict[str, int], to_seq: int | None = None, **flags: bool) -> bytes:
+def record_frame(
+    topic: str,
+    records: list[dict],
+    from_seq: int,
+    head_seq: int,
+    cursors: dict[str, int],
+    to_seq: int | None = None,
+    **flags: bool,
+) -> bytes:
     """The record frame for ``records`` of ``topic``; ``cursors`` is the map *before* it.
     ``to_seq`` defaults to the last record's seq (node-filtered records can move it on)."""
     to_seq = records[-1]["$seq"] if to_seq is None else to_seq
     encoded = ",".join(wire_record(r, **flags) for r in records)
-    body = (f'{{"topic":{compact(topic)},"records":[{encoded}],'
-            f'"from_seq":{from_seq},"to_seq":{to_seq},"head_seq":{head_seq}}}')
+    body = (
+        f'{{"topic":{compact(topic)},"records":[{encoded}],'
+        f'"from_seq":{from_seq},"to_seq":{to_seq},"head_seq":{head_seq}}}'
+    )
     return frame("record", body, {**cursors, topic: to_seq})
 
 
@@ -68,10 +78,19 @@ def caught_up_frame(topic: str, head_seq: int, cursors: dict[str, int]) -> bytes
     return frame("caught-up", f'{{"topic":{compact(topic)},"head_seq":{head_seq}}}', cursors)
 
 
-def tombstone_frame(topic: str, reason: str, gap_from: int, gap_to: int, earliest_seq: int,
-                    head_seq: int, cursors: dict[str, int]) -> bytes:
-    body = (f'{{"topic":{compact(topic)},"reason":"{reason}","gap_from":{gap_from},'
-            f'"gap_to":{gap_to},"earliest_seq":{earliest_seq},"head_seq":{head_seq}}}')
+def tombstone_frame(
+    topic: str,
+    reason: str,
+    gap_from: int,
+    gap_to: int,
+    earliest_seq: int,
+    head_seq: int,
+    cursors: dict[str, int],
+) -> bytes:
+    body = (
+        f'{{"topic":{compact(topic)},"reason":"{reason}","gap_from":{gap_from},'
+        f'"gap_to":{gap_to},"earliest_seq":{earliest_seq},"head_seq":{head_seq}}}'
+    )
     return frame("tombstone", body, {**cursors, topic: gap_to})
 
 
@@ -93,8 +112,9 @@ def fields(raw: bytes) -> dict[str, str]:
 Expectation = Callable[[dict[str, int]], bytes]
 
 
-async def expect_per_topic(stream: "Stream", cursors: dict[str, int],
-                           expected: dict[str, list[Expectation]]) -> dict[str, int]:
+async def expect_per_topic(
+    stream: Stream, cursors: dict[str, int], expected: dict[str, list[Expectation]]
+) -> dict[str, int]:
     """Read frames until every topic's expected frames have arrived. Topics may interleave in
     any order (the server picks which topic drains next), but each frame must equal its topic's
     next expectation built from the cursor map at that moment. Returns the final map."""
@@ -140,11 +160,13 @@ class Stream:
         async with asyncio.timeout(timeout):
             while (end := self.buffer.find(b"\n\n")) < 0:
                 if self.ended is not None:
-                    raise EOFError(f"stream ended ({self.ended}); left {bytes(self.buffer[:200])!r}")
+                    raise EOFError(
+                        f"stream ended ({self.ended}); left {bytes(self.buffer[:200])!r}"
+                    )
                 self._arrived.clear()
                 await self._arrived.wait()
-        raw = bytes(self.buffer[:end + 2])
-        del self.buffer[:end + 2]
+        raw = bytes(self.buffer[: end + 2])
+        del self.buffer[: end + 2]
         frame_id = fields(raw).get("id")
         if frame_id is not None:
             self.last_id = frame_id
@@ -166,17 +188,25 @@ class Stream:
         self.resp.close()
 
 
-async def create(http: aiohttp.ClientSession, url: str, body: dict,
-                 headers: dict | None = None) -> dict:
+async def create(
+    http: aiohttp.ClientSession, url: str, body: dict, headers: dict | None = None
+) -> dict:
     async with http.post(f"{url}/v0/watch", json=body, headers=headers) as r:
         doc = await r.json()
         assert r.status == 200, doc
         return doc
 
 
-async def open_stream(http: aiohttp.ClientSession, url: str, wid: str, *,
-                      last_event_id: str | None = None, headers: dict | None = None,
-                      query: str = "", read_retry: bool = True) -> Stream:
+async def open_stream(
+    http: aiohttp.ClientSession,
+    url: str,
+    wid: str,
+    *,
+    last_event_id: str | None = None,
+    headers: dict | None = None,
+    query: str = "",
+    read_retry: bool = True,
+) -> Stream:
     hdrs = {**SSE, **(headers or {})}
     if last_event_id is not None:
         hdrs["Last-Event-ID"] = last_event_id

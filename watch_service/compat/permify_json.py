@@ -2,6 +2,7 @@
 responses, in the JSON the ``permify`` 1.7 client sends and reads (proto field names,
 grpc-gateway shapes). ``PermifyError`` is this surface's one error type.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -77,11 +78,18 @@ def _list(doc: dict, key: str, field: str, max_items: int | None = None) -> list
 
 def parse_tuple(doc: Any, field: str) -> pa.Tuple:
     doc = _obj(doc, field)
-    entity, subject = _obj(doc.get("entity"), f"{field}.entity"), _obj(doc.get("subject"),
-                                                                        f"{field}.subject")
-    t = pa.Tuple(_str(entity, "type", f"{field}.entity"), _str(entity, "id", f"{field}.entity"),
-                 _str(doc, "relation", field), _str(subject, "type", f"{field}.subject"),
-                 _str(subject, "id", f"{field}.subject"), _str(subject, "relation", f"{field}.subject"))
+    entity, subject = (
+        _obj(doc.get("entity"), f"{field}.entity"),
+        _obj(doc.get("subject"), f"{field}.subject"),
+    )
+    t = pa.Tuple(
+        _str(entity, "type", f"{field}.entity"),
+        _str(entity, "id", f"{field}.entity"),
+        _str(doc, "relation", field),
+        _str(subject, "type", f"{field}.subject"),
+        _str(subject, "id", f"{field}.subject"),
+        _str(subject, "relation", f"{field}.subject"),
+    )
     try:
         return pa.check_tuple(t, pa.PERMIFY, field)
     except pa.AuthzInputError as exc:
@@ -91,8 +99,12 @@ def parse_tuple(doc: Any, field: str) -> pa.Tuple:
 def parse_attribute(doc: Any, field: str) -> pa.Attribute:
     doc = _obj(doc, field)
     entity = _obj(doc.get("entity"), f"{field}.entity")
-    a = pa.Attribute(_str(entity, "type", f"{field}.entity"), _str(entity, "id", f"{field}.entity"),
-                     _str(doc, "attribute", field), doc.get("value"))
+    a = pa.Attribute(
+        _str(entity, "type", f"{field}.entity"),
+        _str(entity, "id", f"{field}.entity"),
+        _str(doc, "attribute", field),
+        doc.get("value"),
+    )
     try:
         return pa.check_attribute(a, field)
     except pa.AuthzInputError as exc:
@@ -117,15 +129,18 @@ def parse_attributes(doc: dict) -> list[pa.Attribute]:
 
 def parse_tuple_filter(doc: Any, field: str, require_type: bool) -> pa.TupleFilter:
     doc = _obj(doc, field)
-    entity, subject = _obj(doc.get("entity"), f"{field}.entity"), _obj(doc.get("subject"),
-                                                                        f"{field}.subject")
+    entity, subject = (
+        _obj(doc.get("entity"), f"{field}.entity"),
+        _obj(doc.get("subject"), f"{field}.subject"),
+    )
     f = pa.TupleFilter(
         entity_type=_str(entity, "type", f"{field}.entity") or None,
         entity_ids=tuple(_strs(entity, "ids", f"{field}.entity")),
         relation=_str(doc, "relation", field) or None,
         subject_type=_str(subject, "type", f"{field}.subject") or None,
         subject_ids=tuple(_strs(subject, "ids", f"{field}.subject")),
-        subject_relation=_str(subject, "relation", f"{field}.subject") or None)
+        subject_relation=_str(subject, "relation", f"{field}.subject") or None,
+    )
     if require_type and f.entity_type is None:
         raise invalid(f"{field}.entity.type: required")
     return f
@@ -134,9 +149,11 @@ def parse_tuple_filter(doc: Any, field: str, require_type: bool) -> pa.TupleFilt
 def parse_attribute_filter(doc: Any, field: str) -> pa.AttributeFilter:
     doc = _obj(doc, field)
     entity = _obj(doc.get("entity"), f"{field}.entity")
-    return pa.AttributeFilter(_str(entity, "type", f"{field}.entity") or None,
-                              tuple(_strs(entity, "ids", f"{field}.entity")),
-                              tuple(_strs(doc, "attributes", field)))
+    return pa.AttributeFilter(
+        _str(entity, "type", f"{field}.entity") or None,
+        tuple(_strs(entity, "ids", f"{field}.entity")),
+        tuple(_strs(doc, "attributes", field)),
+    )
 
 
 def _strs(doc: dict, key: str, field: str) -> list[str]:
@@ -155,19 +172,24 @@ def page_size(doc: dict) -> int:
 
 def tenant_body(t: tuple) -> dict:
     created: dt.datetime = t[2]
-    stamp = created.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
+    stamp = created.astimezone(dt.UTC).isoformat(timespec="microseconds")
     return {"id": t[0], "name": t[1], "created_at": stamp.replace("+00:00", "Z")}
 
 
 def tuple_body(t: pa.Tuple) -> dict:
-    return {"entity": {"type": t.entity_type, "id": t.entity_id}, "relation": t.relation,
-            "subject": {"type": t.subject_type, "id": t.subject_id,
-                        "relation": t.subject_relation}}
+    return {
+        "entity": {"type": t.entity_type, "id": t.entity_id},
+        "relation": t.relation,
+        "subject": {"type": t.subject_type, "id": t.subject_id, "relation": t.subject_relation},
+    }
 
 
 def attribute_body(a: pa.Attribute) -> dict:
-    return {"entity": {"type": a.entity_type, "id": a.entity_id}, "attribute": a.name,
-            "value": a.value}
+    return {
+        "entity": {"type": a.entity_type, "id": a.entity_id},
+        "attribute": a.name,
+        "value": a.value,
+    }
 
 
 def data_change(c: pa.Change) -> dict:
@@ -179,8 +201,11 @@ def data_change(c: pa.Change) -> dict:
 
 
 def watch_line(snap_token: str, changes: list[pa.Change]) -> bytes:
-    doc = {"result": {"changes": {"snap_token": snap_token,
-                                  "data_changes": [data_change(c) for c in changes]}}}
+    doc = {
+        "result": {
+            "changes": {"snap_token": snap_token, "data_changes": [data_change(c) for c in changes]}
+        }
+    }
     return orjson.dumps(doc) + b"\n"
 
 
@@ -190,8 +215,10 @@ def error_line(err: PermifyError) -> bytes:
 
 # -- schema: stored as text; read renders names only (no permission evaluation here) ----------
 _BLOCK = re.compile(r"\bentity\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", re.S)
-_MEMBER = re.compile(r"\b(relation|attribute|permission|action)\s+([A-Za-z_][A-Za-z0-9_]*)"
-                     r"(?:\s+([A-Za-z_\[\]]+))?")
+_MEMBER = re.compile(
+    r"\b(relation|attribute|permission|action)\s+([A-Za-z_][A-Za-z0-9_]*)"
+    r"(?:\s+([A-Za-z_\[\]]+))?"
+)
 _ATTR_TYPES = {"boolean": "BOOLEAN", "string": "STRING", "integer": "INTEGER", "double": "DOUBLE"}
 
 
@@ -208,9 +235,14 @@ def schema_definition(text: str) -> dict:
     named in ``text`` (structure only: rewrites and relation references are not parsed)."""
     entities, refs = {}, {}
     for m in _BLOCK.finditer(text):
-        body = text[m.end():text.find("}", m.end())]
-        ent: dict = {"name": m.group(1), "relations": {}, "permissions": {}, "attributes": {},
-                     "references": {}}
+        body = text[m.end() : text.find("}", m.end())]
+        ent: dict = {
+            "name": m.group(1),
+            "relations": {},
+            "permissions": {},
+            "attributes": {},
+            "references": {},
+        }
         for kind, name, typ in _MEMBER.findall(body):
             if kind == "relation":
                 ent["relations"][name] = {"name": name}

@@ -4,6 +4,7 @@ relationships and attributes (the watch is in ``permify_watch``).
 Auth is the service's bearer keys (read / write / admin, prefix-checked against the tenant's
 change topic). Errors are grpc-gateway bodies ``{"code", "message", "details"}``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,13 +16,13 @@ import psycopg
 import psycopg_pool
 from aiohttp import web
 
+from watch_service.compat import permify_json as pj
 from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import ApiError
-from watch_service.web.auth import authorize
-from watch_service.web.app_keys import KEYS, POOL, SETTINGS
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
-from watch_service.compat import permify_json as pj
+from watch_service.web.app_keys import KEYS, POOL, SETTINGS
+from watch_service.web.auth import authorize
 
 log = logging.getLogger("auditsync.permify")
 routes = web.RouteTableDef()
@@ -29,6 +30,7 @@ routes = web.RouteTableDef()
 
 def permify_handler(scope: str, tenant_param: str | None = "tenant_id"):
     """Wrap a handler: auth + tenant id check first; every failure as a grpc-gateway body."""
+
     def wrap(fn):
         async def run(request: web.Request) -> web.StreamResponse:
             try:
@@ -53,7 +55,9 @@ def permify_handler(scope: str, tenant_param: str | None = "tenant_id"):
             except Exception:
                 log.exception("internal error on %s %s", request.method, request.path)
                 return _error(pj.PermifyError(pj.INTERNAL, "internal server error"))
+
         return run
+
     return wrap
 
 
@@ -65,8 +69,9 @@ def _tenant(raw: str) -> str:
 
 
 def _error(err: pj.PermifyError) -> web.Response:
-    return web.Response(status=err.http_status, body=orjson.dumps(err.body()),
-                        content_type="application/json")
+    return web.Response(
+        status=err.http_status, body=orjson.dumps(err.body()), content_type="application/json"
+    )
 
 
 def _ok(doc: dict) -> web.Response:
@@ -76,7 +81,9 @@ def _ok(doc: dict) -> web.Response:
 async def json_body(request: web.Request, allowed: set[str]) -> dict:
     limit = request.app[SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise pj.invalid(f"body of {request.content_length} bytes is over the limit of {limit} bytes")
+        raise pj.invalid(
+            f"body of {request.content_length} bytes is over the limit of {limit} bytes"
+        )
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -151,8 +158,10 @@ async def schemas_read(request: web.Request, tenant: str) -> web.Response:
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
         row = await reads.read_schema(conn, tenant, version)
     if row is None:
-        raise pj.PermifyError(pj.NOT_FOUND, f"tenant {tenant!r} has no schema"
-                              + (f" version {version!r}" if version else ""))
+        raise pj.PermifyError(
+            pj.NOT_FOUND,
+            f"tenant {tenant!r} has no schema" + (f" version {version!r}" if version else ""),
+        )
     return _ok({"schema": pj.schema_definition(row[1])})
 
 
@@ -182,11 +191,17 @@ async def data_delete(request: web.Request, tenant: str) -> web.Response:
     tf = pj.parse_tuple_filter(doc.get("tuple_filter"), "tuple_filter", require_type=False)
     af = pj.parse_attribute_filter(doc.get("attribute_filter"), "attribute_filter")
     if tf.is_empty() and af == pa.AttributeFilter():
-        raise pj.invalid("body: tuple_filter and attribute_filter are both empty; "
-                         "refusing to delete everything")
-    return await _write(request, tenant, db.Write(
-        delete_tuples=None if tf.is_empty() else tf,
-        delete_attributes=None if af == pa.AttributeFilter() else af))
+        raise pj.invalid(
+            "body: tuple_filter and attribute_filter are both empty; refusing to delete everything"
+        )
+    return await _write(
+        request,
+        tenant,
+        db.Write(
+            delete_tuples=None if tf.is_empty() else tf,
+            delete_attributes=None if af == pa.AttributeFilter() else af,
+        ),
+    )
 
 
 @routes.post("/v1/tenants/{tenant_id}/relationships/delete")
@@ -202,8 +217,11 @@ def _after(token: object, parts: int) -> tuple | None:
         return None
     try:
         after = orjson.loads(base64.urlsafe_b64decode(str(token)))
-        assert isinstance(after, list) and len(after) == parts and all(
-            isinstance(x, str) for x in after)
+        assert (
+            isinstance(after, list)
+            and len(after) == parts
+            and all(isinstance(x, str) for x in after)
+        )
         return tuple(after)
     except Exception:
         raise pj.invalid(f"continuous_token: {token!r} is not a token from this service") from None
@@ -224,8 +242,12 @@ async def relationships_read(request: web.Request, tenant: str) -> web.Response:
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
         rows = await reads.read_tuples(conn, tenant, f, after, size + 1)
     page = rows[:size]
-    return _ok({"tuples": [pj.tuple_body(t) for t in page],
-                "continuous_token": _next(page[-1].key() if page else (), len(rows) > size)})
+    return _ok(
+        {
+            "tuples": [pj.tuple_body(t) for t in page],
+            "continuous_token": _next(page[-1].key() if page else (), len(rows) > size),
+        }
+    )
 
 
 @routes.post("/v1/tenants/{tenant_id}/data/attributes/read")
@@ -240,5 +262,9 @@ async def attributes_read(request: web.Request, tenant: str) -> web.Response:
         rows = await reads.read_attributes(conn, tenant, f, after, size + 1)
     page = rows[:size]
     last = (page[-1].entity_type, page[-1].entity_id, page[-1].name) if page else ()
-    return _ok({"attributes": [pj.attribute_body(a) for a in page],
-                "continuous_token": _next(last, len(rows) > size)})
+    return _ok(
+        {
+            "attributes": [pj.attribute_body(a) for a in page],
+            "continuous_token": _next(last, len(rows) > size),
+        }
+    )

@@ -7,6 +7,7 @@ Auth: with ``settings.grpc_key`` set, every call must carry metadata
 ``store.authz_writes.apply`` (one transaction, one change record); Watch follows the tenant's change
 topic, so a ZedToken is a position in it and ``changes_through`` is always resumable.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,12 +26,12 @@ from authzed.api.v1 import permission_service_pb2_grpc as ps_grpc
 from authzed.api.v1 import watch_service_pb2 as ws
 from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
-from watch_service.protocol import authz as pa
-from watch_service.web.app_keys import HUB, POOL, SETTINGS
-from watch_service.store import authz_reads as reads
-from watch_service.store import authz_writes as db
 from watch_service.compat import spicedb_proto as sp
 from watch_service.engine.topic_follower import HistoryLost, TopicGone, ensure_retained, follow
+from watch_service.protocol import authz as pa
+from watch_service.store import authz_reads as reads
+from watch_service.store import authz_writes as db
+from watch_service.web.app_keys import HUB, POOL, SETTINGS
 
 log = logging.getLogger("auditsync.spicedb")
 TOPIC = pa.change_topic(sp.TENANT)
@@ -46,13 +47,17 @@ def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, db.PreconditionFailed):
         return _Code.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, (db.TenantNotFound, TopicGone)):
-        return _Code.NOT_FOUND, f"tenant {sp.TENANT!r} (the SpiceDB surface's tenant) does not exist"
+        return (
+            _Code.NOT_FOUND,
+            f"tenant {sp.TENANT!r} (the SpiceDB surface's tenant) does not exist",
+        )
     if isinstance(exc, HistoryLost):
         return _Code.OUT_OF_RANGE, (
             f"the start cursor is before the retained history: changes {exc.gap_from}.."
             f"{exc.gap_to} were garbage collected (the history window is the change topic's "
             "ttl). Recover by re-reading the current state with ReadRelationships and then "
-            "calling Watch without optional_start_cursor, or with the read_at token.")
+            "calling Watch without optional_start_cursor, or with the read_at token."
+        )
     if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
         return _Code.UNAVAILABLE, "PostgreSQL is unreachable; retry"
     log.error("internal error", exc_info=exc)
@@ -81,8 +86,10 @@ class _Service:
             return
         got = dict(context.invocation_metadata() or ()).get("authorization", "")
         if not hmac.compare_digest(str(got).encode(), f"Bearer {key}".encode()):
-            raise sp.SpiceDBError(_Code.UNAUTHENTICATED, "missing or wrong bearer key "
-                                  "(metadata authorization: Bearer <key>)")
+            raise sp.SpiceDBError(
+                _Code.UNAUTHENTICATED,
+                "missing or wrong bearer key (metadata authorization: Bearer <key>)",
+            )
 
     async def _apply(self, w: db.Write) -> db.WriteResult:
         async with self.app[POOL].connection() as conn:
@@ -94,30 +101,43 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
         return await self._call(context, self._write(request))
 
     async def _write(self, request: ps.WriteRelationshipsRequest) -> ps.WriteRelationshipsResponse:
-        w = db.Write(sp.updates(request), preconditions=_pre(request), metadata=sp.metadata(request))
+        w = db.Write(
+            sp.updates(request), preconditions=_pre(request), metadata=sp.metadata(request)
+        )
         result = await self._apply(w)
         return ps.WriteRelationshipsResponse(written_at=sp.zed(TOPIC, result.seq))
 
     async def DeleteRelationships(self, request, context):
         return await self._call(context, self._delete(request))
 
-    async def _delete(self, request: ps.DeleteRelationshipsRequest) -> ps.DeleteRelationshipsResponse:
+    async def _delete(
+        self, request: ps.DeleteRelationshipsRequest
+    ) -> ps.DeleteRelationshipsResponse:
         f = sp.to_filter(request.relationship_filter, "relationship_filter")
-        w = db.Write(delete_tuples=f, delete_limit=request.optional_limit or None,
-                     allow_partial=request.optional_allow_partial_deletions,
-                     preconditions=_pre(request), metadata=sp.metadata(request))
+        w = db.Write(
+            delete_tuples=f,
+            delete_limit=request.optional_limit or None,
+            allow_partial=request.optional_allow_partial_deletions,
+            preconditions=_pre(request),
+            metadata=sp.metadata(request),
+        )
         result = await self._apply(w)
         progress = ps.DeleteRelationshipsResponse
         return ps.DeleteRelationshipsResponse(
-            deleted_at=sp.zed(TOPIC, result.seq), relationships_deleted_count=result.deleted,
-            deletion_progress=progress.DELETION_PROGRESS_PARTIAL if result.partial
-            else progress.DELETION_PROGRESS_COMPLETE)
+            deleted_at=sp.zed(TOPIC, result.seq),
+            relationships_deleted_count=result.deleted,
+            deletion_progress=progress.DELETION_PROGRESS_PARTIAL
+            if result.partial
+            else progress.DELETION_PROGRESS_COMPLETE,
+        )
 
     async def ReadRelationships(self, request, context) -> AsyncIterator:
         try:
             self._auth(context)
             f = sp.to_filter(request.relationship_filter, "relationship_filter")
-            after = _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
+            after = (
+                _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
+            )
             left = request.optional_limit or None
             async with self.app[POOL].connection() as conn:
                 info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
@@ -128,8 +148,10 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
                     rows = await reads.read_tuples(conn, sp.TENANT, f, after, size)
                 for t in rows:
                     yield ps.ReadRelationshipsResponse(
-                        read_at=read_at, relationship=sp.to_relationship(t),
-                        after_result_cursor=core_pb2.Cursor(token=_cursor_token(t)))
+                        read_at=read_at,
+                        relationship=sp.to_relationship(t),
+                        after_result_cursor=core_pb2.Cursor(token=_cursor_token(t)),
+                    )
                 if len(rows) < size:
                     return
                 after = rows[-1].key()
@@ -148,11 +170,15 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
             for rel in req.relationships:
                 t = sp.to_tuple(rel, f"relationships[{len(ops)}]")
                 if t.key() in seen:
-                    raise sp.SpiceDBError(_Code.ALREADY_EXISTS, f"relationship "
-                                          f"{pa.format_tuple(t)} appears twice in the import")
+                    raise sp.SpiceDBError(
+                        _Code.ALREADY_EXISTS,
+                        f"relationship {pa.format_tuple(t)} appears twice in the import",
+                    )
                 if len(ops) >= sp.MAX_IMPORT:
-                    raise sp.invalid(f"relationships: more than {sp.MAX_IMPORT} in one import; "
-                                     "split it into several calls")
+                    raise sp.invalid(
+                        f"relationships: more than {sp.MAX_IMPORT} in one import; "
+                        "split it into several calls"
+                    )
                 seen.add(t.key())
                 ops.append(("create", t))
         result = await self._apply(db.Write(ops))
@@ -160,7 +186,9 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
 
 
 def _pre(request) -> list[db.Precondition]:
-    return [db.Precondition(must, f) for must, f in sp.preconditions(request.optional_preconditions)]
+    return [
+        db.Precondition(must, f) for must, f in sp.preconditions(request.optional_preconditions)
+    ]
 
 
 def _cursor_token(t: pa.Tuple) -> str:
@@ -195,17 +223,21 @@ class Watch(_Service, ws_grpc.WatchServiceServicer):
         after = info.head_seq
         if request.HasField("optional_start_cursor"):
             try:
-                after = pa.decode_token(TOPIC, request.optional_start_cursor.token,
-                                        "optional_start_cursor")
+                after = pa.decode_token(
+                    TOPIC, request.optional_start_cursor.token, "optional_start_cursor"
+                )
             except pa.AuthzInputError as exc:
                 raise sp.invalid(str(exc)) from None
             if after > info.head_seq:
-                raise sp.invalid("optional_start_cursor: the token is ahead of this server's "
-                                 "changes (from another datastore?)")
+                raise sp.invalid(
+                    "optional_start_cursor: the token is ahead of this server's "
+                    "changes (from another datastore?)"
+                )
             ensure_retained(after, info.earliest_seq)
         last_sent = time.monotonic()
-        async for page in follow(self.app[HUB], self.app[POOL], TOPIC, after,
-                                 interval if checkpoints else 30.0):
+        async for page in follow(
+            self.app[HUB], self.app[POOL], TOPIC, after, interval if checkpoints else 30.0
+        ):
             for rec in page:
                 after = rec.seq
                 resp = sp.watch_response(TOPIC, rec.seq, pa.parse_change_record(rec.data), filters)
@@ -220,15 +252,19 @@ class Watch(_Service, ws_grpc.WatchServiceServicer):
 async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     """The grpc.aio server on ``settings.grpc_port`` for the app's lifetime."""
     settings = app[SETTINGS]
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", settings.max_body_bytes),
-        ("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
     ps_grpc.add_PermissionsServiceServicer_to_server(Permissions(app), server)
     ws_grpc.add_WatchServiceServicer_to_server(Watch(app), server)
     server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
     await server.start()
-    log.info("SpiceDB gRPC surface on %s:%d (tenant %s)", settings.host, settings.grpc_port,
-             sp.TENANT)
+    log.info(
+        "SpiceDB gRPC surface on %s:%d (tenant %s)", settings.host, settings.grpc_port, sp.TENANT
+    )
     try:
         yield
     finally:

@@ -2,12 +2,15 @@
 ``protocol.authz`` values and change records into ``WatchResponse``s. ``SpiceDBError`` is this
 surface's one error type (a gRPC status code and a message).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import grpc
-from authzed.api.v1 import core_pb2, permission_service_pb2 as ps, watch_service_pb2 as ws
+from authzed.api.v1 import core_pb2
+from authzed.api.v1 import permission_service_pb2 as ps
+from authzed.api.v1 import watch_service_pb2 as ws
 from google.protobuf import json_format, struct_pb2
 
 from watch_service.protocol import authz as pa
@@ -18,8 +21,7 @@ MAX_UPDATES = 1000
 MAX_IMPORT = 100_000
 
 _Op = core_pb2.RelationshipUpdate
-OPS = {_Op.OPERATION_CREATE: "create", _Op.OPERATION_TOUCH: "touch",
-       _Op.OPERATION_DELETE: "delete"}
+OPS = {_Op.OPERATION_CREATE: "create", _Op.OPERATION_TOUCH: "touch", _Op.OPERATION_DELETE: "delete"}
 OPS_BACK = {v: k for k, v in OPS.items()}
 
 
@@ -37,8 +39,14 @@ def to_tuple(rel: core_pb2.Relationship, field: str) -> pa.Tuple:
     if rel.HasField("optional_caveat") or rel.HasField("optional_expires_at"):
         raise invalid(f"{field}: caveats and expiration are not supported by this server")
     s = rel.subject
-    t = pa.Tuple(rel.resource.object_type, rel.resource.object_id, rel.relation,
-                 s.object.object_type, s.object.object_id, s.optional_relation)
+    t = pa.Tuple(
+        rel.resource.object_type,
+        rel.resource.object_id,
+        rel.relation,
+        s.object.object_type,
+        s.object.object_id,
+        s.optional_relation,
+    )
     try:
         return pa.check_tuple(t, pa.SPICEDB, field)
     except pa.AuthzInputError as exc:
@@ -51,7 +59,9 @@ def to_relationship(t: pa.Tuple) -> core_pb2.Relationship:
         relation=t.relation,
         subject=core_pb2.SubjectReference(
             object=core_pb2.ObjectReference(object_type=t.subject_type, object_id=t.subject_id),
-            optional_relation=t.subject_relation))
+            optional_relation=t.subject_relation,
+        ),
+    )
 
 
 def to_filter(f: ps.RelationshipFilter, field: str) -> pa.TupleFilter:
@@ -65,12 +75,15 @@ def to_filter(f: ps.RelationshipFilter, field: str) -> pa.TupleFilter:
         subject_type=(sf.subject_type or None) if has_subject else None,
         subject_ids=(sf.optional_subject_id,) if has_subject and sf.optional_subject_id else (),
         subject_relation=sf.optional_relation.relation
-        if has_subject and sf.HasField("optional_relation") else None)
+        if has_subject and sf.HasField("optional_relation")
+        else None,
+    )
     if out.is_empty():
         raise invalid(f"{field}: at least one field of the filter must be set")
     if out.entity_ids and out.entity_id_prefix:
-        raise invalid(f"{field}: optional_resource_id and optional_resource_id_prefix "
-                      "cannot both be set")
+        raise invalid(
+            f"{field}: optional_resource_id and optional_resource_id_prefix cannot both be set"
+        )
     return out
 
 
@@ -93,10 +106,13 @@ def updates(req: ps.WriteRelationshipsRequest) -> list[tuple[str, pa.Tuple]]:
 def preconditions(items: Sequence[ps.Precondition]) -> list[tuple[bool, pa.TupleFilter]]:
     out = []
     for i, p in enumerate(items):
-        if p.operation not in (ps.Precondition.OPERATION_MUST_MATCH,
-                               ps.Precondition.OPERATION_MUST_NOT_MATCH):
-            raise invalid(f"optional_preconditions[{i}].operation: must be MUST_MATCH or "
-                          "MUST_NOT_MATCH")
+        if p.operation not in (
+            ps.Precondition.OPERATION_MUST_MATCH,
+            ps.Precondition.OPERATION_MUST_NOT_MATCH,
+        ):
+            raise invalid(
+                f"optional_preconditions[{i}].operation: must be MUST_MATCH or MUST_NOT_MATCH"
+            )
         must = p.operation == ps.Precondition.OPERATION_MUST_MATCH
         out.append((must, to_filter(p.filter, f"optional_preconditions[{i}].filter")))
     return out
@@ -117,8 +133,7 @@ def struct(doc: dict) -> struct_pb2.Struct:
 def watch_filters(req: ws.WatchRequest) -> list[pa.TupleFilter]:
     """The filters a relationship must match one of; [] = every relationship."""
     if req.optional_object_types and req.optional_relationship_filters:
-        raise invalid("optional_object_types and optional_relationship_filters cannot both "
-                      "be set")
+        raise invalid("optional_object_types and optional_relationship_filters cannot both be set")
     for i, kind in enumerate(req.optional_update_kinds):
         if kind not in ws.WatchKind.values():
             raise invalid(f"optional_update_kinds[{i}]: unknown watch kind {kind}")
@@ -127,21 +142,26 @@ def watch_filters(req: ws.WatchRequest) -> list[pa.TupleFilter]:
             raise invalid(f"optional_object_types[{i}]: {t!r} is not a valid object type")
     if req.optional_object_types:
         return [pa.TupleFilter(entity_type=t) for t in req.optional_object_types]
-    return [to_filter(f, f"optional_relationship_filters[{i}]")
-            for i, f in enumerate(req.optional_relationship_filters)]
+    return [
+        to_filter(f, f"optional_relationship_filters[{i}]")
+        for i, f in enumerate(req.optional_relationship_filters)
+    ]
 
 
 def zed(topic: str, seq: int) -> core_pb2.ZedToken:
     return core_pb2.ZedToken(token=pa.encode_token(topic, seq))
 
 
-def watch_response(topic: str, seq: int, rec: pa.ChangeRecord,
-                   filters: list[pa.TupleFilter]) -> ws.WatchResponse | None:
+def watch_response(
+    topic: str, seq: int, rec: pa.ChangeRecord, filters: list[pa.TupleFilter]
+) -> ws.WatchResponse | None:
     """The response for one change record, or None when no relationship in it passes the
     filters (attribute changes are Permify-only and never appear here)."""
-    ups = [core_pb2.RelationshipUpdate(operation=OPS_BACK[c.op], relationship=to_relationship(c.tuple))
-           for c in rec.changes
-           if c.tuple is not None and (not filters or any(pa.matches(f, c.tuple) for f in filters))]
+    ups = [
+        core_pb2.RelationshipUpdate(operation=OPS_BACK[c.op], relationship=to_relationship(c.tuple))
+        for c in rec.changes
+        if c.tuple is not None and (not filters or any(pa.matches(f, c.tuple) for f in filters))
+    ]
     if not ups:
         return None
     resp = ws.WatchResponse(updates=ups, changes_through=zed(topic, seq))

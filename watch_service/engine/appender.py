@@ -6,6 +6,7 @@ the next statement carries all of them, and each request gets back its own conse
 range. A merged statement that fails is retried one request at a time, so a bad request fails
 alone and every request stays all-or-nothing.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,6 +33,8 @@ class Appender:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
         self.queues: dict[str, list[_Pending]] = {}
+        # The drain tasks in flight, held so none is garbage-collected mid-append.
+        self._drains: set[asyncio.Task] = set()
 
     async def append(self, topic: str, records: list[NewRecord]) -> store.AppendResult | None:
         size = sum(len(r.data) + len(r.meta or "") for r in records)
@@ -39,7 +42,9 @@ class Appender:
         queue = self.queues.get(topic)
         if queue is None:
             self.queues[topic] = [pending]
-            asyncio.create_task(self._drain(topic), name=f"append:{topic}")
+            task = asyncio.create_task(self._drain(topic), name=f"append:{topic}")
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
         else:
             queue.append(pending)
         return await pending.future
@@ -87,8 +92,9 @@ def _take_group(queue: list[_Pending]) -> list[_Pending]:
     records = size = 0
     while queue:
         nxt = queue[0]
-        if group and (records + len(nxt.records) > MAX_GROUP_RECORDS
-                      or size + nxt.size > MAX_GROUP_BYTES):
+        if group and (
+            records + len(nxt.records) > MAX_GROUP_RECORDS or size + nxt.size > MAX_GROUP_BYTES
+        ):
             break
         group.append(queue.pop(0))
         records += len(nxt.records)

@@ -6,6 +6,7 @@ subscriber; subscribers at the tail take pages from the cache, subscribers behin
 through PostgreSQL themselves. ``durable_head`` trails ``head`` until the WAL holding those
 commits is flushed, which is what ``consistency: strong`` delivers up to.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,17 +53,19 @@ def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
     def encoded(item: CachedRecord) -> str:
         enc = item.encodings.get(flags)
         if enc is None:
-            enc = item.encodings[flags] = encode(item.rec, include_meta=meta, include_tags=tags,
-                                                 include_data=data)
+            enc = item.encodings[flags] = encode(
+                item.rec, include_meta=meta, include_tags=tags, include_data=data
+            )
         return enc
+
     return encoded
 
 
 class Tailer:
-    def __init__(self, hub: "Hub", topic: str) -> None:
+    def __init__(self, hub: Hub, topic: str) -> None:
         self.hub, self.topic = hub, topic
-        self.head = -1            # newest seq known committed
-        self.durable_head = -1    # newest seq whose commit is flushed
+        self.head = -1  # newest seq known committed
+        self.durable_head = -1  # newest seq whose commit is flushed
         self.earliest = 1
         self.deleted = False
         self.cache: list[CachedRecord] = []
@@ -76,17 +79,27 @@ class Tailer:
     def cache_end(self) -> int | None:
         return None if self.cache_after is None else self.cache_after + len(self.cache)
 
-    def cached(self, after: int, limit: int, max_bytes: int, flags: Flags,
-               upto: int) -> list[tuple[CachedRecord, str]] | None:
+    def cached(
+        self, after: int, limit: int, max_bytes: int, flags: Flags, upto: int
+    ) -> list[tuple[CachedRecord, str]] | None:
         """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
         the topic is deleted, seqs after ``after`` are no longer retained, or they are older
         than the cache. The caller then reads PostgreSQL, which knows."""
-        if (self.deleted or missed_range(after, self.earliest) is not None
-                or self.cache_after is None or after < self.cache_after):
+        if (
+            self.deleted
+            or missed_range(after, self.earliest) is not None
+            or self.cache_after is None
+            or after < self.cache_after
+        ):
             return None
         start = after - self.cache_after
-        return build_page(self.cache[start:start + limit], cache_encoder(flags), limit=limit,
-                          max_bytes=max_bytes, upto=upto)
+        return build_page(
+            self.cache[start : start + limit],
+            cache_encoder(flags),
+            limit=limit,
+            max_bytes=max_bytes,
+            upto=upto,
+        )
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
@@ -226,7 +239,9 @@ class Hub:
         """LISTEN forever, reconnecting; after any reconnect every tailer re-reads."""
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self.db_url, autocommit=True
+                ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     for tailer in self.tailers.values():
                         tailer.kick()

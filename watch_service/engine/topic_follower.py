@@ -6,6 +6,7 @@ whenever nothing arrived for ``idle_s`` (the caller's chance to send a checkpoin
 gone client). It never skips: a cursor behind the topic's retention raises ``HistoryLost``,
 a deleted topic raises ``TopicGone``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +45,9 @@ def ensure_retained(after: int, earliest_seq: int) -> None:
         raise HistoryLost(*missed, earliest_seq)
 
 
-async def follow(hub: Hub, pool: AsyncConnectionPool, topic: str, after: int,
-                 idle_s: float) -> AsyncIterator[list[Record]]:
+async def follow(
+    hub: Hub, pool: AsyncConnectionPool, topic: str, after: int, idle_s: float
+) -> AsyncIterator[list[Record]]:
     wake = asyncio.Event()
 
     def on_wake(_topic: str) -> None:
@@ -79,4 +81,3 @@ async def _read(pool: AsyncConnectionPool, topic: str, after: int) -> list[Recor
         raise TopicGone(topic)
     ensure_retained(after, page.earliest_seq)
     return page.records
-

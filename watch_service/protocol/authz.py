@@ -9,6 +9,7 @@ A Permify snap token and a SpiceDB ZedToken are the same thing here: an opaque, 
 encoding of a seq in the tenant's change topic plus a fingerprint of that topic, meaning
 "every change up to and including this seq". Nothing here does I/O.
 """
+
 from __future__ import annotations
 
 import base64
@@ -93,19 +94,25 @@ def parse_attribute_ref(text: str) -> tuple[str, str, str]:
 @dataclasses.dataclass(frozen=True)
 class Dialect:
     """The name rules of one surface."""
+
     name: str
     type_re: re.Pattern
     id_re: re.Pattern
     relation_re: re.Pattern  # also attribute names
 
 
-PERMIFY = Dialect("permify", re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
-                  re.compile(r"[a-zA-Z0-9_\-@.:+]{1,128}|\*"),
-                  re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"))
-SPICEDB = Dialect("spicedb",
-                  re.compile(r"(?:[a-z][a-z0-9_]{1,61}[a-z0-9]/)*[a-z][a-z0-9_]{1,62}[a-z0-9]"),
-                  re.compile(r"[a-zA-Z0-9/_|\-=+]{1,1024}|\*"),
-                  re.compile(r"[a-z][a-z0-9_]{1,62}[a-z0-9]"))
+PERMIFY = Dialect(
+    "permify",
+    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+    re.compile(r"[a-zA-Z0-9_\-@.:+]{1,128}|\*"),
+    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+)
+SPICEDB = Dialect(
+    "spicedb",
+    re.compile(r"(?:[a-z][a-z0-9_]{1,61}[a-z0-9]/)*[a-z][a-z0-9_]{1,62}[a-z0-9]"),
+    re.compile(r"[a-zA-Z0-9/_|\-=+]{1,1024}|\*"),
+    re.compile(r"[a-z][a-z0-9_]{1,62}[a-z0-9]"),
+)
 
 
 def _check(value: Any, rule: re.Pattern, field: str, max_len: int = 1024) -> str:
@@ -127,26 +134,34 @@ def check_tuple(t: Tuple, d: Dialect, field: str = "tuple") -> Tuple:
     return t
 
 
-_VALUE_KINDS = {"BooleanValue": (bool,), "StringValue": (str,), "IntegerValue": (int,),
-                "DoubleValue": (int, float)}
+_VALUE_KINDS = {
+    "BooleanValue": (bool,),
+    "StringValue": (str,),
+    "IntegerValue": (int,),
+    "DoubleValue": (int, float),
+}
 VALUE_TYPE_PREFIX = "type.googleapis.com/base.v1."
-INT32 = (-2**31, 2**31 - 1)
+INT32 = (-(2**31), 2**31 - 1)
 
 
 def check_value(value: Any, field: str = "value") -> dict:
     """A Permify typed attribute value: ``{"@type": ".../base.v1.<Kind>[Array]Value",
     "data": …}`` with ``data`` of that kind."""
     if not isinstance(value, dict) or set(value) - {"@type", "data"}:
-        raise AuthzInputError(f"{field}: expected {{\"@type\": ..., \"data\": ...}}")
+        raise AuthzInputError(f'{field}: expected {{"@type": ..., "data": ...}}')
     kind = value.get("@type")
-    name = kind[len(VALUE_TYPE_PREFIX):] if isinstance(kind, str) and kind.startswith(
-        VALUE_TYPE_PREFIX) else ""
+    name = (
+        kind[len(VALUE_TYPE_PREFIX) :]
+        if isinstance(kind, str) and kind.startswith(VALUE_TYPE_PREFIX)
+        else ""
+    )
     is_array = name.endswith("ArrayValue")
     base = name.replace("ArrayValue", "Value") if is_array else name
     if base not in _VALUE_KINDS:
         allowed = ", ".join(VALUE_TYPE_PREFIX + k for k in _VALUE_KINDS)
-        raise AuthzInputError(f"{field}.@type: {kind!r} is not one of {allowed} "
-                              f"(or their Array forms)")
+        raise AuthzInputError(
+            f"{field}.@type: {kind!r} is not one of {allowed} (or their Array forms)"
+        )
     data = value.get("data")
     items = data if is_array else [data]
     if not isinstance(items, list) or not all(_is_kind(x, base) for x in items):
@@ -171,8 +186,10 @@ def check_attribute(a: Attribute, field: str = "attribute") -> Attribute:
 
 def check_tenant(tenant: Any, field: str = "tenant_id") -> str:
     if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
-        raise AuthzInputError(f"{field}: {tenant!r} does not match "
-                              r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$")
+        raise AuthzInputError(
+            f"{field}: {tenant!r} does not match "
+            r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$"
+        )
     return tenant
 
 
@@ -180,6 +197,7 @@ def check_tenant(tenant: Any, field: str = "tenant_id") -> str:
 @dataclasses.dataclass(frozen=True)
 class TupleFilter:
     """Empty/None fields match anything; ``subject_relation=""`` matches direct subjects."""
+
     entity_type: str | None = None
     entity_ids: tuple[str, ...] = ()
     entity_id_prefix: str | None = None
@@ -193,13 +211,15 @@ class TupleFilter:
 
 
 def matches(f: TupleFilter, t: Tuple) -> bool:
-    return ((f.entity_type is None or t.entity_type == f.entity_type)
-            and (not f.entity_ids or t.entity_id in f.entity_ids)
-            and (f.entity_id_prefix is None or t.entity_id.startswith(f.entity_id_prefix))
-            and (f.relation is None or t.relation == f.relation)
-            and (f.subject_type is None or t.subject_type == f.subject_type)
-            and (not f.subject_ids or t.subject_id in f.subject_ids)
-            and (f.subject_relation is None or t.subject_relation == f.subject_relation))
+    return (
+        (f.entity_type is None or t.entity_type == f.entity_type)
+        and (not f.entity_ids or t.entity_id in f.entity_ids)
+        and (f.entity_id_prefix is None or t.entity_id.startswith(f.entity_id_prefix))
+        and (f.relation is None or t.relation == f.relation)
+        and (f.subject_type is None or t.subject_type == f.subject_type)
+        and (not f.subject_ids or t.subject_id in f.subject_ids)
+        and (f.subject_relation is None or t.subject_relation == f.subject_relation)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,11 +246,14 @@ def _change_doc(c: Change) -> dict:
     return {"op": c.op, "attribute": format_attribute_ref(a), "value": a.value}
 
 
-def change_records(tenant: str, source: str, changes: Sequence[Change],
-                   metadata: dict | None) -> list[str]:
+def change_records(
+    tenant: str, source: str, changes: Sequence[Change], metadata: dict | None
+) -> list[str]:
     """The JSON ``data`` of the record(s) one transaction appends: one record per
     CHANGES_PER_RECORD changes, each carrying the transaction metadata."""
-    chunks = [changes[i:i + CHANGES_PER_RECORD] for i in range(0, len(changes), CHANGES_PER_RECORD)]
+    chunks = [
+        changes[i : i + CHANGES_PER_RECORD] for i in range(0, len(changes), CHANGES_PER_RECORD)
+    ]
     out = []
     for i, chunk in enumerate(chunks):
         doc: dict = {"tenant": tenant, "source": source, "changes": [_change_doc(c) for c in chunk]}

@@ -2,6 +2,7 @@
 
 ``decode`` never raises: a garbage ``Last-Event-ID`` is treated as absent.
 """
+
 from __future__ import annotations
 
 import base64

@@ -7,6 +7,7 @@ message, which names the value and the rule it broke. ``web.errors`` renders any
 ``{"error": {"code", "message"}}``. The lower-case constructors (:func:`invalid`, …) are the
 words the routes and validators raise with.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ class AuditsyncError(Exception):
 
 class ApiError(AuditsyncError):
     """A failure the HTTP contract reports; unspecialised, it is a 500 ``internal``."""
+
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal"
     headers: Mapping[str, str] = MappingProxyType({})

@@ -3,6 +3,7 @@
 Every data frame is ``id: <cursor>\\nevent: <type>\\ndata: <json>\\n\\n``; the heartbeat is
 exactly ``: hb\\n\\n`` with no id; ``retry:`` is sent once at open.
 """
+
 from __future__ import annotations
 
 import orjson
@@ -20,17 +21,28 @@ def frame(event: str, data: str, frame_id: str | None = None) -> bytes:
     return f"{head}event: {event}\ndata: {data}\n\n".encode()
 
 
-def record_data(topic: str, encoded_records: list[str], from_seq: int, to_seq: int,
-                head_seq: int) -> str:
-    return (f'{{"topic":{orjson.dumps(topic).decode()},"records":[{",".join(encoded_records)}],'
-            f'"from_seq":{from_seq},"to_seq":{to_seq},"head_seq":{head_seq}}}')
+def record_data(
+    topic: str, encoded_records: list[str], from_seq: int, to_seq: int, head_seq: int
+) -> str:
+    return (
+        f'{{"topic":{orjson.dumps(topic).decode()},"records":[{",".join(encoded_records)}],'
+        f'"from_seq":{from_seq},"to_seq":{to_seq},"head_seq":{head_seq}}}'
+    )
 
 
-def tombstone_data(topic: str, reason: str, gap_from: int, gap_to: int, earliest_seq: int,
-                   head_seq: int) -> str:
-    return orjson.dumps({"topic": topic, "reason": reason, "gap_from": gap_from,
-                         "gap_to": gap_to, "earliest_seq": earliest_seq,
-                         "head_seq": head_seq}).decode()
+def tombstone_data(
+    topic: str, reason: str, gap_from: int, gap_to: int, earliest_seq: int, head_seq: int
+) -> str:
+    return orjson.dumps(
+        {
+            "topic": topic,
+            "reason": reason,
+            "gap_from": gap_from,
+            "gap_to": gap_to,
+            "earliest_seq": earliest_seq,
+            "head_seq": head_seq,
+        }
+    ).decode()
 
 
 def caught_up_data(topic: str, head_seq: int) -> str:

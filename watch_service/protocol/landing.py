@@ -6,6 +6,7 @@ caught-up or topic-deleted frame gives one row. Segment files are Parquet with e
 columns, in this order, named ``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet``
 under ``<landing>/<consumer>/``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,25 +18,25 @@ KIND_TOPIC_DELETED = "topic-deleted"
 
 # (column, type) with types "string" | "int64"; every column is nullable except where noted.
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("consumer", "string"),      # not null: the sink's --consumer
-    ("filter_node", "string"),   # the consumer's node filter, if any
-    ("frame_no", "int64"),       # not null: the sink's own frame counter (re-deliveries get new numbers)
-    ("frame_id", "string"),      # the SSE id: composite cursor after this frame
-    ("received_ms", "int64"),    # not null
-    ("kind", "string"),          # not null: one of the KIND_* values
-    ("topic", "string"),         # not null
-    ("cursor", "int64"),         # this topic's cursor in frame_id (watermark material)
-    ("seq", "int64"),            # record
-    ("ts", "int64"),             # record
-    ("tag", "string"),           # record
-    ("node", "string"),          # record
-    ("meta", "string"),          # record: compact JSON text
-    ("data", "string"),          # record: compact JSON text
-    ("data_sha256", "string"),   # record: payload_hash(data)
-    ("reason", "string"),        # tombstone / topic-deleted
-    ("gap_from", "int64"),       # tombstone
-    ("gap_to", "int64"),         # tombstone
-    ("head_seq", "int64"),       # every kind that reports one
+    ("consumer", "string"),  # not null: the sink's --consumer
+    ("filter_node", "string"),  # the consumer's node filter, if any
+    ("frame_no", "int64"),  # not null: the sink's own frame counter (re-deliveries get new numbers)
+    ("frame_id", "string"),  # the SSE id: composite cursor after this frame
+    ("received_ms", "int64"),  # not null
+    ("kind", "string"),  # not null: one of the KIND_* values
+    ("topic", "string"),  # not null
+    ("cursor", "int64"),  # this topic's cursor in frame_id (watermark material)
+    ("seq", "int64"),  # record
+    ("ts", "int64"),  # record
+    ("tag", "string"),  # record
+    ("node", "string"),  # record
+    ("meta", "string"),  # record: compact JSON text
+    ("data", "string"),  # record: compact JSON text
+    ("data_sha256", "string"),  # record: payload_hash(data)
+    ("reason", "string"),  # tombstone / topic-deleted
+    ("gap_from", "int64"),  # tombstone
+    ("gap_to", "int64"),  # tombstone
+    ("head_seq", "int64"),  # every kind that reports one
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
 # The columns every landing row has, whatever its kind: the sink's Arrow schema, the Spark

@@ -1,5 +1,6 @@
 """Name rules of the contract: topics and nodes (and the tenant pattern ``protocol.authz``
 checks Permify tenant ids against)."""
+
 from __future__ import annotations
 
 import re
@@ -14,15 +15,21 @@ _WS = re.compile(r"\s")
 
 def check_topic(name: object, field: str = "topic") -> str:
     if not isinstance(name, str) or not TOPIC_RE.fullmatch(name):
-        raise invalid(f"{field}: {name!r} is not a valid topic name "
-                      f"(1-200 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit)")
+        raise invalid(
+            f"{field}: {name!r} is not a valid topic name "
+            f"(1-200 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit)"
+        )
     return name
 
 
 def check_node(node: object, field: str = "node") -> str:
-    if (not isinstance(node, str) or not NODE_RE.fullmatch(node) or _WS.search(node)
-            or not node.isprintable()):
-        raise invalid(f"{field}: must be 1-128 printable characters without whitespace, "
-                      f"got {node!r}")
+    if (
+        not isinstance(node, str)
+        or not NODE_RE.fullmatch(node)
+        or _WS.search(node)
+        or not node.isprintable()
+    ):
+        raise invalid(
+            f"{field}: must be 1-128 printable characters without whitespace, got {node!r}"
+        )
     return node
-

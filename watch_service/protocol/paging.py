@@ -9,6 +9,7 @@ carries its first record, however large, so a single oversized record still move
 The budget counts characters of the encoded JSON text (bytes, for ASCII payloads), as the
 watch's ``max_batch_bytes`` always has.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -24,8 +25,9 @@ class Sequenced(Protocol):
 T = TypeVar("T", bound=Sequenced)
 
 
-def build_page(items: Iterable[T], encode: Callable[[T], str], *, limit: int, max_bytes: int,
-               upto: int) -> list[tuple[T, str]]:
+def build_page(
+    items: Iterable[T], encode: Callable[[T], str], *, limit: int, max_bytes: int, upto: int
+) -> list[tuple[T, str]]:
     """The leading items of ``items`` (in seq order) that make one page, each with its
     encoding; ``encode`` is called only for items that are considered."""
     out: list[tuple[T, str]] = []

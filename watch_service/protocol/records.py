@@ -3,6 +3,7 @@
 Stored payloads are already-compact JSON text; encoding splices them in rather than parsing
 and re-serialising, so a record costs one string join on the way out.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +21,9 @@ class Record:
     data: str  # JSON text
 
 
-def encode(rec: Record, *, include_meta: bool = True, include_tags: bool = True,
-           include_data: bool = True) -> str:
+def encode(
+    rec: Record, *, include_meta: bool = True, include_tags: bool = True, include_data: bool = True
+) -> str:
     parts = ['{"$seq":', str(rec.seq), ',"$ts":', str(rec.ts)]
     if include_tags and rec.tag is not None:
         parts += [',"$tag":', orjson.dumps(rec.tag).decode()]

@@ -4,6 +4,7 @@ Each function takes what arrived (bytes or a query mapping) and returns plain, c
 or raises ``ApiError`` naming the field and the rule it broke. Nothing is written before all of
 a request has passed, which is how a bad batch leaves nothing behind.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,14 +38,23 @@ def _object(value: Any, field: str, allowed: set[str]) -> dict:
         raise invalid(f"{field}: expected a JSON object, got {type_name(value)}")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise invalid(f"{field}: unknown field(s) {', '.join(unknown)} "
-                      f"(allowed: {', '.join(sorted(allowed))})")
+        raise invalid(
+            f"{field}: unknown field(s) {', '.join(unknown)} "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
     return value
 
 
 def type_name(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            type(None): "null", int: "integer", float: "number"}.get(type(value), "value")
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        type(None): "null",
+        int: "integer",
+        float: "number",
+    }.get(type(value), "value")
 
 
 def check_int(value: Any, field: str, lo: int, hi: int = INT63) -> int:
@@ -74,6 +84,7 @@ def topic_config(body: bytes) -> TopicConfig:
 @dataclasses.dataclass(frozen=True)
 class NewRecord:
     """A validated record, its JSON already serialised compactly for storage."""
+
     data: str
     meta: str | None
     tag: str | None
@@ -84,7 +95,9 @@ def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
     doc = _object(parse_json(body), "body", {"records"})
     records = doc.get("records")
     if not isinstance(records, list):
-        raise invalid(f"records: expected an array of 1-{MAX_BATCH} records, got {type_name(records)}")
+        raise invalid(
+            f"records: expected an array of 1-{MAX_BATCH} records, got {type_name(records)}"
+        )
     if not 1 <= len(records) <= MAX_BATCH:
         raise invalid(f"records: expected 1-{MAX_BATCH} records, got {len(records)}")
     out = []
@@ -97,10 +110,12 @@ def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
         if meta is not None and not isinstance(meta, dict):
             raise invalid(f"{field}.meta: expected an object, got {type_name(meta)}")
         tag = rec.get("tag")
-        if tag is not None:
-            if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_CHARS or "\x00" in tag:
-                raise invalid(f"{field}.tag: expected a string of 1-{MAX_TAG_CHARS} characters "
-                              f"without NUL")
+        if tag is not None and (
+            not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_CHARS or "\x00" in tag
+        ):
+            raise invalid(
+                f"{field}.tag: expected a string of 1-{MAX_TAG_CHARS} characters without NUL"
+            )
         node = rec.get("node")
         if node is not None:
             check_node(node, f"{field}.node")
@@ -108,8 +123,10 @@ def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
         meta_text = None if meta is None else orjson.dumps(meta).decode()
         size = len(data) + (len(meta_text) if meta_text else 0)
         if size > max_record_bytes:
-            raise too_large(f"{field}: {size} bytes of data+meta is over the per-record limit "
-                            f"of {max_record_bytes} bytes")
+            raise too_large(
+                f"{field}: {size} bytes of data+meta is over the per-record limit "
+                f"of {max_record_bytes} bytes"
+            )
         out.append(NewRecord(data, meta_text, tag, node))
     return out
 
@@ -138,7 +155,9 @@ def _query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: i
 def read_query(query: Mapping[str, str]) -> ReadQuery:
     unknown = sorted(set(query) - {"from_seq", "limit", "token"})
     if unknown:
-        raise invalid(f"query: unknown parameter(s) {', '.join(unknown)} (allowed: from_seq, limit)")
+        raise invalid(
+            f"query: unknown parameter(s) {', '.join(unknown)} (allowed: from_seq, limit)"
+        )
     return ReadQuery(
         from_seq=_query_int(query, "from_seq", 0, 0, INT63),
         limit=_query_int(query, "limit", DEFAULT_READ_LIMIT, 1, MAX_READ_LIMIT),

@@ -15,6 +15,7 @@ frames those bytes are and what the stream's state becomes:
 A frame is built and written before the next one is built: its id and ``from_seq`` read the
 cursor map as it stands.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,12 +73,18 @@ class Settled:
 class StreamState:
     """Cursors, live flags and frame building for one open stream over its session's topics."""
 
-    def __init__(self, cursors: dict[str, int], initial: dict[str, int], *,
-                 node: str | None = None, strong: bool = False) -> None:
+    def __init__(
+        self,
+        cursors: dict[str, int],
+        initial: dict[str, int],
+        *,
+        node: str | None = None,
+        strong: bool = False,
+    ) -> None:
         self.cursors = dict(cursors)  # session topic order: the order of every frame id
         self.initial = dict(initial)  # the session's requested from_seq, per topic
         self.node, self.strong = node, strong
-        self.live = {t: False for t in cursors}
+        self.live = dict.fromkeys(cursors, False)
         self.dirty = False  # cursors moved since the shell last persisted them
 
     # -- cursors -------------------------------------------------------------------------
@@ -110,15 +117,18 @@ class StreamState:
         return Loss(missed[0], missed[1], FROM_SEQ_TOO_OLD if too_old else None)
 
     # -- frames --------------------------------------------------------------------------
-    def tombstone(self, topic: str, loss: Loss, reason: str, earliest_seq: int,
-                  head_seq: int) -> Outgoing:
+    def tombstone(
+        self, topic: str, loss: Loss, reason: str, earliest_seq: int, head_seq: int
+    ) -> Outgoing:
         """The tombstone for ``loss``; written, it moves the cursor past the gap."""
-        data = frames.tombstone_data(topic, reason, loss.gap_from, loss.gap_to, earliest_seq,
-                                     head_seq)
+        data = frames.tombstone_data(
+            topic, reason, loss.gap_from, loss.gap_to, earliest_seq, head_seq
+        )
         return self.frame(topic, "tombstone", data, loss.gap_to)
 
-    def records(self, topic: str, page: Sequence[tuple[Delivered, str]],
-                head: int) -> Outgoing | None:
+    def records(
+        self, topic: str, page: Sequence[tuple[Delivered, str]], head: int
+    ) -> Outgoing | None:
         """The record frame for a non-empty page of (record, encoding). None when the node
         filter drops every record: the cursor then moves past them without a frame."""
         node = self.node
@@ -128,14 +138,18 @@ class StreamState:
             self.cursors[topic] = last
             self.dirty = True
             return None
-        return self.frame(topic, "record",
-                          frames.record_data(topic, encoded, self.cursors[topic], last, head),
-                          last)
+        return self.frame(
+            topic,
+            "record",
+            frames.record_data(topic, encoded, self.cursors[topic], last, head),
+            last,
+        )
 
     def topic_deleted(self, topic: str, after: int, head: int) -> Outgoing:
         """The last frame of a deleted topic; its cursor ends at the topic's final head."""
-        return self.frame(topic, "topic-deleted", frames.topic_deleted_data(topic, head),
-                          max(after, head))
+        return self.frame(
+            topic, "topic-deleted", frames.topic_deleted_data(topic, head), max(after, head)
+        )
 
     def settle(self, topic: str, page_empty: bool, upto: int, head: int) -> Settled:
         """After a page of ``topic`` was sent (or found empty): done for now, or more to
@@ -144,8 +158,9 @@ class StreamState:
         cursor = self.cursors[topic]
         if page_empty or cursor >= upto:
             if not self.live[topic] and cursor >= upto >= head:
-                return Settled(True, self.frame(topic, CAUGHT_UP,
-                                                frames.caught_up_data(topic, upto), cursor))
+                return Settled(
+                    True, self.frame(topic, CAUGHT_UP, frames.caught_up_data(topic, upto), cursor)
+                )
             return Settled(True)
         self.live[topic] = False
         return Settled(False)

@@ -4,6 +4,7 @@ Ranges are inclusive. The gaps table records ``cap``, ``ttl`` and ``deleted``; a
 a deleted-then-recreated range as ``recreated``, and a range spanning several reasons as
 ``mixed``.
 """
+
 from __future__ import annotations
 
 import dataclasses

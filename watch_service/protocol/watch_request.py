@@ -1,4 +1,5 @@
 """Validation of ``POST /v0/watch`` bodies into a normalised, storable definition."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,17 @@ DEFAULT_HEARTBEAT_MS = 15_000
 HEARTBEAT_RANGE = (1_000, 60_000)
 U32 = 2**32 - 1
 
-_FIELDS = {"node", "topics", "limit", "max_batch_bytes", "heartbeat_ms", "include_meta",
-           "include_tags", "include_data", "consistency"}
+_FIELDS = {
+    "node",
+    "topics",
+    "limit",
+    "max_batch_bytes",
+    "heartbeat_ms",
+    "include_meta",
+    "include_tags",
+    "include_data",
+    "consistency",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +58,7 @@ class WatchDefinition:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict) -> "WatchDefinition":
+    def from_json(cls, doc: dict) -> WatchDefinition:
         doc = dict(doc)
         order = doc.pop("topic_order", None) or list(doc["topics"])
         topics = {t: TopicStart(**doc["topics"][t]) for t in order}
@@ -70,7 +80,9 @@ def watch_definition(body: bytes) -> WatchDefinition:
     doc = _object(parse_json(body), "body", _FIELDS)
     topics_doc = doc.get("topics")
     if not isinstance(topics_doc, dict):
-        raise invalid(f"topics: expected an object of topic -> options, got {type_name(topics_doc)}")
+        raise invalid(
+            f"topics: expected an object of topic -> options, got {type_name(topics_doc)}"
+        )
     if not topics_doc:
         raise invalid("topics: at least one topic is required")
     if len(topics_doc) > MAX_TOPICS:
@@ -89,9 +101,10 @@ def watch_definition(body: bytes) -> WatchDefinition:
     heartbeat = check_int(doc.get("heartbeat_ms", DEFAULT_HEARTBEAT_MS), "heartbeat_ms", 0, INT63)
     consistency: Any = doc.get("consistency", "eventual")
     if consistency not in ("eventual", "strong"):
-        raise invalid(f"consistency: expected \"eventual\" or \"strong\", got {consistency!r}")
+        raise invalid(f'consistency: expected "eventual" or "strong", got {consistency!r}')
     return WatchDefinition(
-        topics=topics, node=node,
+        topics=topics,
+        node=node,
         limit=min(limit, MAX_LIMIT),
         max_batch_bytes=ZERO_BATCH_BYTES if batch == 0 else min(batch, MAX_BATCH_BYTES),
         heartbeat_ms=min(max(heartbeat, HEARTBEAT_RANGE[0]), HEARTBEAT_RANGE[1]),

@@ -1,12 +1,13 @@
 """Health, readiness and Prometheus metrics."""
+
 from __future__ import annotations
 
 from aiohttp import web
 
+from watch_service.server.topic_routes import json_response
 from watch_service.store.migrate import latest_version
 from watch_service.store.server_state import readiness
 from watch_service.web.app_keys import METRICS, POOL, SETTINGS
-from watch_service.server.topic_routes import json_response
 
 routes = web.RouteTableDef()
 
@@ -27,15 +28,23 @@ async def readyz(request: web.Request) -> web.Response:
         if not state.commit_timestamps:
             problems.append("track_commit_timestamp is off")
         if version < latest_version():
-            problems.append(f"schema at migration {version}, need {latest_version()}: run `auditsync migrate`")
+            problems.append(
+                f"schema at migration {version}, need {latest_version()}: run `auditsync migrate`"
+            )
     except Exception as exc:  # any failure to ask is "not ready", with the reason
         problems.append(f"PostgreSQL: {type(exc).__name__}: {str(exc).strip() or 'unreachable'}")
     if problems:
-        return json_response({"error": {"code": "unavailable", "message": "; ".join(problems)}}, 503)
+        return json_response(
+            {"error": {"code": "unavailable", "message": "; ".join(problems)}}, 503
+        )
     return json_response({"status": "ready"})
 
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(text=request.app[METRICS].render(), content_type="text/plain",
-                        charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        text=request.app[METRICS].render(),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )

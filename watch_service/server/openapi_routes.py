@@ -6,6 +6,7 @@ fails at start, not on the first request. tests/test_openapi.py keeps it valid a
 for route, to what ``create_app`` registers. It is served without authentication: it describes
 the API, it holds no data.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,5 +32,8 @@ routes = web.RouteTableDef()
 
 @routes.get("/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=DOCUMENT, content_type="application/json",
-                        headers={"Cache-Control": "public, max-age=300"})
+    return web.Response(
+        body=DOCUMENT,
+        content_type="application/json",
+        headers={"Cache-Control": "public, max-age=300"},
+    )

@@ -1,4 +1,5 @@
 """Topics and Records routes of ``spec/http-api.md``."""
+
 from __future__ import annotations
 
 import orjson
@@ -9,8 +10,8 @@ from watch_service.protocol.errors import too_large, topic_not_found
 from watch_service.protocol.names import check_topic
 from watch_service.protocol.records import encode_list
 from watch_service.store import topics as store
-from watch_service.web.auth import authorize
 from watch_service.web.app_keys import APPENDER, KEYS, METRICS, POOL, SETTINGS
+from watch_service.web.auth import authorize
 
 routes = web.RouteTableDef()
 
@@ -20,8 +21,9 @@ def json_response(doc: dict, status: int = 200) -> web.Response:
 
 
 def caller(request: web.Request, scope: str, topic: str | None = None):
-    key = request.app[KEYS].authenticate(request.headers.get("Authorization"),
-                                         request.query.get("token"))
+    key = request.app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token")
+    )
     authorize(key, scope, topic)
     return key
 
@@ -29,7 +31,9 @@ def caller(request: web.Request, scope: str, topic: str | None = None):
 async def read_body(request: web.Request) -> bytes:
     limit = request.app[SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise too_large(f"body of {request.content_length} bytes is over the limit of {limit} bytes")
+        raise too_large(
+            f"body of {request.content_length} bytes is over the limit of {limit} bytes"
+        )
     return await request.read()
 
 
@@ -45,8 +49,9 @@ async def put_topic(request: web.Request) -> web.Response:
 
 @routes.get("/v0/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    key = request.app[KEYS].authenticate(request.headers.get("Authorization"),
-                                         request.query.get("token"))
+    key = request.app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token")
+    )
     async with request.app[POOL].connection() as conn:
         topics = await store.list_topics(conn)
     if key is not None:
@@ -87,9 +92,15 @@ async def append_records(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     metrics.appends.inc()
     metrics.records_appended.inc(len(records))
-    return json_response({"topic": name, "first_seq": result.first_seq,
-                          "last_seq": result.last_seq, "head_seq": result.head_seq,
-                          "ts": result.ts})
+    return json_response(
+        {
+            "topic": name,
+            "first_seq": result.first_seq,
+            "last_seq": result.last_seq,
+            "head_seq": result.head_seq,
+            "ts": result.ts,
+        }
+    )
 
 
 @routes.get("/v0/topics/{topic}/records")
@@ -102,10 +113,15 @@ async def read_records(request: web.Request) -> web.Response:
     if result is None:
         raise topic_not_found(name)
     head = orjson.dumps({"topic": name})[:-1].decode()
-    tail = {"from_seq": result.from_seq, "to_seq": result.to_seq, "head_seq": result.head_seq,
-            "earliest_seq": result.earliest_seq}
+    tail = {
+        "from_seq": result.from_seq,
+        "to_seq": result.to_seq,
+        "head_seq": result.head_seq,
+        "earliest_seq": result.earliest_seq,
+    }
     if result.tombstone is not None:
         tail["tombstone"] = result.tombstone.as_dict()
-    body = (head + ',"records":' + encode_list(result.records) + ","
-            + orjson.dumps(tail).decode()[1:])
+    body = (
+        head + ',"records":' + encode_list(result.records) + "," + orjson.dumps(tail).decode()[1:]
+    )
     return web.Response(body=body.encode(), content_type="application/json")

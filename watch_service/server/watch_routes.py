@@ -1,5 +1,6 @@
 """``POST /v0/watch`` and ``GET /v0/watch/{wid}`` (seed 002), plus the write-behind cursor
 flusher and the registry of open streams."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,13 +15,19 @@ from aiohttp import web
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
-from watch_service.protocol.errors import not_acceptable, not_found, throttled, topic_not_found, unauthorized
+from watch_service.protocol.errors import (
+    not_acceptable,
+    not_found,
+    throttled,
+    topic_not_found,
+    unauthorized,
+)
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
-from watch_service.store import sessions
-from watch_service.web.auth import authorize, hash_secret
-from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from watch_service.server.topic_routes import json_response, read_body
 from watch_service.server.watch_stream import WatchStream
+from watch_service.store import sessions
+from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from watch_service.web.auth import authorize, hash_secret
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
@@ -41,8 +48,9 @@ async def _gc(request: web.Request) -> None:
 @routes.post("/v0/watch")
 async def create_watch(request: web.Request) -> web.Response:
     started = time.perf_counter()
-    key = request.app[KEYS].authenticate(request.headers.get("Authorization"),
-                                         request.query.get("token"))
+    key = request.app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token")
+    )
     authorize(key, "read")
     definition = watch_definition(await read_body(request))
     for topic in definition.topics:
@@ -52,20 +60,35 @@ async def create_watch(request: web.Request) -> web.Response:
         for topic in definition.topics:
             if topic not in states or states[topic].deleted:
                 raise topic_not_found(topic)
-        cursors = {t: states[t].head_seq if s.tail else s.from_seq
-                   for t, s in definition.topics.items()}
+        cursors = {
+            t: states[t].head_seq if s.tail else s.from_seq for t, s in definition.topics.items()
+        }
         wid = new_wid()
-        await sessions.create(conn, wid, definition.to_json(), cursors,
-                              key.secret_sha256 if key else None, key.id if key else None)
+        await sessions.create(
+            conn,
+            wid,
+            definition.to_json(),
+            cursors,
+            key.secret_sha256 if key else None,
+            key.id if key else None,
+        )
     await _gc(request)
-    return json_response({
-        "wid": wid,
-        "stream_url": f"/v0/watch/{wid}",
-        "session_ttl_ms": request.app[SETTINGS].session_ttl_ms,
-        "topics": {t: {"from_seq": cursors[t], "head_seq": states[t].head_seq,
-                       "earliest_seq": states[t].earliest_seq} for t in definition.topics},
-        "performance": {"server_total_ms": round((time.perf_counter() - started) * 1000, 3)},
-    })
+    return json_response(
+        {
+            "wid": wid,
+            "stream_url": f"/v0/watch/{wid}",
+            "session_ttl_ms": request.app[SETTINGS].session_ttl_ms,
+            "topics": {
+                t: {
+                    "from_seq": cursors[t],
+                    "head_seq": states[t].head_seq,
+                    "earliest_seq": states[t].earliest_seq,
+                }
+                for t in definition.topics
+            },
+            "performance": {"server_total_ms": round((time.perf_counter() - started) * 1000, 3)},
+        }
+    )
 
 
 def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
@@ -79,8 +102,10 @@ def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
     elif "token" in request.query:
         secret = request.query["token"]
     if not secret:
-        raise unauthorized("this session is bound to the key that created it: present it as "
-                           "Authorization: Bearer <key>")
+        raise unauthorized(
+            "this session is bound to the key that created it: present it as "
+            "Authorization: Bearer <key>"
+        )
     if hash_secret(secret) != row.key_hash or hash_secret(secret) not in request.app[KEYS].by_hash:
         raise unauthorized("this session is bound to a different key")
 
@@ -98,18 +123,26 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise not_acceptable("Accept must be text/event-stream")
     if len(app[STREAMS]) >= app[SETTINGS].max_streams:
-        raise throttled(f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later")
+        raise throttled(
+            f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later"
+        )
 
     definition = WatchDefinition.from_json(row.definition)
     server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
-    cursors = cursor_codec.rewind(server_cursors,
-                                  cursor_codec.decode(request.headers.get("Last-Event-ID")))
+    cursors = cursor_codec.rewind(
+        server_cursors, cursor_codec.decode(request.headers.get("Last-Event-ID"))
+    )
     async with app[POOL].connection() as conn:
         await sessions.open_stream(conn, wid, LEASE_S)
 
-    resp = web.StreamResponse(headers={
-        "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
-        "Connection": "keep-alive", "X-Accel-Buffering": "no"})
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-store",
+            "Connection": "keep-alive",
+            "X-Accel-Buffering": "no",
+        }
+    )
     # No enable_compression(): a compressor would hold frames back (StreamResponse is
     # uncompressed unless compression is enabled).
     await resp.prepare(request)
@@ -118,8 +151,16 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     initial = {t: s.from_seq for t, s in definition.topics.items()}
-    stream = WatchStream(wid, definition, cursors, initial, app[HUB], resp, app[METRICS],
-                         app[SETTINGS].write_timeout_s)
+    stream = WatchStream(
+        wid,
+        definition,
+        cursors,
+        initial,
+        app[HUB],
+        resp,
+        app[METRICS],
+        app[SETTINGS].write_timeout_s,
+    )
     app[STREAMS].add(stream)
     task = asyncio.current_task()
     app[STREAM_TASKS].add(task)
@@ -128,16 +169,23 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         await stream.run()
     except ConnectionError as exc:
         log.info("stream %s ended: %s", wid, type(exc).__name__)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         # The client stopped reading: drop it. Its cursor never moved past the unwritten frame.
-        log.info("stream %s: write timed out after %.1fs; disconnecting", wid,
-                 app[SETTINGS].write_timeout_s)
+        log.info(
+            "stream %s: write timed out after %.1fs; disconnecting",
+            wid,
+            app[SETTINGS].write_timeout_s,
+        )
         if request.transport is not None:
             request.transport.abort()
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(resp.write(frames.error_frame(
-                "unavailable", "the service is shutting down; reconnect")), 1.0)
+            await asyncio.wait_for(
+                resp.write(
+                    frames.error_frame("unavailable", "the service is shutting down; reconnect")
+                ),
+                1.0,
+            )
         raise
     except Exception as exc:  # once streaming, errors become a terminal error frame
         log.exception("stream %s failed", wid)

@@ -5,6 +5,7 @@ cache), writes the frames the state machine builds, reports each written frame b
 does a cursor move), takes turns between topics and sends heartbeats. Cursors are flushed to
 the session row write-behind by the ``CursorFlusher``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,9 +29,17 @@ Page = Sequence[tuple[Delivered, str]]
 
 
 class WatchStream:
-    def __init__(self, wid: str, definition: WatchDefinition, cursors: dict[str, int],
-                 initial: dict[str, int], hub: Hub, response: web.StreamResponse,
-                 metrics: Metrics, write_timeout_s: float) -> None:
+    def __init__(
+        self,
+        wid: str,
+        definition: WatchDefinition,
+        cursors: dict[str, int],
+        initial: dict[str, int],
+        hub: Hub,
+        response: web.StreamResponse,
+        metrics: Metrics,
+        write_timeout_s: float,
+    ) -> None:
         self.wid, self.d, self.hub, self.resp = wid, definition, hub, response
         self.strong = definition.consistency == "strong"
         self.state = StreamState(cursors, initial, node=definition.node, strong=self.strong)
@@ -86,8 +95,7 @@ class WatchStream:
         for _ in range(FAIRNESS_PAGES):
             after = state.cursors[topic]
             upto = state.upto(tailer.head, tailer.durable_head)
-            cached = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags,
-                                   upto)
+            cached = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
             page: Page
             if cached is not None:
                 page, head = cached, tailer.head
@@ -118,16 +126,28 @@ class WatchStream:
                 return None
             loss = state.loss(topic, after, page.earliest_seq)
             if loss is not None:
-                reason = loss.reason or await store.gap_reason(conn, topic, loss.gap_from,
-                                                               loss.gap_to)
-                await self._send(state.tombstone(topic, loss, reason, page.earliest_seq,
-                                                 page.head_seq))
-        upto = state.upto(page.head_seq, tailer.durable_head,
-                          flushed=page.flush_lsn >= page.insert_lsn)
+                reason = loss.reason or await store.gap_reason(
+                    conn, topic, loss.gap_from, loss.gap_to
+                )
+                await self._send(
+                    state.tombstone(topic, loss, reason, page.earliest_seq, page.head_seq)
+                )
+        upto = state.upto(
+            page.head_seq, tailer.durable_head, flushed=page.flush_lsn >= page.insert_lsn
+        )
         d = self.d
-        records = build_page(page.records, lambda rec: encode(
-            rec, include_meta=d.include_meta, include_tags=d.include_tags,
-            include_data=d.include_data), limit=d.limit, max_bytes=d.max_batch_bytes, upto=upto)
+        records = build_page(
+            page.records,
+            lambda rec: encode(
+                rec,
+                include_meta=d.include_meta,
+                include_tags=d.include_tags,
+                include_data=d.include_data,
+            ),
+            limit=d.limit,
+            max_bytes=d.max_batch_bytes,
+            upto=upto,
+        )
         return records, max(page.head_seq, tailer.head), upto
 
     async def _send(self, out: Outgoing | None) -> None:

@@ -11,6 +11,7 @@ sink``), ``watch_command`` (``auditsync watch``). ``main`` and ``build_parser`` 
 parts lazily, so importing a pure module (``watch_service.sink.sse``) does not pull in aiohttp,
 pyarrow or uvloop.
 """
+
 from __future__ import annotations
 
 import argparse

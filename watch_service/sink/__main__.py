@@ -1,4 +1,5 @@
 """``python -m watch_service.sink``: the same as ``auditsync sink``."""
+
 import sys
 
 from watch_service.sink import main

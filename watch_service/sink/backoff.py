@@ -1,6 +1,7 @@
 """Reconnect timing: exponential backoff from the server's ``retry:`` base, with jitter and a
 cap, and the stream watchdog. Pure: the caller supplies the random draw.
 """
+
 from __future__ import annotations
 
 from watch_service.protocol.frames import RETRY_MS
@@ -16,8 +17,10 @@ def backoff_ms(attempt: int, base_ms: int, cap_ms: int, draw: float) -> float:
     lockstep, yet none retries sooner than half the server's requested pause.
     """
     if attempt < 0 or base_ms < 0 or cap_ms < 0 or not 0.0 <= draw < 1.0:
-        raise ValueError(f"backoff_ms: bad arguments attempt={attempt} base_ms={base_ms} "
-                         f"cap_ms={cap_ms} draw={draw}")
+        raise ValueError(
+            f"backoff_ms: bad arguments attempt={attempt} base_ms={base_ms} "
+            f"cap_ms={cap_ms} draw={draw}"
+        )
     ceiling = min(cap_ms, base_ms * 2 ** min(attempt, 32))
     return ceiling / 2 + ceiling / 2 * draw
 

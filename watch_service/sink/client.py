@@ -38,6 +38,7 @@ Reconnecting (one behaviour for every user of this module):
 :class:`WatchClient` is the same machinery one level down, for the sink and the CLI: its
 ``items`` also reports sessions, connections, heartbeats, idle ticks and disconnects.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,8 @@ from typing import TypeVar
 import aiohttp
 import orjson
 
-from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.sink.backoff import RETRY_MS, backoff_ms
 from watch_service.sink.connection import (
     Chunk,
@@ -88,10 +89,16 @@ class WatchClient:
     counts as not consumed; ``stop()`` ends ``items`` at its next wait.
     """
 
-    def __init__(self, opts: WatchOptions, *, wid: str | None = None, last_event_id: str = "",
-                 resume: Callable[[], Mapping[str, int]] | None = None,
-                 idle_s: Callable[[], float] | None = None,
-                 draw: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        opts: WatchOptions,
+        *,
+        wid: str | None = None,
+        last_event_id: str = "",
+        resume: Callable[[], Mapping[str, int]] | None = None,
+        idle_s: Callable[[], float] | None = None,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
         self.opts, self.wid, self.last_event_id = opts, wid, last_event_id or ""
         self.retry_ms = RETRY_MS
         self._resume, self._idle_s, self._draw = resume, idle_s, draw
@@ -200,8 +207,10 @@ class WatchClient:
             return Disconnected(reason)
         if isinstance(item, Frame):
             if item.event == "error":
-                return Disconnected(f"error frame: {orjson.dumps(item.data).decode()}",
-                                    session_gone=error_code(item.data) == "not_found")
+                return Disconnected(
+                    f"error frame: {orjson.dumps(item.data).decode()}",
+                    session_gone=error_code(item.data) == "not_found",
+                )
             if item.id:
                 self.last_event_id = item.id
         return None
@@ -233,12 +242,23 @@ class WatchClient:
         return None if task.cancelled() else task.result()
 
 
-async def watch(url: str, topics: Iterable[str], *, from_seq: int = 0, tail: bool = False,
-                key: str | None = None, node: str | None = None, heartbeat_ms: int = 15_000,
-                consistency: str | None = None, include_data: bool = True,
-                last_event_id: str = "", wid: str | None = None, backoff_cap_ms: int = 30_000,
-                wait_for_topics: bool = False,
-                http: aiohttp.ClientSession | None = None) -> AsyncGenerator[Frame, None]:
+async def watch(
+    url: str,
+    topics: Iterable[str],
+    *,
+    from_seq: int = 0,
+    tail: bool = False,
+    key: str | None = None,
+    node: str | None = None,
+    heartbeat_ms: int = 15_000,
+    consistency: str | None = None,
+    include_data: bool = True,
+    last_event_id: str = "",
+    wid: str | None = None,
+    backoff_cap_ms: int = 30_000,
+    wait_for_topics: bool = False,
+    http: aiohttp.ClientSession | None = None,
+) -> AsyncGenerator[Frame, None]:
     """Watch ``topics`` and yield every frame, reconnecting as the module docstring says.
 
     ``from_seq`` delivers seqs after it, ``tail`` only records appended from now on; ``key`` is
@@ -246,10 +266,19 @@ async def watch(url: str, topics: Iterable[str], *, from_seq: int = 0, tail: boo
     session. Raises :class:`WatchError` when the server refuses the watch for good. Stop by
     leaving the ``async for`` loop.
     """
-    opts = WatchOptions(url.rstrip("/"), tuple(topics), from_seq=from_seq, tail=tail, node=node,
-                        key=key, heartbeat_ms=heartbeat_ms, consistency=consistency,
-                        include_data=include_data, backoff_cap_ms=backoff_cap_ms,
-                        wait_for_topics=wait_for_topics)
+    opts = WatchOptions(
+        url.rstrip("/"),
+        tuple(topics),
+        from_seq=from_seq,
+        tail=tail,
+        node=node,
+        key=key,
+        heartbeat_ms=heartbeat_ms,
+        consistency=consistency,
+        include_data=include_data,
+        backoff_cap_ms=backoff_cap_ms,
+        wait_for_topics=wait_for_topics,
+    )
     client = WatchClient(opts, wid=wid, last_event_id=last_event_id)
     async with contextlib.AsyncExitStack() as stack:
         if http is None:

@@ -4,6 +4,7 @@ SIGTERM/SIGINT (flush, persist the cursor, exit 0).
 Exit codes: 0 stopped cleanly, 1 the server refused us for good (bad key, forbidden topic) or
 the landing could not be written, 2 bad flags or an unusable landing folder.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,8 +47,9 @@ async def run(cfg: SinkConfig, landing: Landing) -> int:
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         settings = settings_mod.load(environ)
         default_index = None

@@ -3,6 +3,7 @@
 ``build_parser`` defines ``auditsync sink``'s flags; ``config_from_args`` validates them into a
 :class:`SinkConfig`, failing with the flag's name in the message.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,33 +50,52 @@ class SinkConfig:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The ``auditsync sink`` flags, on ``parser`` (e.g. a subcommand's) or a new parser."""
     p = parser or argparse.ArgumentParser(
-        prog="auditsync sink", description="Subscribe to topics over SSE and keep the landing "
-        "zone and the search index in sync. The bearer key comes from " + KEY_ENV + ".")
+        prog="auditsync sink",
+        description="Subscribe to topics over SSE and keep the landing "
+        "zone and the search index in sync. The bearer key comes from " + KEY_ENV + ".",
+    )
     p.add_argument("--url", required=True, help="the watch service, e.g. http://127.0.0.1:8400")
     p.add_argument("--topics", required=True, help="comma-separated topic names")
     p.add_argument("--consumer", required=True, help="this sink's name: <landing>/<consumer>/")
     p.add_argument("--landing", required=True, type=Path, help="landing zone root folder")
     p.add_argument("--node", help="node filter: never receive records written by this node")
     start = p.add_mutually_exclusive_group()
-    start.add_argument("--from-seq", type=int, default=0,
-                       help="first session only: deliver seqs above this (default 0: all)")
-    start.add_argument("--tail", action="store_true",
-                       help="first session only: start at each topic's current head")
+    start.add_argument(
+        "--from-seq",
+        type=int,
+        default=0,
+        help="first session only: deliver seqs above this (default 0: all)",
+    )
+    start.add_argument(
+        "--tail", action="store_true", help="first session only: start at each topic's current head"
+    )
     p.add_argument("--heartbeat-ms", type=int, default=15_000)
-    p.add_argument("--watchdog-slack-ms", type=int, default=5_000,
-                   help="watchdog = 2 x heartbeat + this")
+    p.add_argument(
+        "--watchdog-slack-ms", type=int, default=5_000, help="watchdog = 2 x heartbeat + this"
+    )
     p.add_argument("--flush-rows", type=int, default=5_000, help="rows per segment, at most")
     p.add_argument("--flush-ms", type=int, default=500, help="oldest buffered frame age, at most")
     p.add_argument("--progress-s", type=float, default=5.0, help="progress log interval")
     p.add_argument("--backoff-cap-ms", type=int, default=30_000)
     index = p.add_mutually_exclusive_group()
-    index.add_argument("--database-url", help="search index PostgreSQL "
-                       "(default: the service's DATABASE_URL or the embedded cluster)")
+    index.add_argument(
+        "--database-url",
+        help="search index PostgreSQL "
+        "(default: the service's DATABASE_URL or the embedded cluster)",
+    )
     index.add_argument("--no-index", action="store_true", help="do not keep a search index")
-    p.add_argument("--fault-drop-fraction", type=float, default=0.0,
-                   help="TESTS/DEMOS ONLY: silently drop this fraction of records")
-    p.add_argument("--fault-corrupt", type=int, default=0,
-                   help="TESTS/DEMOS ONLY: corrupt this many record payloads")
+    p.add_argument(
+        "--fault-drop-fraction",
+        type=float,
+        default=0.0,
+        help="TESTS/DEMOS ONLY: silently drop this fraction of records",
+    )
+    p.add_argument(
+        "--fault-corrupt",
+        type=int,
+        default=0,
+        help="TESTS/DEMOS ONLY: corrupt this many record payloads",
+    )
     p.add_argument("--fault-seed", type=int, default=0)
     return p
 
@@ -85,8 +105,9 @@ def _positive(name: str, value: float) -> None:
         raise ConfigError(f"--{name}: must be > 0, got {value!r}")
 
 
-def config_from_args(args: argparse.Namespace, key: str | None,
-                     default_index_url: str | None) -> SinkConfig:
+def config_from_args(
+    args: argparse.Namespace, key: str | None, default_index_url: str | None
+) -> SinkConfig:
     if not re.fullmatch(r"https?://[^/\s]+/?", args.url):
         raise ConfigError(f"--url: expected http(s)://host:port, got {args.url!r}")
     topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
@@ -98,8 +119,10 @@ def config_from_args(args: argparse.Namespace, key: str | None,
     if len(set(topics)) != len(topics):
         raise ConfigError(f"--topics: a topic is named twice in {args.topics!r}")
     if not _CONSUMER_RE.fullmatch(args.consumer):
-        raise ConfigError(f"--consumer: {args.consumer!r} must be 1-128 of A-Z a-z 0-9 . _ -, "
-                          "starting with a letter or digit")
+        raise ConfigError(
+            f"--consumer: {args.consumer!r} must be 1-128 of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
     if args.node is not None:
         try:
             check_node(args.node, "--node")
@@ -116,10 +139,20 @@ def config_from_args(args: argparse.Namespace, key: str | None,
     except ValueError as exc:
         raise ConfigError(f"--fault-*: {exc}") from None
     return SinkConfig(
-        url=args.url.rstrip("/"), topics=topics, consumer=args.consumer,
-        landing=args.landing.resolve(), node=args.node, from_seq=args.from_seq, tail=args.tail,
-        key=key or None, heartbeat_ms=args.heartbeat_ms, watchdog_slack_ms=args.watchdog_slack_ms,
-        flush_rows=args.flush_rows, flush_ms=args.flush_ms, progress_s=args.progress_s,
+        url=args.url.rstrip("/"),
+        topics=topics,
+        consumer=args.consumer,
+        landing=args.landing.resolve(),
+        node=args.node,
+        from_seq=args.from_seq,
+        tail=args.tail,
+        key=key or None,
+        heartbeat_ms=args.heartbeat_ms,
+        watchdog_slack_ms=args.watchdog_slack_ms,
+        flush_rows=args.flush_rows,
+        flush_ms=args.flush_ms,
+        progress_s=args.progress_s,
         backoff_cap_ms=args.backoff_cap_ms,
         index_url=None if args.no_index else (args.database_url or default_index_url),
-        faults=faults)
+        faults=faults,
+    )

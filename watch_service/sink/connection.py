@@ -8,6 +8,7 @@ watchdog (2 × heartbeat + slack): any bytes, ``: hb`` included, re-arm it, and 
 than that drops the connection. Every way a connection ends is reported as one
 :class:`Disconnected` item, never an exception.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,6 +34,7 @@ class WatchOptions:
     ``wait_for_topics``: a topic that does not exist yet (POST 404 ``topic_not_found``) is
     retried with backoff (a daemon such as the sink) instead of failing at once (a user).
     """
+
     url: str
     topics: tuple[str, ...]
     from_seq: int = 0
@@ -64,6 +66,7 @@ class SessionError(AuditsyncError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Connected:
     """The stream answered 200; frames follow."""
+
     wid: str
     last_event_id: str
 
@@ -77,9 +80,10 @@ class Chunk:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Disconnected:
     """A connection (or an attempt to make one) ended."""
+
     reason: str
     session_gone: bool = False  # 404 / not_found: the wid was reclaimed; POST again
-    fatal: bool = False         # retrying cannot help
+    fatal: bool = False  # retrying cannot help
 
 
 QueueItem = Connected | Chunk | Disconnected
@@ -88,6 +92,7 @@ QueueItem = Connected | Chunk | Disconnected
 @dataclasses.dataclass(frozen=True, slots=True)
 class Frame:
     """One SSE event of the watch stream: its type, parsed JSON data and cursor id."""
+
     event: str
     data: Any
     id: str
@@ -97,6 +102,7 @@ class Frame:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Opened:
     """A new session: its wid and the per-topic position it starts from."""
+
     wid: str
     start: dict[str, int]
 
@@ -134,9 +140,13 @@ def session_body(opts: WatchOptions, from_seqs: Mapping[str, int] | None) -> dic
             topics[topic] = {"tail": True}
         else:
             topics[topic] = {"from_seq": opts.from_seq}
-    body: dict = {"topics": topics, "heartbeat_ms": opts.heartbeat_ms,
-                  "include_tags": opts.include_tags, "include_meta": opts.include_meta,
-                  "include_data": opts.include_data}
+    body: dict = {
+        "topics": topics,
+        "heartbeat_ms": opts.heartbeat_ms,
+        "include_tags": opts.include_tags,
+        "include_meta": opts.include_meta,
+        "include_data": opts.include_data,
+    }
     if opts.consistency is not None:
         body["consistency"] = opts.consistency
     if opts.node is not None:
@@ -156,16 +166,23 @@ def _refused_for_good(status: int, opts: WatchOptions) -> bool:
     return status in FATAL_STATUSES or (status == 404 and not opts.wait_for_topics)
 
 
-async def create_session(http: aiohttp.ClientSession, opts: WatchOptions,
-                         from_seqs: Mapping[str, int] | None) -> tuple[str, dict[str, int]]:
+async def create_session(
+    http: aiohttp.ClientSession, opts: WatchOptions, from_seqs: Mapping[str, int] | None
+) -> tuple[str, dict[str, int]]:
     """POST /v0/watch; returns the wid and the cursor map the session starts from."""
     body = session_body(opts, from_seqs)
     try:
-        async with http.post(f"{opts.url}/v0/watch", json=body, headers=auth_headers(opts.key),
-                             timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        async with http.post(
+            f"{opts.url}/v0/watch",
+            json=body,
+            headers=auth_headers(opts.key),
+            timeout=aiohttp.ClientTimeout(total=30),
+        ) as resp:
             if resp.status != 200:
-                raise SessionError(f"POST /v0/watch: {await error_text(resp)}",
-                                   _refused_for_good(resp.status, opts))
+                raise SessionError(
+                    f"POST /v0/watch: {await error_text(resp)}",
+                    _refused_for_good(resp.status, opts),
+                )
             answer = await resp.json()
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         raise SessionError(f"POST /v0/watch: {type(exc).__name__}: {exc}", False) from None
@@ -178,20 +195,28 @@ async def create_session(http: aiohttp.ClientSession, opts: WatchOptions,
     return answer["wid"], start
 
 
-async def pump(http: aiohttp.ClientSession, opts: WatchOptions, wid: str, last_id: str,
-               queue: asyncio.Queue[QueueItem]) -> None:
+async def pump(
+    http: aiohttp.ClientSession,
+    opts: WatchOptions,
+    wid: str,
+    last_id: str,
+    queue: asyncio.Queue[QueueItem],
+) -> None:
     """Open GET /v0/watch/{wid} and queue parsed chunks until the connection ends."""
     headers = {"Accept": "text/event-stream", **auth_headers(opts.key)}
     if last_id:
         headers["Last-Event-ID"] = last_id
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=opts.watchdog_s)
     try:
-        async with http.get(f"{opts.url}/v0/watch/{wid}", headers=headers,
-                            timeout=timeout) as resp:
+        async with http.get(f"{opts.url}/v0/watch/{wid}", headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
-                await queue.put(Disconnected(
-                    f"GET /v0/watch/{wid}: {await error_text(resp)}",
-                    session_gone=resp.status == 404, fatal=resp.status in FATAL_STATUSES))
+                await queue.put(
+                    Disconnected(
+                        f"GET /v0/watch/{wid}: {await error_text(resp)}",
+                        session_gone=resp.status == 404,
+                        fatal=resp.status in FATAL_STATUSES,
+                    )
+                )
                 return
             await queue.put(Connected(wid, last_id))
             parser = SseParser(last_id)

@@ -7,6 +7,7 @@ reclaimed is re-created from the persisted cursors. Data frames go to the
 reconnect, so the ``Last-Event-ID`` sent is always the last id that is durable here. Reconnect
 timing is the client's (backoff from the server's ``retry:``, jitter, cap).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,15 +42,28 @@ INDEX_DRAIN_S = 5.0
 
 def watch_options(cfg: SinkConfig) -> WatchOptions:
     """The client settings of a sink: every column of a record, and topics waited for."""
-    return WatchOptions(cfg.url, cfg.topics, from_seq=cfg.from_seq, tail=cfg.tail, node=cfg.node,
-                        key=cfg.key, heartbeat_ms=cfg.heartbeat_ms,
-                        watchdog_slack_ms=cfg.watchdog_slack_ms,
-                        backoff_cap_ms=cfg.backoff_cap_ms, wait_for_topics=True)
+    return WatchOptions(
+        cfg.url,
+        cfg.topics,
+        from_seq=cfg.from_seq,
+        tail=cfg.tail,
+        node=cfg.node,
+        key=cfg.key,
+        heartbeat_ms=cfg.heartbeat_ms,
+        watchdog_slack_ms=cfg.watchdog_slack_ms,
+        backoff_cap_ms=cfg.backoff_cap_ms,
+        wait_for_topics=True,
+    )
 
 
 class Sink:
-    def __init__(self, cfg: SinkConfig, landing: Landing, index: SearchIndex | None,
-                 draw: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        cfg: SinkConfig,
+        landing: Landing,
+        index: SearchIndex | None,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
         self.cfg, self.index = cfg, index
         self.stats = Stats()
         state = landing.load_state()
@@ -57,9 +71,13 @@ class Sink:
         self.spool = Spool(cfg, landing, state, self.stats, self.indexer)
         changed = sorted(state.topics) != sorted(cfg.topics) or state.node != cfg.node
         self.client = WatchClient(
-            watch_options(cfg), wid=None if changed else state.wid, last_event_id=state.last_id,
+            watch_options(cfg),
+            wid=None if changed else state.wid,
+            last_event_id=state.last_id,
             resume=lambda: {t: c for t, c in self.spool.cursors.items() if t in cfg.topics},
-            idle_s=self.spool.wait_s, draw=draw)
+            idle_s=self.spool.wait_s,
+            draw=draw,
+        )
 
     def stop(self) -> None:
         self.client.stop()
@@ -67,8 +85,13 @@ class Sink:
     async def run(self) -> int:
         """Until stopped (0) or refused for good by the server (1)."""
         state = self.spool.state
-        log.info("sink %s: topics %s from %s, resuming after frame %d", self.cfg.consumer,
-                 ",".join(self.cfg.topics), self.cfg.url, state.frame_no)
+        log.info(
+            "sink %s: topics %s from %s, resuming after frame %d",
+            self.cfg.consumer,
+            ",".join(self.cfg.topics),
+            self.cfg.url,
+            state.frame_no,
+        )
         if self.cfg.faults.enabled:
             log.warning("%s", self.cfg.faults.describe())
         tasks = [asyncio.create_task(self._progress(), name="sink-progress")]
@@ -81,9 +104,14 @@ class Sink:
             if self.indexer is not None and not await self.indexer.drain(INDEX_DRAIN_S):
                 log.warning("search index still behind at shutdown; it catches up on restart")
             await self.spool.save()
-            log.info("sink %s stopped after frame %d (%d records, %d duplicates, %d reconnects)",
-                     self.cfg.consumer, state.frame_no, self.stats.records,
-                     self.stats.duplicates, self.stats.reconnects)
+            log.info(
+                "sink %s stopped after frame %d (%d records, %d duplicates, %d reconnects)",
+                self.cfg.consumer,
+                state.frame_no,
+                self.stats.records,
+                self.stats.duplicates,
+                self.stats.reconnects,
+            )
             return code
         finally:
             for task in tasks:
@@ -113,8 +141,9 @@ class Sink:
                     await self.spool.save()
                     log.info("watch session %s starts at %s", item.wid, item.start)
                 elif isinstance(item, Connected):
-                    log.info("stream %s open (Last-Event-ID %s)", item.wid,
-                             item.last_event_id or "-")
+                    log.info(
+                        "stream %s open (Last-Event-ID %s)", item.wid, item.last_event_id or "-"
+                    )
                 if self.spool.due():
                     await self.spool.flush()
         return 0

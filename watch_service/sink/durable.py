@@ -4,6 +4,7 @@ A file is replaced atomically by writing a temp file in the same folder, fsyncin
 it over the target and fsyncing the folder (so the rename itself survives a power cut). Append
 logs fsync after each batch of lines and repair a torn last line on load.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ the segment that omits or alters the record, and reloads them into :class:`Fault
   reconcile sees a payload mismatch. Candidates are a fixed sample of the stream
   (:data:`CORRUPT_SAMPLE`) so the N spread out instead of hitting the first N records.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,9 +44,10 @@ class FaultPolicy:
 
     def draw(self, salt: str, topic: str, seq: int) -> float:
         """A uniform value in [0, 1) fixed by (seed, salt, topic, seq)."""
-        digest = hashlib.blake2b(f"{self.seed}\0{salt}\0{topic}\0{seq}".encode(),
-                                 digest_size=8).digest()
-        return int.from_bytes(digest, "big") / 2 ** 64
+        digest = hashlib.blake2b(
+            f"{self.seed}\0{salt}\0{topic}\0{seq}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big") / 2**64
 
     def drops(self, topic: str, seq: int) -> bool:
         return self.drop_fraction > 0 and self.draw(DROP, topic, seq) < self.drop_fraction
@@ -54,9 +56,11 @@ class FaultPolicy:
         return self.corrupt > 0 and self.draw(CORRUPT, topic, seq) < CORRUPT_SAMPLE
 
     def describe(self) -> str:
-        return (f"FAULT INJECTION ON: dropping {self.drop_fraction:.2%} of records, corrupting "
-                f"up to {self.corrupt} payloads (seed {self.seed}); this landing is NOT a "
-                f"faithful copy")
+        return (
+            f"FAULT INJECTION ON: dropping {self.drop_fraction:.2%} of records, corrupting "
+            f"up to {self.corrupt} payloads (seed {self.seed}); this landing is NOT a "
+            f"faithful copy"
+        )
 
 
 def corrupt_data(data_json: str) -> str:

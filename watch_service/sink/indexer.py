@@ -8,6 +8,7 @@ never holds up landing or acknowledging frames: the index just falls behind, ret
 fully upserted are ever claimed, so after a crash the index is caught up from the landing
 (the upsert is idempotent, so replaying a segment is harmless).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,17 +28,18 @@ MAX_PENDING = 8  # segments kept in memory; beyond that they are read back from 
 
 
 class Indexer:
-    def __init__(self, index: SearchIndex, landing: Landing, state: SinkState,
-                 stats: Stats) -> None:
+    def __init__(
+        self, index: SearchIndex, landing: Landing, state: SinkState, stats: Stats
+    ) -> None:
         self.index, self.landing, self.state, self.stats = index, landing, state, stats
         self._pending: collections.deque[tuple[int, int, list[IndexRecord] | None]] = (
-            collections.deque())
+            collections.deque()
+        )
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._failing = False
 
-    def submit(self, first_frame_no: int, last_frame_no: int,
-               records: list[IndexRecord]) -> None:
+    def submit(self, first_frame_no: int, last_frame_no: int, records: list[IndexRecord]) -> None:
         """Queue a durable segment's records (dropped from memory if the queue is long)."""
         keep = records if len(self._pending) < MAX_PENDING else None
         self._pending.append((first_frame_no, last_frame_no, keep))
@@ -57,7 +59,7 @@ class Indexer:
 
     async def run(self) -> None:
         """Catch up from the landing, then index segments as they are submitted."""
-        while not await self._catch_up():
+        while not await self._catch_up():  # noqa: ASYNC110 - a timed retry after a failed catch-up, not a wait on state
             await asyncio.sleep(RETRY_S)
         while True:
             if not self._pending:
@@ -75,8 +77,12 @@ class Indexer:
                     await asyncio.sleep(RETRY_S)
             elif await self._catch_up():
                 if self.state.indexed_frame_no < last:
-                    log.warning("frames %d-%d are no longer in the landing; the backfill "
-                                "repairs the index for them", first, last)
+                    log.warning(
+                        "frames %d-%d are no longer in the landing; the backfill "
+                        "repairs the index for them",
+                        first,
+                        last,
+                    )
                     self.state.indexed_frame_no = last
                 self._pending.popleft()
             else:
@@ -88,8 +94,11 @@ class Indexer:
         except psycopg.OperationalError as exc:
             self._failing = True
             self.stats.index_errors += 1
-            log.warning("search index unavailable (%s); retrying in %.0fs, catching up from "
-                        "the landing", str(exc).strip(), RETRY_S)
+            log.warning(
+                "search index unavailable (%s); retrying in %.0fs, catching up from the landing",
+                str(exc).strip(),
+                RETRY_S,
+            )
             return False
         self._failing = False
         self.state.indexed_frame_no = through_frame_no
@@ -101,9 +110,12 @@ class Indexer:
             if seg.last_frame_no <= self.state.indexed_frame_no:
                 continue
             if seg.first_frame_no > self.state.indexed_frame_no + 1:
-                log.warning("frames %d-%d are no longer in the landing; the backfill repairs "
-                            "the index for them", self.state.indexed_frame_no + 1,
-                            seg.first_frame_no - 1)
+                log.warning(
+                    "frames %d-%d are no longer in the landing; the backfill repairs "
+                    "the index for them",
+                    self.state.indexed_frame_no + 1,
+                    seg.first_frame_no - 1,
+                )
             records = await asyncio.to_thread(self.landing.segment_records, seg.path)
             if not await self._upsert(records, seg.last_frame_no):
                 return False

@@ -13,6 +13,7 @@ Durability protocol (see ``durable.py`` for the primitives):
 A crash between 2 and 3 is repaired on load: the newest segment's footer is ahead of
 ``state.json`` and wins, so frame numbers never repeat and nothing it holds is re-requested.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,9 @@ LOCK_FILE = ".lock"
 META_KEY = b"auditsync.sink"
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
-SCHEMA = pa.schema([pa.field(name, _TYPES[kind], nullable=name not in NOT_NULL)
-                    for name, kind in COLUMNS])
+SCHEMA = pa.schema(
+    [pa.field(name, _TYPES[kind], nullable=name not in NOT_NULL) for name, kind in COLUMNS]
+)
 
 
 class LandingError(AuditsyncError):
@@ -48,6 +50,7 @@ class LandingError(AuditsyncError):
 @dataclasses.dataclass
 class SinkState:
     """Where a consumer stands; what ``state.json`` holds."""
+
     wid: str | None = None
     topics: list[str] = dataclasses.field(default_factory=list)
     node: str | None = None
@@ -79,8 +82,9 @@ def segment_name(first_frame_no: int, last_frame_no: int) -> str:
 
 def rows_table(rows: list[tuple]) -> pa.Table:
     columns = list(zip(*rows)) if rows else [()] * len(COLUMNS)
-    return pa.Table.from_arrays([pa.array(col, type=field.type)
-                                 for col, field in zip(columns, SCHEMA)], schema=SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.array(col, type=field.type) for col, field in zip(columns, SCHEMA)], schema=SCHEMA
+    )
 
 
 class Landing:
@@ -139,10 +143,20 @@ class Landing:
         written from a worker thread)."""
         durable.replace_bytes(self.dir / STATE_FILE, payload)
 
-    def write_segment(self, rows: list[tuple], first_frame_no: int, last_frame_no: int,
-                      last_frame_id: str, cursors: dict[str, int]) -> Path:
-        footer = {"first_frame_no": first_frame_no, "last_frame_no": last_frame_no,
-                  "last_frame_id": last_frame_id, "cursors": cursors}
+    def write_segment(
+        self,
+        rows: list[tuple],
+        first_frame_no: int,
+        last_frame_no: int,
+        last_frame_id: str,
+        cursors: dict[str, int],
+    ) -> Path:
+        footer = {
+            "first_frame_no": first_frame_no,
+            "last_frame_no": last_frame_no,
+            "last_frame_id": last_frame_id,
+            "cursors": cursors,
+        }
         table = rows_table(rows).replace_schema_metadata({META_KEY: orjson.dumps(footer)})
         target = self.dir / segment_name(first_frame_no, last_frame_no)
         if target.exists():
@@ -162,9 +176,13 @@ class Landing:
         """(topic, seq, ts, tag, data) of a segment's record rows, for the search index."""
         table = pq.read_table(path, columns=["kind", "topic", "seq", "ts", "tag", "data"])
         cols = table.to_pydict()
-        return [(t, s, ts, tag, d) for k, t, s, ts, tag, d in
-                zip(cols["kind"], cols["topic"], cols["seq"], cols["ts"], cols["tag"], cols["data"])
-                if k == KIND_RECORD and d is not None]
+        return [
+            (t, s, ts, tag, d)
+            for k, t, s, ts, tag, d in zip(
+                cols["kind"], cols["topic"], cols["seq"], cols["ts"], cols["tag"], cols["data"]
+            )
+            if k == KIND_RECORD and d is not None
+        ]
 
     def load_faults(self) -> set[FaultKey]:
         """Fault decisions on record, deduplicated by (kind, topic, seq)."""
@@ -176,5 +194,7 @@ class Landing:
         return keys
 
     def append_faults(self, keys: list[FaultKey]) -> None:
-        durable.append_lines(self.dir / FAULTS_FILE, (
-            orjson.dumps({"kind": kind, "topic": topic, "seq": seq}) for kind, topic, seq in keys))
+        durable.append_lines(
+            self.dir / FAULTS_FILE,
+            (orjson.dumps({"kind": kind, "topic": topic, "seq": seq}) for kind, topic, seq in keys),
+        )

@@ -1,6 +1,7 @@
 """The sink's counters and the progress line logged at a steady interval. Pure: the caller
 owns the clock and the logger.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,11 +34,13 @@ def lags(stats: Stats) -> dict[str, int]:
 def progress_line(before: Stats, now: Stats, elapsed_s: float) -> str:
     rate = 1 / elapsed_s if elapsed_s > 0 else 0.0
     lag = " ".join(f"{t}={n}" for t, n in lags(now).items()) or "-"
-    line = (f"frames/s={(now.frames - before.frames) * rate:.0f} "
-            f"records/s={(now.records - before.records) * rate:.0f} lag[{lag}] "
-            f"frames={now.frames} records={now.records} duplicates={now.duplicates} "
-            f"reconnects={now.reconnects} segments={now.segments} rows={now.rows} "
-            f"indexed={now.indexed_docs} index_errors={now.index_errors}")
+    line = (
+        f"frames/s={(now.frames - before.frames) * rate:.0f} "
+        f"records/s={(now.records - before.records) * rate:.0f} lag[{lag}] "
+        f"frames={now.frames} records={now.records} duplicates={now.duplicates} "
+        f"reconnects={now.reconnects} segments={now.segments} rows={now.rows} "
+        f"indexed={now.indexed_docs} index_errors={now.index_errors}"
+    )
     if now.dropped or now.corrupted:
         line += f" FAULTS dropped={now.dropped} corrupted={now.corrupted}"
     return line

@@ -6,6 +6,7 @@ caught-up and topic-deleted frames give one row each. ``cursor`` is the frame's 
 the composite id; when the id is opaque it is the position the frame itself reports (last seq,
 ``gap_to``, ``head_seq``), which is what the server's id would say.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,10 +47,11 @@ class FrameContext:
 @dataclasses.dataclass(slots=True)
 class Landed:
     """What one frame contributes: rows to land plus counters for progress and the index."""
+
     topic: str
     rows: list[Row]
-    records: int = 0      # records in the frame, dropped ones included
-    duplicates: int = 0   # records at or below the topic's cursor before this frame
+    records: int = 0  # records in the frame, dropped ones included
+    duplicates: int = 0  # records at or below the topic's cursor before this frame
     dropped: int = 0
     corrupted: int = 0
     cursor: int | None = None
@@ -58,17 +60,43 @@ class Landed:
 
 # Record rows are built positionally (the hot path: one per delivered record), so the shared
 # column order is checked here once rather than looked up per row.
-_RECORD_LAYOUT = ("consumer", "filter_node", "frame_no", "frame_id", "received_ms", "kind",
-                  "topic", "cursor", "seq", "ts", "tag", "node", "meta", "data", "data_sha256",
-                  "reason", "gap_from", "gap_to", "head_seq")
+_RECORD_LAYOUT = (
+    "consumer",
+    "filter_node",
+    "frame_no",
+    "frame_id",
+    "received_ms",
+    "kind",
+    "topic",
+    "cursor",
+    "seq",
+    "ts",
+    "tag",
+    "node",
+    "meta",
+    "data",
+    "data_sha256",
+    "reason",
+    "gap_from",
+    "gap_to",
+    "head_seq",
+)
 if COLUMN_NAMES != _RECORD_LAYOUT:
     raise ImportError("watch_service.protocol.landing.COLUMNS changed; update sink.rows")
 
 
 def _row(ctx: FrameContext, kind: str, topic: str, cursor: int | None, **cols) -> Row:
-    values = {"consumer": ctx.consumer, "filter_node": ctx.filter_node, "frame_no": ctx.frame_no,
-              "frame_id": ctx.frame_id, "received_ms": ctx.received_ms, "kind": kind,
-              "topic": topic, "cursor": cursor, **cols}
+    values = {
+        "consumer": ctx.consumer,
+        "filter_node": ctx.filter_node,
+        "frame_no": ctx.frame_no,
+        "frame_id": ctx.frame_id,
+        "received_ms": ctx.received_ms,
+        "kind": kind,
+        "topic": topic,
+        "cursor": cursor,
+        **cols,
+    }
     return tuple(values.get(name) for name in COLUMN_NAMES)
 
 
@@ -76,8 +104,13 @@ def _json_text(value) -> str:
     return orjson.dumps(value).decode()
 
 
-def frame_rows(kind: str, payload: object, ctx: FrameContext, cursors: Mapping[str, int],
-               fate: Fate | None = None) -> Landed:
+def frame_rows(
+    kind: str,
+    payload: object,
+    ctx: FrameContext,
+    cursors: Mapping[str, int],
+    fate: Fate | None = None,
+) -> Landed:
     """Rows for one data frame; ``cursors`` are the positions before it (for duplicates)."""
     if not isinstance(payload, dict) or not isinstance(payload.get("topic"), str):
         raise FrameError(f"{kind} frame {ctx.frame_no}: payload is not an object with a topic")
@@ -89,8 +122,16 @@ def frame_rows(kind: str, payload: object, ctx: FrameContext, cursors: Mapping[s
         return _record_rows(payload, ctx, topic, from_id, cursors.get(topic), fate)
     if kind == KIND_TOMBSTONE:
         cursor = from_id if from_id is not None else payload.get("gap_to")
-        row = _row(ctx, kind, topic, cursor, reason=payload.get("reason"),
-                   gap_from=payload.get("gap_from"), gap_to=payload.get("gap_to"), head_seq=head)
+        row = _row(
+            ctx,
+            kind,
+            topic,
+            cursor,
+            reason=payload.get("reason"),
+            gap_from=payload.get("gap_from"),
+            gap_to=payload.get("gap_to"),
+            head_seq=head,
+        )
     elif kind in (KIND_CAUGHT_UP, KIND_TOPIC_DELETED):
         cursor = from_id if from_id is not None else head
         row = _row(ctx, kind, topic, cursor, reason=payload.get("reason"), head_seq=head)
@@ -99,16 +140,30 @@ def frame_rows(kind: str, payload: object, ctx: FrameContext, cursors: Mapping[s
     return Landed(topic, [row], cursor=cursor, head_seq=head)
 
 
-def _record_rows(payload: dict, ctx: FrameContext, topic: str, from_id: int | None,
-                 previous: int | None, fate: Fate | None) -> Landed:
+def _record_rows(
+    payload: dict,
+    ctx: FrameContext,
+    topic: str,
+    from_id: int | None,
+    previous: int | None,
+    fate: Fate | None,
+) -> Landed:
     records = payload.get("records")
     if not isinstance(records, list):
         raise FrameError(f"record frame {ctx.frame_no}: records is not a list")
     head = payload.get("head_seq")
     cursor = from_id if from_id is not None else payload.get("to_seq")
     out = Landed(topic, [], records=len(records), cursor=cursor, head_seq=head)
-    prefix = (ctx.consumer, ctx.filter_node, ctx.frame_no, ctx.frame_id, ctx.received_ms,
-              KIND_RECORD, topic, cursor)
+    prefix = (
+        ctx.consumer,
+        ctx.filter_node,
+        ctx.frame_no,
+        ctx.frame_id,
+        ctx.received_ms,
+        KIND_RECORD,
+        topic,
+        cursor,
+    )
     for rec in records:
         seq = rec.get("$seq") if isinstance(rec, dict) else None
         if not isinstance(seq, int):
@@ -124,10 +179,22 @@ def _record_rows(payload: dict, ctx: FrameContext, topic: str, from_id: int | No
             data = corrupt_data(data)
             out.corrupted += 1
         meta = rec.get("meta")
-        out.rows.append(prefix + (
-            seq, rec.get("$ts"), rec.get("$tag"), rec.get("$node"),
-            None if meta is None else _json_text(meta), data,
-            None if data is None else payload_hash(data), None, None, None, head))
+        out.rows.append(
+            prefix
+            + (
+                seq,
+                rec.get("$ts"),
+                rec.get("$tag"),
+                rec.get("$node"),
+                None if meta is None else _json_text(meta),
+                data,
+                None if data is None else payload_hash(data),
+                None,
+                None,
+                None,
+                head,
+            )
+        )
     if out.cursor is None and records:
         out.cursor = records[-1]["$seq"]
     return out

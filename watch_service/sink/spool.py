@@ -4,8 +4,8 @@
 position (frame_no, cursor map, resume id). A topic's cursor never moves backwards: when the
 server re-sends what is already here (after its own restart it resumes from the cursors it had
 persisted, which may be behind ours), every re-sent record is recognised, counted and logged,
-and neither the resume id nor ``state.json`` regresses. ``flush`` commits the buffer in this order, each
-step durable before the next starts:
+and neither the resume id nor ``state.json`` regresses. ``flush`` commits the buffer in this
+order, each step durable before the next starts:
 
 1. new fault decisions → ``faults.jsonl`` (fsync);
 2. rows → segment ``part-<first>-<last>.parquet`` (temp, fsync, rename, fsync folder);
@@ -18,6 +18,7 @@ A crash anywhere costs nothing: on restart the ``Last-Event-ID`` sent is the las
 here (step 3's, or the newest segment's footer if the crash fell between 2 and 3), and the
 server rewinds to it and re-delivers whatever was buffered.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,13 +43,20 @@ _INDEX_COLS = tuple(COLUMN_NAMES.index(c) for c in ("kind", "topic", "seq", "ts"
 def index_records(rows: list[tuple]) -> list[tuple]:
     """(topic, seq, ts, tag, data) of the record rows, as the search index takes them."""
     k, t, s, ts, tag, d = _INDEX_COLS
-    return [(r[t], r[s], r[ts], r[tag], r[d]) for r in rows
-            if r[k] == KIND_RECORD and r[d] is not None]
+    return [
+        (r[t], r[s], r[ts], r[tag], r[d]) for r in rows if r[k] == KIND_RECORD and r[d] is not None
+    ]
 
 
 class Spool:
-    def __init__(self, cfg: SinkConfig, landing: Landing, state: SinkState, stats: Stats,
-                 indexer: Indexer | None) -> None:
+    def __init__(
+        self,
+        cfg: SinkConfig,
+        landing: Landing,
+        state: SinkState,
+        stats: Stats,
+        indexer: Indexer | None,
+    ) -> None:
         self.cfg, self.landing, self.state, self.stats = cfg, landing, state, stats
         self.indexer = indexer
         self.book = FaultBook(cfg.faults, landing.load_faults()) if cfg.faults.enabled else None
@@ -72,10 +80,16 @@ class Spool:
 
     def add(self, frame: Frame) -> None:
         """Buffer one data frame; raises ValueError (or FrameError) if it is malformed."""
-        ctx = FrameContext(self.cfg.consumer, self.cfg.node, self.frame_no + 1, frame.id,
-                           frame.received_ms)
-        landed = frame_rows(frame.event, frame.data, ctx, self.cursors,
-                            self.book.fate if self.book is not None else None)
+        ctx = FrameContext(
+            self.cfg.consumer, self.cfg.node, self.frame_no + 1, frame.id, frame.received_ms
+        )
+        landed = frame_rows(
+            frame.event,
+            frame.data,
+            ctx,
+            self.cursors,
+            self.book.fate if self.book is not None else None,
+        )
         if self._first_frame_no is None:
             self._first_frame_no, self._buffered_at = ctx.frame_no, time.monotonic()
         self._rows.extend(landed.rows)
@@ -94,8 +108,12 @@ class Spool:
         s.corrupted += landed.corrupted
         if landed.duplicates:
             s.duplicates += landed.duplicates
-            log.info("re-delivered: %d record(s) of %s at or below its cursor (frame %d)",
-                     landed.duplicates, landed.topic, ctx.frame_no)
+            log.info(
+                "re-delivered: %d record(s) of %s at or below its cursor (frame %d)",
+                landed.duplicates,
+                landed.topic,
+                ctx.frame_no,
+            )
 
     def wait_s(self) -> float:
         """How long the consumer may wait for more before a flush falls due."""
@@ -105,7 +123,8 @@ class Spool:
 
     def due(self) -> bool:
         return self._first_frame_no is not None and (
-            len(self._rows) >= self.cfg.flush_rows or self.wait_s() == 0.0)
+            len(self._rows) >= self.cfg.flush_rows or self.wait_s() == 0.0
+        )
 
     async def flush(self) -> None:
         if self._first_frame_no is None:
@@ -115,8 +134,9 @@ class Spool:
         if self.book is not None and (new := self.book.take_new()):
             await asyncio.to_thread(self.landing.append_faults, new)
         cursors = dict(self.cursors)
-        await asyncio.to_thread(self.landing.write_segment, rows, first, last, self.last_id,
-                                cursors)
+        await asyncio.to_thread(
+            self.landing.write_segment, rows, first, last, self.last_id, cursors
+        )
         self.stats.segments += 1
         self.stats.rows += len(rows)
         self.state.frame_no, self.state.last_id, self.state.cursors = last, self.last_id, cursors

@@ -9,6 +9,7 @@ protocol's heartbeat is the comment ``hb``); ``retry`` takes only ASCII digits; 
 containing NUL is ignored. Comments and retry changes are surfaced as items too, so a client
 can see heartbeats and honour ``retry:`` without reaching into the parser.
 """
+
 from __future__ import annotations
 
 import codecs

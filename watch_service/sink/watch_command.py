@@ -9,6 +9,7 @@ Exit status: 0 when done (``--max-frames`` printed, or ``--timeout`` reached wit
 ``--max-frames``), 1 when ``--timeout`` ran out before ``--max-frames``, 2 on a request the
 server refuses for good (400, 401, 403, 406, an unknown topic) or bad flags.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ import time
 
 import aiohttp
 
-from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.sink.client import WatchClient
 from watch_service.sink.connection import (
     Connected,
@@ -81,10 +82,17 @@ def positions(last_event_id: str | None) -> dict[str, int] | None:
 
 
 def options(args: argparse.Namespace) -> WatchOptions:
-    return WatchOptions(args.url.rstrip("/"), tuple(t for t in args.topics.split(",") if t),
-                        from_seq=args.from_seq, tail=args.tail, node=args.node, key=args.key,
-                        heartbeat_ms=args.heartbeat_ms, consistency=args.consistency,
-                        include_data=not args.no_data)
+    return WatchOptions(
+        args.url.rstrip("/"),
+        tuple(t for t in args.topics.split(",") if t),
+        from_seq=args.from_seq,
+        tail=args.tail,
+        node=args.node,
+        key=args.key,
+        heartbeat_ms=args.heartbeat_ms,
+        consistency=args.consistency,
+        include_data=not args.no_data,
+    )
 
 
 class Printer:
@@ -96,8 +104,10 @@ class Printer:
 
     def frame(self, frame: Frame) -> None:
         if self.args.json:
-            line = json.dumps({"event": frame.event, "id": frame.id or None, "data": frame.data},
-                              separators=(",", ":"))
+            line = json.dumps(
+                {"event": frame.event, "id": frame.id or None, "data": frame.data},
+                separators=(",", ":"),
+            )
         else:
             line = format_frame(frame.event, frame.data)
         print(line, flush=True)
@@ -106,8 +116,10 @@ class Printer:
             raise Done
 
     async def run(self, client: WatchClient) -> None:
-        async with aiohttp.ClientSession() as http, \
-                contextlib.aclosing(client.items(http)) as items:
+        async with (
+            aiohttp.ClientSession() as http,
+            contextlib.aclosing(client.items(http)) as items,
+        ):
             async for item in items:
                 if isinstance(item, Frame):
                     self.frame(item)
@@ -117,9 +129,14 @@ class Printer:
                 elif isinstance(item, Opened):
                     status(f"session {item.wid}")
                 elif isinstance(item, Connected):
-                    status(f"streaming {item.wid}" + (
-                        f" from Last-Event-ID {item.last_event_id}"
-                        if item.last_event_id else ""))
+                    status(
+                        f"streaming {item.wid}"
+                        + (
+                            f" from Last-Event-ID {item.last_event_id}"
+                            if item.last_event_id
+                            else ""
+                        )
+                    )
                 elif isinstance(item, Disconnected):
                     if item.fatal:
                         raise Fatal(item.reason)
@@ -142,8 +159,10 @@ async def _main(args: argparse.Namespace) -> int:
         return 2
     except TimeoutError:
         if args.max_frames is not None:
-            status(f"timed out after {args.timeout}s with {printer.printed} of "
-                   f"{args.max_frames} frames")
+            status(
+                f"timed out after {args.timeout}s with {printer.printed} of "
+                f"{args.max_frames} frames"
+            )
             return 1
     return 0
 

@@ -6,14 +6,21 @@ transaction (``store.authz_writes``) share.
 rows here as the pure predicate does in memory. Tuple pages are keyset pages in key order
 (:data:`TUPLE_COLUMNS`), so a page boundary never skips or repeats a tuple.
 """
+
 from __future__ import annotations
 
 from psycopg import AsyncConnection, sql
 
 from watch_service.protocol import authz as pa
 
-TUPLE_COLUMNS = ("entity_type", "entity_id", "relation", "subject_type", "subject_id",
-                 "subject_relation")
+TUPLE_COLUMNS = (
+    "entity_type",
+    "entity_id",
+    "relation",
+    "subject_type",
+    "subject_id",
+    "subject_relation",
+)
 TUPLE_SELECT = sql.SQL(", ").join(map(sql.Identifier, TUPLE_COLUMNS))
 
 
@@ -24,8 +31,10 @@ async def tenant_exists(conn: AsyncConnection, tenant: str) -> bool:
 
 
 async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tuple]:
-    cur = await conn.execute("SELECT id, name, created_at FROM authz_tenants WHERE id > %s "
-                             "ORDER BY id LIMIT %s", (after, limit))
+    cur = await conn.execute(
+        "SELECT id, name, created_at FROM authz_tenants WHERE id > %s ORDER BY id LIMIT %s",
+        (after, limit),
+    )
     return await cur.fetchall()
 
 
@@ -33,7 +42,9 @@ async def read_schema(conn: AsyncConnection, tenant: str, version: str | None) -
     """(version, body) of that version, or of the latest when version is None."""
     cur = await conn.execute(
         "SELECT version, body FROM authz_schemas WHERE tenant = %s AND (%s::text IS NULL OR "
-        "version = %s) ORDER BY created_at DESC, version DESC LIMIT 1", (tenant, version, version))
+        "version = %s) ORDER BY created_at DESC, version DESC LIMIT 1",
+        (tenant, version, version),
+    )
     return await cur.fetchone()
 
 
@@ -42,8 +53,12 @@ def tuple_where(f: pa.TupleFilter) -> tuple[sql.Composable, list]:
     """A SQL condition (no leading AND) and its parameters, equivalent to ``pa.matches``."""
     parts: list[sql.Composable] = [sql.SQL("true")]
     params: list = []
-    for col, value in (("entity_type", f.entity_type), ("relation", f.relation),
-                       ("subject_type", f.subject_type), ("subject_relation", f.subject_relation)):
+    for col, value in (
+        ("entity_type", f.entity_type),
+        ("relation", f.relation),
+        ("subject_type", f.subject_type),
+        ("subject_relation", f.subject_relation),
+    ):
         if value is not None:
             parts.append(sql.SQL("{} = %s").format(sql.Identifier(col)))
             params.append(value)
@@ -74,14 +89,21 @@ def attribute_where(f: pa.AttributeFilter) -> tuple[sql.Composable, list]:
 
 
 # -- tuples and attributes -------------------------------------------------------------------
-async def read_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter,
-                      after: tuple[str, ...] | None, limit: int) -> list[pa.Tuple]:
+async def read_tuples(
+    conn: AsyncConnection, tenant: str, f: pa.TupleFilter, after: tuple[str, ...] | None, limit: int
+) -> list[pa.Tuple]:
     """Matching tuples in key order, strictly after the key ``after`` (keyset paging)."""
     where, params = tuple_where(f)
-    page = sql.SQL("true") if after is None else sql.SQL("({}) > ({})").format(
-        TUPLE_SELECT, sql.SQL(", ").join(sql.Placeholder() * len(TUPLE_COLUMNS)))
-    query = sql.SQL("SELECT {} FROM authz_tuples WHERE tenant = %s AND {} AND {} "
-                    "ORDER BY {} LIMIT %s").format(TUPLE_SELECT, where, page, TUPLE_SELECT)
+    page = (
+        sql.SQL("true")
+        if after is None
+        else sql.SQL("({}) > ({})").format(
+            TUPLE_SELECT, sql.SQL(", ").join(sql.Placeholder() * len(TUPLE_COLUMNS))
+        )
+    )
+    query = sql.SQL(
+        "SELECT {} FROM authz_tuples WHERE tenant = %s AND {} AND {} ORDER BY {} LIMIT %s"
+    ).format(TUPLE_SELECT, where, page, TUPLE_SELECT)
     cur = await conn.execute(query, [tenant, *params, *(after or ()), limit])
     return [pa.Tuple(*row) for row in await cur.fetchall()]
 
@@ -89,22 +111,33 @@ async def read_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter,
 async def count_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter, cap: int) -> int:
     """How many tuples match, counting at most ``cap``."""
     where, params = tuple_where(f)
-    cur = await conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM authz_tuples WHERE "
-                                     "tenant = %s AND {} LIMIT %s) m").format(where),
-                             [tenant, *params, cap])
+    cur = await conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM authz_tuples WHERE tenant = %s AND {} LIMIT %s) m"
+        ).format(where),
+        [tenant, *params, cap],
+    )
     row = await cur.fetchone()
     assert row is not None  # an aggregate always returns a row
     return row[0]
 
 
-async def read_attributes(conn: AsyncConnection, tenant: str, f: pa.AttributeFilter,
-                          after: tuple[str, str, str] | None, limit: int) -> list[pa.Attribute]:
+async def read_attributes(
+    conn: AsyncConnection,
+    tenant: str,
+    f: pa.AttributeFilter,
+    after: tuple[str, str, str] | None,
+    limit: int,
+) -> list[pa.Attribute]:
     """Matching attributes in (entity type, entity id, name) order, strictly after ``after``."""
     where, params = attribute_where(f)
-    page = (sql.SQL("(entity_type, entity_id, attribute) > (%s, %s, %s)") if after
-            else sql.SQL("true"))
-    query = sql.SQL("SELECT entity_type, entity_id, attribute, value FROM authz_attributes "
-                    "WHERE tenant = %s AND {} AND {} ORDER BY entity_type, entity_id, attribute "
-                    "LIMIT %s").format(where, page)
+    page = (
+        sql.SQL("(entity_type, entity_id, attribute) > (%s, %s, %s)") if after else sql.SQL("true")
+    )
+    query = sql.SQL(
+        "SELECT entity_type, entity_id, attribute, value FROM authz_attributes "
+        "WHERE tenant = %s AND {} AND {} ORDER BY entity_type, entity_id, attribute "
+        "LIMIT %s"
+    ).format(where, page)
     cur = await conn.execute(query, [tenant, *params, *(after or ()), limit])
     return [pa.Attribute(*row) for row in await cur.fetchall()]

@@ -8,6 +8,7 @@ lock ``topics.append`` takes. Writers to one tenant are therefore serialised: pr
 and CREATE checks see a stable state, and commit order is seq order (invariant L1). The topic
 is created on first use with ``ttl_ms`` = the history window; its retention is the window.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,6 +64,7 @@ class Write:
     """One transaction's worth of changes. ``tuple_ops`` ops: create (fails if present),
     touch (upsert, always reported), write (insert if absent, reported only if new),
     delete (reported only if present)."""
+
     tuple_ops: list[tuple[str, pa.Tuple]] = dataclasses.field(default_factory=list)
     attributes: list[pa.Attribute] = dataclasses.field(default_factory=list)
     delete_tuples: pa.TupleFilter | None = None
@@ -75,7 +77,7 @@ class Write:
 
 @dataclasses.dataclass(frozen=True)
 class WriteResult:
-    seq: int          # the token position: the last record appended, else the head
+    seq: int  # the token position: the last record appended, else the head
     changes: int
     deleted: int = 0
     partial: bool = False  # delete_limit stopped the delete before every match was gone
@@ -87,12 +89,15 @@ _UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %
 
 
 # -- tenants and schema ----------------------------------------------------------------------
-async def create_tenant(conn: AsyncConnection, tenant: str, name: str,
-                        history_ms: int) -> tuple[str, str, object]:
+async def create_tenant(
+    conn: AsyncConnection, tenant: str, name: str, history_ms: int
+) -> tuple[str, str, object]:
     async with conn.transaction():
         cur = await conn.execute(
             "INSERT INTO authz_tenants (id, name) VALUES (%s, %s) ON CONFLICT DO NOTHING "
-            "RETURNING id, name, created_at", (tenant, name))
+            "RETURNING id, name, created_at",
+            (tenant, name),
+        )
         row = await cur.fetchone()
         if row is None:
             raise TenantExists(f"tenant {tenant!r} already exists")
@@ -132,16 +137,19 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
 async def write_schema(conn: AsyncConnection, tenant: str, body: str) -> str:
     version = f"{time.time_ns() // 1000:x}{secrets.token_hex(3)}"
     try:
-        await conn.execute("INSERT INTO authz_schemas (tenant, version, body) VALUES (%s, %s, %s)",
-                           (tenant, version, body))
+        await conn.execute(
+            "INSERT INTO authz_schemas (tenant, version, body) VALUES (%s, %s, %s)",
+            (tenant, version, body),
+        )
     except errors.ForeignKeyViolation:
         raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
     return version
 
 
 # -- the write transaction -------------------------------------------------------------------
-async def apply(conn: AsyncConnection, tenant: str, source: str, w: Write,
-                history_ms: int) -> WriteResult:
+async def apply(
+    conn: AsyncConnection, tenant: str, source: str, w: Write, history_ms: int
+) -> WriteResult:
     """Apply ``w`` as one transaction that also appends its change record(s); raises an
     AuthzStoreError (nothing written) when a precondition, CREATE or the tenant fails."""
     topic = pa.change_topic(tenant)
@@ -155,12 +163,17 @@ async def apply(conn: AsyncConnection, tenant: str, source: str, w: Write,
     raise AuthzStoreError(f"the change topic of tenant {tenant!r} vanished; retry")
 
 
-async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq: int,
-                        source: str, w: Write) -> WriteResult:
+async def _apply_locked(
+    conn: AsyncConnection, tenant: str, topic: str, head_seq: int, source: str, w: Write
+) -> WriteResult:
     for i, p in enumerate(w.preconditions):
         where, params = tuple_where(p.filter)
-        cur = await conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM authz_tuples WHERE "
-                                         "tenant = %s AND {})").format(where), [tenant, *params])
+        cur = await conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM authz_tuples WHERE tenant = %s AND {})").format(
+                where
+            ),
+            [tenant, *params],
+        )
         row = await cur.fetchone()
         assert row is not None  # SELECT EXISTS always returns a row
         if row[0] != p.must_match:
@@ -173,19 +186,27 @@ async def _apply_locked(conn: AsyncConnection, tenant: str, topic: str, head_seq
         matching = await count_tuples(conn, tenant, w.delete_tuples, w.delete_limit + 1)
         partial = matching > w.delete_limit
         if partial and not w.allow_partial:
-            raise PreconditionFailed(f"more than optional_limit={w.delete_limit} relationships "
-                                     "match and optional_allow_partial_deletions is false")
+            raise PreconditionFailed(
+                f"more than optional_limit={w.delete_limit} relationships "
+                "match and optional_allow_partial_deletions is false"
+            )
     if w.delete_tuples is not None:
         gone = await _delete_tuples(conn, tenant, w.delete_tuples, w.delete_limit)
         deleted = len(gone)
         changes += [pa.Change("delete", tuple=t) for t in gone]
     if w.delete_attributes is not None:
         where, params = attribute_where(w.delete_attributes)
-        cur = await conn.execute(sql.SQL(
-            "DELETE FROM authz_attributes WHERE tenant = %s AND {} "
-            "RETURNING entity_type, entity_id, attribute, value").format(where), [tenant, *params])
-        changes += [pa.Change("delete", attribute=pa.Attribute(*r))
-                    for r in sorted(await cur.fetchall(), key=lambda r: r[:3])]
+        cur = await conn.execute(
+            sql.SQL(
+                "DELETE FROM authz_attributes WHERE tenant = %s AND {} "
+                "RETURNING entity_type, entity_id, attribute, value"
+            ).format(where),
+            [tenant, *params],
+        )
+        changes += [
+            pa.Change("delete", attribute=pa.Attribute(*r))
+            for r in sorted(await cur.fetchall(), key=lambda r: r[:3])
+        ]
     if not changes:
         return WriteResult(head_seq, 0, deleted, partial)
     datas = pa.change_records(tenant, source, changes, w.metadata)
@@ -200,58 +221,87 @@ def _columns(tuples: list[pa.Tuple]) -> list[list[str]]:
     return [list(col) for col in zip(*(t.key() for t in tuples), strict=True)]
 
 
-async def _tuple_ops(conn: AsyncConnection, tenant: str,
-                     ops: list[tuple[str, pa.Tuple]]) -> list[pa.Change]:
+async def _tuple_ops(
+    conn: AsyncConnection, tenant: str, ops: list[tuple[str, pa.Tuple]]
+) -> list[pa.Change]:
     upserts = [t for op, t in ops if op != "delete"]
     deletes = [t for op, t in ops if op == "delete"]
     inserted: set[tuple] = set()
     if upserts:
-        cur = await conn.execute(sql.SQL(
-            "INSERT INTO authz_tuples (tenant, {}) SELECT %s, * FROM " + _UNNEST6 +
-            " ON CONFLICT DO NOTHING RETURNING {}").format(TUPLE_SELECT, TUPLE_SELECT),
-            [tenant, *_columns(upserts)])
+        cur = await conn.execute(
+            sql.SQL(
+                "INSERT INTO authz_tuples (tenant, {}) SELECT %s, * FROM "
+                + _UNNEST6
+                + " ON CONFLICT DO NOTHING RETURNING {}"
+            ).format(TUPLE_SELECT, TUPLE_SELECT),
+            [tenant, *_columns(upserts)],
+        )
         inserted = {tuple(r) for r in await cur.fetchall()}
     removed: set[tuple] = set()
     if deletes:
-        cur = await conn.execute(sql.SQL(
-            "DELETE FROM authz_tuples WHERE tenant = %s AND ({}) IN (SELECT * FROM " + _UNNEST6 +
-            ") RETURNING {}").format(TUPLE_SELECT, TUPLE_SELECT), [tenant, *_columns(deletes)])
+        cur = await conn.execute(
+            sql.SQL(
+                "DELETE FROM authz_tuples WHERE tenant = %s AND ({}) IN (SELECT * FROM "
+                + _UNNEST6
+                + ") RETURNING {}"
+            ).format(TUPLE_SELECT, TUPLE_SELECT),
+            [tenant, *_columns(deletes)],
+        )
         removed = {tuple(r) for r in await cur.fetchall()}
     changes = []
     for op, t in ops:
         if op == "create" and t.key() not in inserted:
             raise TupleExists(t)
-        if (op == "touch" or (op in ("create", "write") and t.key() in inserted)
-                or (op == "delete" and t.key() in removed)):
+        if (
+            op == "touch"
+            or (op in ("create", "write") and t.key() in inserted)
+            or (op == "delete" and t.key() in removed)
+        ):
             changes.append(pa.Change("create" if op == "write" else op, tuple=t))
     return changes
 
 
-async def _write_attributes(conn: AsyncConnection, tenant: str,
-                            attrs: list[pa.Attribute]) -> list[pa.Change]:
+async def _write_attributes(
+    conn: AsyncConnection, tenant: str, attrs: list[pa.Attribute]
+) -> list[pa.Change]:
     if not attrs:
         return []
-    cols = [[a.entity_type for a in attrs], [a.entity_id for a in attrs], [a.name for a in attrs],
-            [orjson.dumps(a.value).decode() for a in attrs]]
+    cols = [
+        [a.entity_type for a in attrs],
+        [a.entity_id for a in attrs],
+        [a.name for a in attrs],
+        [orjson.dumps(a.value).decode() for a in attrs],
+    ]
     cur = await conn.execute(
         "INSERT INTO authz_attributes (tenant, entity_type, entity_id, attribute, value) "
         "SELECT %s, e, i, n, v::jsonb FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
         "AS u(e, i, n, v) ON CONFLICT (tenant, entity_type, entity_id, attribute) DO UPDATE "
         "SET value = EXCLUDED.value WHERE authz_attributes.value IS DISTINCT FROM EXCLUDED.value "
-        "RETURNING entity_type, entity_id, attribute", [tenant, *cols])
+        "RETURNING entity_type, entity_id, attribute",
+        [tenant, *cols],
+    )
     changed = {tuple(r) for r in await cur.fetchall()}
-    return [pa.Change("create", attribute=a) for a in attrs
-            if (a.entity_type, a.entity_id, a.name) in changed]
+    return [
+        pa.Change("create", attribute=a)
+        for a in attrs
+        if (a.entity_type, a.entity_id, a.name) in changed
+    ]
 
 
-async def _delete_tuples(conn: AsyncConnection, tenant: str, f: pa.TupleFilter,
-                         limit: int | None) -> list[pa.Tuple]:
+async def _delete_tuples(
+    conn: AsyncConnection, tenant: str, f: pa.TupleFilter, limit: int | None
+) -> list[pa.Tuple]:
     where, params = tuple_where(f)
     if limit:
-        where = sql.SQL("{} AND ({}) IN (SELECT {} FROM authz_tuples WHERE tenant = %s AND {} "
-                        "ORDER BY {} LIMIT %s)").format(where, TUPLE_SELECT, TUPLE_SELECT, where,
-                                                        TUPLE_SELECT)
+        where = sql.SQL(
+            "{} AND ({}) IN (SELECT {} FROM authz_tuples WHERE tenant = %s AND {} "
+            "ORDER BY {} LIMIT %s)"
+        ).format(where, TUPLE_SELECT, TUPLE_SELECT, where, TUPLE_SELECT)
         params = [*params, tenant, *params, limit]
-    cur = await conn.execute(sql.SQL("DELETE FROM authz_tuples WHERE tenant = %s AND {} "
-                                     "RETURNING {}").format(where, TUPLE_SELECT), [tenant, *params])
+    cur = await conn.execute(
+        sql.SQL("DELETE FROM authz_tuples WHERE tenant = %s AND {} RETURNING {}").format(
+            where, TUPLE_SELECT
+        ),
+        [tenant, *params],
+    )
     return sorted((pa.Tuple(*r) for r in await cur.fetchall()), key=pa.Tuple.key)

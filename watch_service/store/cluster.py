@@ -5,6 +5,7 @@ server must run as an unprivileged user (initdb refuses root), so every server c
 through ``runuser -u postgres``. Loopback only, ``wal_level=logical``,
 ``track_commit_timestamp=on``. Used by the CLI (``auditsync db …``) and the test session.
 """
+
 from __future__ import annotations
 
 import glob
@@ -44,9 +45,11 @@ def find_bindir() -> Path:
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)
         if out.returncode == 0:
             candidates.append(Path(out.stdout.strip()))
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"),
-                      key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
-                      reverse=True)
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
+    )
     candidates.extend(Path(p) for p in versions)
     for path in candidates:
         if (path / "initdb").exists() and (path / "pg_ctl").exists():
@@ -54,7 +57,8 @@ def find_bindir() -> Path:
     raise EmbeddedPgError(
         "no PostgreSQL server binaries found (looked for initdb and pg_ctl via pg_config and in "
         "/usr/lib/postgresql/*/bin). Install them, e.g. `apt-get install postgresql-15`, "
-        "or set DATABASE_URL to an existing server.")
+        "or set DATABASE_URL to an existing server."
+    )
 
 
 class EmbeddedPostgres:
@@ -86,9 +90,22 @@ class EmbeddedPostgres:
             self._initdb(bindir)
         if self._server_pid() is None:
             self._remove_stale_pidfile()
-            self._run([str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
-                       "-w", "-t", "60", "-o", f"-p {self.port} -k {self.run_dir}", "start"],
-                      what="pg_ctl start")
+            self._run(
+                [
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    f"-p {self.port} -k {self.run_dir}",
+                    "start",
+                ],
+                what="pg_ctl start",
+            )
         self._ensure_database(bindir)
         return self.url
 
@@ -98,8 +115,10 @@ class EmbeddedPostgres:
             self._remove_stale_pidfile()
             return False
         bindir = find_bindir()
-        self._run([str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
-                  what="pg_ctl stop")
+        self._run(
+            [str(bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
+            what="pg_ctl stop",
+        )
         return True
 
     def destroy(self) -> None:
@@ -116,20 +135,23 @@ class EmbeddedPostgres:
             if self.log_file.exists():
                 tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
             raise EmbeddedPgError(
-                f"{what} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
-                + (f"\n--- {self.log_file} ---\n{tail}" if tail else ""))
+                f"{what} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"  # noqa: E501
+                + (f"\n--- {self.log_file} ---\n{tail}" if tail else "")
+            )
         return proc.stdout
 
     def _check_reachable(self) -> None:
         """As root the server runs as another user, who must be able to reach base_dir."""
         for parent in reversed(self.base_dir.parents):
-            probe = subprocess.run(["runuser", "-u", self.run_as, "--", "test", "-x", str(parent)],
-                                   capture_output=True)
+            probe = subprocess.run(
+                ["runuser", "-u", self.run_as, "--", "test", "-x", str(parent)], capture_output=True
+            )
             if probe.returncode != 0:
                 raise EmbeddedPgError(
                     f"user {self.run_as!r} (who runs the embedded server, since initdb refuses "
                     f"root) cannot enter {parent}; put the project (or AUDITSYNC_HOME) under a "
-                    f"directory others may traverse, or `chmod o+x {parent}`")
+                    f"directory others may traverse, or `chmod o+x {parent}`"
+                )
 
     def _initdb(self, bindir: Path) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -141,14 +163,27 @@ class EmbeddedPostgres:
             except KeyError:
                 raise EmbeddedPgError(
                     f"running as root, the server must run as an unprivileged user, but user "
-                    f"{self.run_as!r} does not exist (create it: `useradd -r {self.run_as}`)") from None
+                    f"{self.run_as!r} does not exist (create it: `useradd -r {self.run_as}`)"
+                ) from None
             for path in (self.base_dir, self.data_dir, self.run_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
             self.data_dir.chmod(0o700)
             self._check_reachable()
-        self._run([str(bindir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
-                   "--auth=trust", "-E", "UTF8", "--locale=C", "--no-instructions"],
-                  what="initdb")
+        self._run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ],
+            what="initdb",
+        )
         conf = "\n".join(f"{k} = {v}" for k, v in SERVER_SETTINGS.items())
         conf_path = self.data_dir / "postgresql.auto.conf"
         with conf_path.open("a") as fh:
@@ -175,16 +210,29 @@ class EmbeddedPostgres:
         psql = bindir / "psql"
         if not psql.exists():
             psql = Path(shutil.which("psql") or "psql")
-        base = [str(psql), "-h", str(self.run_dir), "-p", str(self.port), "-U", SUPERUSER,
-                "-d", "postgres", "-Atqc"]
+        base = [
+            str(psql),
+            "-h",
+            str(self.run_dir),
+            "-p",
+            str(self.port),
+            "-U",
+            SUPERUSER,
+            "-d",
+            "postgres",
+            "-Atqc",
+        ]
         for _ in range(50):
             try:
-                out = self._run([*base, f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
-                                what="psql")
+                out = self._run(
+                    [*base, f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"], what="psql"
+                )
                 break
             except EmbeddedPgError:
                 time.sleep(0.1)  # the server is still accepting its first connections
         else:
-            raise EmbeddedPgError(f"server on port {self.port} does not accept connections; see {self.log_file}")
+            raise EmbeddedPgError(
+                f"server on port {self.port} does not accept connections; see {self.log_file}"
+            )
         if out.strip() != "1":
             self._run([*base, f"CREATE DATABASE {DB_NAME}"], what="create database")

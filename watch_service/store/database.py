@@ -1,10 +1,11 @@
 """Which PostgreSQL to talk to: ``DATABASE_URL`` if set, else the embedded cluster."""
+
 from __future__ import annotations
 
 import logging
 
-from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.settings import Settings
+from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
 
 log = logging.getLogger("auditsync")

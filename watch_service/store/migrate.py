@@ -4,6 +4,7 @@ Each file ``NNN_name.sql`` is applied once, in its own transaction, under an adv
 two processes migrating at once do not race. A server with ``track_commit_timestamp`` off is
 refused: the authorization-data watch depends on it.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,8 @@ def check_server(conn: psycopg.Connection) -> None:
         raise MigrationError(
             "track_commit_timestamp is off on this PostgreSQL server; auditsync needs it "
             "(commit timestamps back the Permify/SpiceDB watch). Fix: ALTER SYSTEM SET "
-            "track_commit_timestamp = on; then restart the server.")
+            "track_commit_timestamp = on; then restart the server."
+        )
 
 
 def migrate(url: str) -> list[str]:
@@ -64,8 +66,10 @@ def migrate(url: str) -> list[str]:
                     continue
                 with conn.transaction():
                     conn.execute(sql)
-                    conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                                 (version, name))
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                        (version, name),
+                    )
                 applied.append(f"{version:03d}_{name}")
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))

@@ -2,6 +2,7 @@
 and the same transaction writes its ``gaps`` row (invariant L2). ``run_retention`` is one pass
 over every retained topic, as the service's loop, ``auditsync retention run`` and the
 retention DAG run it."""
+
 from __future__ import annotations
 
 import logging
@@ -16,9 +17,9 @@ from watch_service.protocol.tombstones import Tombstone
 log = logging.getLogger("auditsync.retention")
 
 
-async def run_retention(pool: AsyncConnectionPool,
-                        on_gap: Callable[[str, Tombstone], None] | None = None
-                        ) -> list[tuple[str, Tombstone]]:
+async def run_retention(
+    pool: AsyncConnectionPool, on_gap: Callable[[str, Tombstone], None] | None = None
+) -> list[tuple[str, Tombstone]]:
     """One retention pass over every topic with a cap or a ttl; returns the gaps written."""
     written = []
     async with pool.connection() as conn:
@@ -27,8 +28,13 @@ async def run_retention(pool: AsyncConnectionPool,
                 written.append((name, gap))
                 if on_gap is not None:
                     on_gap(name, gap)
-                log.info("retention: %s trimmed [%d, %d] (%s)", name, gap.gap_from, gap.gap_to,
-                         gap.reason)
+                log.info(
+                    "retention: %s trimmed [%d, %d] (%s)",
+                    name,
+                    gap.gap_from,
+                    gap.gap_to,
+                    gap.reason,
+                )
     return written
 
 
@@ -41,7 +47,8 @@ async def trim(conn: AsyncConnection, name: str, now_ms: int | None = None) -> l
 async def retained_topics(conn: AsyncConnection) -> list[str]:
     cur = await conn.execute(
         "SELECT name FROM topics WHERE deleted_at IS NULL "
-        "AND (max_records IS NOT NULL OR ttl_ms IS NOT NULL) ORDER BY name")
+        "AND (max_records IS NOT NULL OR ttl_ms IS NOT NULL) ORDER BY name"
+    )
     return [n for (n,) in await cur.fetchall()]
 
 
@@ -49,12 +56,15 @@ def current_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def trim_locked(conn: AsyncConnection, name: str, now_ms: int,
-                       lock: bool = False) -> list[Tombstone]:
+async def trim_locked(
+    conn: AsyncConnection, name: str, now_ms: int, lock: bool = False
+) -> list[Tombstone]:
     """Inside a transaction: remove what retention no longer keeps, writing its gaps rows."""
     cur = await conn.execute(
         "SELECT head_seq, earliest_seq, max_records, ttl_ms FROM topics "
-        "WHERE name = %s AND deleted_at IS NULL" + (" FOR UPDATE" if lock else ""), (name,))
+        "WHERE name = %s AND deleted_at IS NULL" + (" FOR UPDATE" if lock else ""),
+        (name,),
+    )
     row = await cur.fetchone()
     if row is None:
         return []
@@ -62,8 +72,9 @@ async def trim_locked(conn: AsyncConnection, name: str, now_ms: int,
     ttl_until = earliest  # first seq kept by ttl
     if ttl_ms is not None and earliest <= head:
         cur = await conn.execute(
-            "SELECT seq FROM records WHERE topic = %s AND seq >= %s AND ts >= %s ORDER BY seq LIMIT 1",
-            (name, earliest, now_ms - ttl_ms))
+            "SELECT seq FROM records WHERE topic = %s AND seq >= %s AND ts >= %s ORDER BY seq LIMIT 1",  # noqa: E501
+            (name, earliest, now_ms - ttl_ms),
+        )
         found = await cur.fetchone()
         ttl_until = found[0] if found else head + 1
     cap_until = earliest
@@ -82,14 +93,17 @@ async def trim_locked(conn: AsyncConnection, name: str, now_ms: int,
     return written
 
 
-async def record_gap(conn: AsyncConnection, name: str, gap_from: int, gap_to: int,
-                      reason: str) -> Tombstone:
+async def record_gap(
+    conn: AsyncConnection, name: str, gap_from: int, gap_to: int, reason: str
+) -> Tombstone:
     """Write a gaps row, extending the previous row when it is contiguous with the same reason."""
     cur = await conn.execute(
-        "UPDATE gaps SET gap_to = %s WHERE topic = %s AND gap_to = %s AND reason = %s RETURNING gap_from",
-        (gap_to, name, gap_from - 1, reason))
+        "UPDATE gaps SET gap_to = %s WHERE topic = %s AND gap_to = %s AND reason = %s RETURNING gap_from",  # noqa: E501
+        (gap_to, name, gap_from - 1, reason),
+    )
     if await cur.fetchone() is None:
         await conn.execute(
             "INSERT INTO gaps (topic, gap_from, gap_to, reason) VALUES (%s, %s, %s, %s)",
-            (name, gap_from, gap_to, reason))
+            (name, gap_from, gap_to, reason),
+        )
     return Tombstone(reason, gap_from, gap_to)

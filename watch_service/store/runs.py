@@ -7,6 +7,7 @@ connection with ``autocommit=True`` for one-statement calls; ``commit_reconcile`
 ``record_verify`` must run inside one transaction so their rows appear together). Writes are
 idempotent upserts keyed by run_id, so a step re-run under the same run_id replaces its rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -102,19 +103,31 @@ def start_run(conn: Any, run_id: str) -> None:
 
 def record_step(conn: Any, run_id: str, step: str, figures: Mapping[str, object]) -> None:
     """Merge one step's figures (seconds, counts) into the run's ``steps``."""
-    _execute(conn, RECORD_STEP, {"run_id": run_id,
-                                 "step": json.dumps({step: dict(figures)}, default=str)})
+    _execute(
+        conn,
+        RECORD_STEP,
+        {"run_id": run_id, "step": json.dumps({step: dict(figures)}, default=str)},
+    )
 
 
 def mark_failed(conn: Any, run_id: str) -> None:
     """A step could not run: the run ends ``failed`` without defect figures."""
-    _execute(conn, FINISH_RUN, {"run_id": run_id, "status": "failed", "found": None,
-                                "remaining": None})
+    _execute(
+        conn, FINISH_RUN, {"run_id": run_id, "status": "failed", "found": None, "remaining": None}
+    )
 
 
 def finish_run(conn: Any, run_id: str, passed: bool, found: int, remaining: int) -> None:
-    _execute(conn, FINISH_RUN, {"run_id": run_id, "status": "passed" if passed else "failed",
-                                "found": found, "remaining": remaining})
+    _execute(
+        conn,
+        FINISH_RUN,
+        {
+            "run_id": run_id,
+            "status": "passed" if passed else "failed",
+            "found": found,
+            "remaining": remaining,
+        },
+    )
 
 
 def get_run(conn: Any, run_id: str) -> tuple | None:
@@ -141,8 +154,10 @@ def run_summary(conn: Any, run_id: str) -> list[tuple]:
 
 def cumulative_summary(conn: Any, warehouse: str) -> dict[tuple[str, str, str], int]:
     """Net count per (consumer, topic, status) over the warehouse's reconcile runs."""
-    return {(c, t, s): int(n) for c, t, s, n in
-            _execute(conn, CUMULATIVE, {"warehouse": warehouse}).fetchall()}
+    return {
+        (c, t, s): int(n)
+        for c, t, s, n in _execute(conn, CUMULATIVE, {"warehouse": warehouse}).fetchall()
+    }
 
 
 def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[tuple]]:
@@ -156,17 +171,31 @@ def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[t
     return last, [tuple(r) for r in _execute(conn, PROGRESS, key).fetchall()]
 
 
-def commit_reconcile(conn: Any, warehouse: str, run_id: str, batches: tuple[int, int],
-                     repairs_open: bool,
-                     windows: Iterable[Sequence], summary: Iterable[Sequence]) -> None:
+def commit_reconcile(
+    conn: Any,
+    warehouse: str,
+    run_id: str,
+    batches: tuple[int, int],
+    repairs_open: bool,
+    windows: Iterable[Sequence],
+    summary: Iterable[Sequence],
+) -> None:
     """Replace the run's windows and summary: windows are (consumer, topic, start_seq,
     seq_from, seq_to, filter_node), summary rows (consumer, topic, status, count, revised).
     Call inside one transaction."""
     for sql in FORGET_RECONCILE:
         _execute(conn, sql, {"run_id": run_id})
-    _execute(conn, INSERT_RUN, {"run_id": run_id, "warehouse": warehouse,
-                                "batch_from": batches[0],
-                                "batch_to": batches[1], "repairs_open": repairs_open})
+    _execute(
+        conn,
+        INSERT_RUN,
+        {
+            "run_id": run_id,
+            "warehouse": warehouse,
+            "batch_from": batches[0],
+            "batch_to": batches[1],
+            "repairs_open": repairs_open,
+        },
+    )
     cur = conn.cursor()
     cur.executemany(INSERT_WINDOW, [(run_id, *w) for w in windows])
     cur.executemany(INSERT_SUMMARY, [(run_id, *s) for s in summary])
@@ -178,12 +207,21 @@ def committed_runs(conn: Any, warehouse: str) -> set[str]:
 
 def open_repairs(conn: Any, warehouse: str, run_id: str) -> list[str]:
     """The warehouse's earlier runs whose repairable defects no verify saw repaired yet."""
-    return [r[0] for r in _execute(conn, OPEN_REPAIRS,
-                                   {"warehouse": warehouse, "run_id": run_id}).fetchall()]
+    return [
+        r[0]
+        for r in _execute(conn, OPEN_REPAIRS, {"warehouse": warehouse, "run_id": run_id}).fetchall()
+    ]
 
 
-def record_verify(conn: Any, run_id: str, report: Iterable[Sequence], defects: Sequence[str],
-                  carried: Sequence[str], carried_left: int, still_open: Sequence[str]) -> bool:
+def record_verify(
+    conn: Any,
+    run_id: str,
+    report: Iterable[Sequence],
+    defects: Sequence[str],
+    carried: Sequence[str],
+    carried_left: int,
+    still_open: Sequence[str],
+) -> bool:
     """Store what verify found and finish the run; returns whether it passed.
 
     ``report`` rows are (consumer, topic, status, found, remaining, example_seqs) of this run's
@@ -193,8 +231,9 @@ def record_verify(conn: Any, run_id: str, report: Iterable[Sequence], defects: S
     repairable defects remain. Call inside one transaction."""
     report = [tuple(r) for r in report]
     _execute(conn, RESET_REMAINING, {"run_id": run_id, "defects": list(defects)})
-    conn.cursor().executemany(SET_REMAINING, [(r[4], list(r[5] or []), run_id, *r[:3])
-                                              for r in report])
+    conn.cursor().executemany(
+        SET_REMAINING, [(r[4], list(r[5] or []), run_id, *r[:3]) for r in report]
+    )
     _execute(conn, SET_REPAIRS_OPEN, {"open": False, "run_ids": [run_id, *carried]})
     _execute(conn, SET_REPAIRS_OPEN, {"open": True, "run_ids": list(still_open)})
     remaining = sum(int(r[4]) for r in report) + carried_left

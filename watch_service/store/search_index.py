@@ -32,6 +32,7 @@ The sink upserts a segment's records only after the segment is durable, and reco
 the index has got (``indexed_frame_no`` in the sink state), so a crash or an unreachable
 database is caught up from the landing segments later.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,7 +44,7 @@ import psycopg
 log = logging.getLogger("auditsync.search_index")
 
 IndexRecord = tuple[str, int, int, str | None, str]  # (topic, seq, ts, tag, data JSON text)
-Doc = tuple[str, str, int, int, str | None, str]      # (doc_key, topic, seq, ts, tag, data)
+Doc = tuple[str, str, int, int, str | None, str]  # (doc_key, topic, seq, ts, tag, data)
 BATCH = 5_000
 
 UPSERT = """
@@ -81,7 +82,7 @@ def documents(records: Iterable[IndexRecord]) -> list[Doc]:
 
 def _batches(docs: list[Doc]) -> Iterator[list[Doc]]:
     for start in range(0, len(docs), BATCH):
-        yield docs[start:start + BATCH]
+        yield docs[start : start + BATCH]
 
 
 def _params(docs: list[Doc]) -> dict[str, list]:
@@ -117,8 +118,9 @@ def upsert_documents_sync(conn: psycopg.Connection, records: Iterable[IndexRecor
     return Upserted(written, refused)
 
 
-async def upsert_documents(conn: psycopg.AsyncConnection,
-                           records: Iterable[IndexRecord]) -> Upserted:
+async def upsert_documents(
+    conn: psycopg.AsyncConnection, records: Iterable[IndexRecord]
+) -> Upserted:
     """:func:`upsert_documents_sync` on an async connection: the same statements in the same
     order, awaited."""
     written = refused = 0
@@ -154,7 +156,8 @@ class SearchIndex:
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=self.connect_timeout_s)
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s
+            )
         return self._conn
 
     async def upsert(self, records: Iterable[IndexRecord]) -> int:

@@ -1,5 +1,6 @@
 """What the service asks PostgreSQL about itself: whether commit timestamps are on (the
 Permify watch, readiness and migrations all need them) and which schema migration it is at."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +9,11 @@ import psycopg
 from psycopg import AsyncConnection
 
 COMMIT_TIMESTAMPS = "SELECT current_setting('track_commit_timestamp') = 'on'"
-READINESS = ("SELECT current_setting('track_commit_timestamp') = 'on', "
-             "(SELECT coalesce(max(version), 0) FROM schema_migrations)")
-COMMIT_TIMESTAMPS_FIX = ("ALTER SYSTEM SET track_commit_timestamp = on; then restart the server")
+READINESS = (
+    "SELECT current_setting('track_commit_timestamp') = 'on', "
+    "(SELECT coalesce(max(version), 0) FROM schema_migrations)"
+)
+COMMIT_TIMESTAMPS_FIX = "ALTER SYSTEM SET track_commit_timestamp = on; then restart the server"
 
 
 @dataclasses.dataclass(frozen=True)

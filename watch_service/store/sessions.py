@@ -3,6 +3,7 @@
 Cursor writes are write-behind (batched by the caller), so a crash can re-deliver but never
 skip. A stream holds a lease it renews; the idle GC never takes a session whose lease is live.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,22 +32,32 @@ class TopicState:
 async def topic_states(conn: AsyncConnection, names: list[str]) -> dict[str, TopicState]:
     cur = await conn.execute(
         "SELECT name, head_seq, earliest_seq, deleted_at IS NOT NULL FROM topics "
-        "WHERE name = ANY(%s)", (names,))
+        "WHERE name = ANY(%s)",
+        (names,),
+    )
     return {r[0]: TopicState(*r[1:]) for r in await cur.fetchall()}
 
 
-async def create(conn: AsyncConnection, wid: str, definition: dict, cursors: dict[str, int],
-                 key_hash: str | None, key_id: str | None) -> None:
+async def create(
+    conn: AsyncConnection,
+    wid: str,
+    definition: dict,
+    cursors: dict[str, int],
+    key_hash: str | None,
+    key_id: str | None,
+) -> None:
     await conn.execute(
         "INSERT INTO watch_sessions (wid, definition, cursors, key_hash, key_id) "
         "VALUES (%s, %s, %s, %s, %s)",
-        (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id))
+        (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id),
+    )
 
 
 async def load(conn: AsyncConnection, wid: str) -> SessionRow | None:
     cur = await conn.execute(
         "SELECT wid, definition, cursors, key_hash, key_id FROM watch_sessions WHERE wid = %s",
-        (wid,))
+        (wid,),
+    )
     row = await cur.fetchone()
     return SessionRow(*row) if row else None
 
@@ -55,18 +66,23 @@ async def gc(conn: AsyncConnection, ttl_ms: int) -> int:
     """Delete sessions idle for ``ttl_ms`` with no live stream lease; returns how many."""
     cur = await conn.execute(
         "DELETE FROM watch_sessions WHERE last_active_at < now() - make_interval(secs => %s) "
-        "AND (stream_lease_until IS NULL OR stream_lease_until < now())", (ttl_ms / 1000,))
+        "AND (stream_lease_until IS NULL OR stream_lease_until < now())",
+        (ttl_ms / 1000,),
+    )
     return cur.rowcount
 
 
 async def open_stream(conn: AsyncConnection, wid: str, lease_s: float) -> None:
     await conn.execute(
         "UPDATE watch_sessions SET last_active_at = now(), "
-        "stream_lease_until = now() + make_interval(secs => %s) WHERE wid = %s", (lease_s, wid))
+        "stream_lease_until = now() + make_interval(secs => %s) WHERE wid = %s",
+        (lease_s, wid),
+    )
 
 
-async def save_cursors(conn: AsyncConnection, updates: list[tuple[str, dict[str, int]]],
-                       lease_s: float) -> None:
+async def save_cursors(
+    conn: AsyncConnection, updates: list[tuple[str, dict[str, int]]], lease_s: float
+) -> None:
     """Persist cursor maps of open streams and renew their leases, in one round trip."""
     if not updates:
         return
@@ -76,10 +92,13 @@ async def save_cursors(conn: AsyncConnection, updates: list[tuple[str, dict[str,
                   stream_lease_until = now() + make_interval(secs => %s)
              FROM unnest(%s::text[], %s::text[]) AS u(wid, cursors)
             WHERE s.wid = u.wid""",
-        (lease_s, [w for w, _ in updates], [orjson.dumps(c).decode() for _, c in updates]))
+        (lease_s, [w for w, _ in updates], [orjson.dumps(c).decode() for _, c in updates]),
+    )
 
 
 async def close_stream(conn: AsyncConnection, wid: str, cursors: dict[str, int]) -> None:
     await conn.execute(
         "UPDATE watch_sessions SET cursors = %s, last_active_at = now(), "
-        "stream_lease_until = NULL WHERE wid = %s", (Jsonb(cursors), wid))
+        "stream_lease_until = NULL WHERE wid = %s",
+        (Jsonb(cursors), wid),
+    )

@@ -1,6 +1,7 @@
 """Following a topic's tail: the shared tailer's reads (deleted topics included, with WAL
 positions), forcing and reading the WAL flush position for ``consistency: strong``, the safety
 poll's head check, and the server facts the watch surfaces depend on."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,6 @@ import dataclasses
 from psycopg import AsyncConnection
 
 from watch_service.protocol.records import Record
-
 
 _READ_TAIL = """
 SELECT t.head_seq, t.earliest_seq, t.deleted_at IS NOT NULL,
@@ -64,4 +64,4 @@ async def flush_lsn(conn: AsyncConnection) -> int:
 async def topic_heads(conn: AsyncConnection, names: list[str]) -> dict[str, int]:
     """The current ``head_seq`` of each named topic that exists."""
     cur = await conn.execute("SELECT name, head_seq FROM topics WHERE name = ANY(%s)", (names,))
-    return {name: head for name, head in await cur.fetchall()}
+    return dict(await cur.fetchall())

@@ -7,6 +7,7 @@ reader that sees seq n sees every seq below it. L2: every removal (retention, de
 its ``gaps`` row and moves ``earliest_seq`` in the same transaction. Appends and deletes
 ``NOTIFY`` channel ``auditsync`` with ``"<kind> <head_seq> <topic>"``, delivered at commit.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,10 +33,15 @@ class TopicInfo:
     created_at: dt.datetime
 
     def as_dict(self) -> dict:
-        created = self.created_at.astimezone(dt.timezone.utc)
-        return {"topic": self.name, "head_seq": self.head_seq, "earliest_seq": self.earliest_seq,
-                "max_records": self.max_records, "ttl_ms": self.ttl_ms,
-                "created_at": created.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+        created = self.created_at.astimezone(dt.UTC)
+        return {
+            "topic": self.name,
+            "head_seq": self.head_seq,
+            "earliest_seq": self.earliest_seq,
+            "max_records": self.max_records,
+            "ttl_ms": self.ttl_ms,
+            "created_at": created.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +77,8 @@ WITH h AS (
  RETURNING head_seq, last_ts, earliest_seq, max_records
 ), ins AS (
     INSERT INTO records (topic, seq, ts, tag, node, meta, data)
-    SELECT %(topic)s, h.head_seq - %(n)s + u.ord, h.last_ts, u.tag, u.node, u.meta::json, u.data::json
+    SELECT %(topic)s, h.head_seq - %(n)s + u.ord, h.last_ts, u.tag, u.node,
+           u.meta::json, u.data::json
       FROM h, unnest(%(tags)b::text[], %(nodes)b::text[], %(metas)b::text[], %(datas)b::text[])
               WITH ORDINALITY AS u(tag, node, meta, data, ord)
 )
@@ -98,14 +105,16 @@ def _topic(row) -> TopicInfo:
 
 async def get_topic(conn: AsyncConnection, name: str) -> TopicInfo | None:
     cur = await conn.execute(
-        f"SELECT {_TOPIC_COLS} FROM topics WHERE name = %s AND deleted_at IS NULL", (name,))
+        f"SELECT {_TOPIC_COLS} FROM topics WHERE name = %s AND deleted_at IS NULL", (name,)
+    )
     row = await cur.fetchone()
     return _topic(row) if row else None
 
 
 async def list_topics(conn: AsyncConnection) -> list[TopicInfo]:
     cur = await conn.execute(
-        f"SELECT {_TOPIC_COLS} FROM topics WHERE deleted_at IS NULL ORDER BY name")
+        f"SELECT {_TOPIC_COLS} FROM topics WHERE deleted_at IS NULL ORDER BY name"
+    )
     return [_topic(r) for r in await cur.fetchall()]
 
 
@@ -116,19 +125,23 @@ async def put_topic(conn: AsyncConnection, name: str, cfg: TopicConfig) -> tuple
     """
     async with conn.transaction():
         cur = await conn.execute(
-            "SELECT deleted_at IS NOT NULL FROM topics WHERE name = %s FOR UPDATE", (name,))
+            "SELECT deleted_at IS NOT NULL FROM topics WHERE name = %s FOR UPDATE", (name,)
+        )
         row = await cur.fetchone()
         if row is None:
             await conn.execute(
                 "INSERT INTO topics (name, max_records, ttl_ms) VALUES (%s, %s, %s)",
-                (name, cfg.max_records, cfg.ttl_ms))
+                (name, cfg.max_records, cfg.ttl_ms),
+            )
             created = True
         else:
             created = row[0]
             await conn.execute(
                 """UPDATE topics SET max_records = %s, ttl_ms = %s, deleted_at = NULL,
                           created_at = CASE WHEN deleted_at IS NULL THEN created_at ELSE now() END
-                    WHERE name = %s""", (cfg.max_records, cfg.ttl_ms, name))
+                    WHERE name = %s""",
+                (cfg.max_records, cfg.ttl_ms, name),
+            )
         if created:
             await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"c 0 {name}"))
         await trim_locked(conn, name, current_ms())
@@ -142,7 +155,9 @@ async def delete_topic(conn: AsyncConnection, name: str) -> int | None:
     async with conn.transaction():
         cur = await conn.execute(
             "SELECT head_seq, earliest_seq FROM topics WHERE name = %s AND deleted_at IS NULL "
-            "FOR UPDATE", (name,))
+            "FOR UPDATE",
+            (name,),
+        )
         row = await cur.fetchone()
         if row is None:
             return None
@@ -152,7 +167,8 @@ async def delete_topic(conn: AsyncConnection, name: str) -> int | None:
             await record_gap(conn, name, earliest, head, "deleted")
         await conn.execute(
             "UPDATE topics SET deleted_at = now(), earliest_seq = head_seq + 1 WHERE name = %s",
-            (name,))
+            (name,),
+        )
         await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"d {head} {name}"))
     return head
 
@@ -164,9 +180,12 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     cap is trimmed right after, in its own transaction.
     """
     params = {
-        "topic": name, "n": len(records),
-        "tags": [r.tag for r in records], "nodes": [r.node for r in records],
-        "metas": [r.meta for r in records], "datas": [r.data for r in records],
+        "topic": name,
+        "n": len(records),
+        "tags": [r.tag for r in records],
+        "nodes": [r.node for r in records],
+        "metas": [r.meta for r in records],
+        "datas": [r.data for r in records],
     }
     cur = await conn.execute(_APPEND, params)
     row = await cur.fetchone()
@@ -191,15 +210,13 @@ async def read(conn: AsyncConnection, name: str, from_seq: int, limit: int) -> R
     missed = missed_range(from_seq, earliest)
     if missed is not None:
         tombstone = Tombstone(await gap_reason(conn, name, *missed), *missed)
-    if records:
-        to_seq = records[-1].seq
-    else:
-        to_seq = max(from_seq, earliest - 1)
+    to_seq = records[-1].seq if records else max(from_seq, earliest - 1)
     return ReadResult(name, records, from_seq, to_seq, head, earliest, tombstone)
 
 
 async def gap_reason(conn: AsyncConnection, name: str, gap_from: int, gap_to: int) -> str:
     cur = await conn.execute(
         "SELECT DISTINCT reason FROM gaps WHERE topic = %s AND gap_to >= %s AND gap_from <= %s",
-        (name, gap_from, gap_to))
+        (name, gap_from, gap_to),
+    )
     return consumer_reason(r for (r,) in await cur.fetchall())

@@ -14,6 +14,7 @@ otherwise.
 The JDBC driver is not decided here: the Spark steps find it themselves
 (``spark_jobs.common.session.jdbc_driver``), honouring a user's ``AUDITSYNC_JDBC_JAR``.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ OVERRIDES = {
     "AUDITSYNC_AIRFLOW_USERS": f"simple auth manager users (default {DEFAULT_USERS!r})",
     "AUDITSYNC_SENSOR_TIMEOUT_S": "how long the sink-cursor sensor waits before failing",
     "AUDITSYNC_SPARK_CONNECT": "spark_connect_default connection (sc://host:port); unset: "
-                               "every Spark step is a spark-submit through spark_default",
+    "every Spark step is a spark-submit through spark_default",
     "AUDITSYNC_JDBC_JAR": "the PostgreSQL JDBC driver jar, passed through unchanged",
 }
 
@@ -69,8 +70,13 @@ def connection_json(url: str, conn_type: str, **extra: str) -> str:
     return json.dumps(doc, sort_keys=True)
 
 
-def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, *,
-                project_root: Path = PROJECT_ROOT, python: str = sys.executable) -> dict[str, str]:
+def airflow_env(
+    settings: Settings,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    project_root: Path = PROJECT_ROOT,
+    python: str = sys.executable,
+) -> dict[str, str]:
     """Every variable Airflow (and the Spark jobs it submits) needs for this project."""
     over = {k: v for k, v in (overrides or {}).items() if k in OVERRIDES and v != ""}
     local = Path(settings.local_dir)
@@ -80,8 +86,10 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
     watch_conn = json.loads(connection_json(watch_url, "http"))
     if "AUDITSYNC_SINK_KEY" in over:
         watch_conn["password"] = over["AUDITSYNC_SINK_KEY"]
-    spark_conn = {"conn_type": "spark", "host": over.get("AUDITSYNC_SPARK_MASTER",
-                                                         DEFAULT_SPARK_MASTER)}
+    spark_conn = {
+        "conn_type": "spark",
+        "host": over.get("AUDITSYNC_SPARK_MASTER", DEFAULT_SPARK_MASTER),
+    }
     env = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(project_root / "dags"),
@@ -89,8 +97,9 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": over.get("AUDITSYNC_AIRFLOW_USERS",
-                                                             DEFAULT_USERS),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": over.get(
+            "AUDITSYNC_AIRFLOW_USERS", DEFAULT_USERS
+        ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
@@ -98,8 +107,9 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
         "AIRFLOW_CONN_AUDITSYNC_WATCH": json.dumps(watch_conn, sort_keys=True),
         "AIRFLOW_CONN_AUDITSYNC_PG": connection_json(database_url(settings), "postgres"),
         "AIRFLOW_VAR_AUDITSYNC_LANDING": over.get("AUDITSYNC_LANDING", str(local / "landing")),
-        "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": over.get("AUDITSYNC_WAREHOUSE",
-                                                    str(local / "warehouse")),
+        "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": over.get(
+            "AUDITSYNC_WAREHOUSE", str(local / "warehouse")
+        ),
         "AIRFLOW_VAR_AUDITSYNC_GX_ROOT": str(local / "gx"),
         "AIRFLOW_VAR_AUDITSYNC_CONSUMERS": over.get("AUDITSYNC_CONSUMERS", ""),
         "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
@@ -108,7 +118,8 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
     }
     if "AUDITSYNC_SPARK_CONNECT" in over:
         env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connection_json(
-            over["AUDITSYNC_SPARK_CONNECT"], "spark_connect")
+            over["AUDITSYNC_SPARK_CONNECT"], "spark_connect"
+        )
     for name in ("AUDITSYNC_SCHEDULE", "AUDITSYNC_SENSOR_TIMEOUT_S", "AUDITSYNC_JDBC_JAR"):
         if name in over:
             env[name] = over[name]
@@ -117,7 +128,6 @@ def airflow_env(settings: Settings, overrides: Mapping[str, str] | None = None, 
 
 def main(argv: list[str] | None = None) -> int:
     from watch_service import settings as settings_mod
-
     from watch_service.tools.spark_connect import running_url
 
     argv = sys.argv[1:] if argv is None else argv

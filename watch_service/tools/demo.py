@@ -12,6 +12,7 @@ path of the Data Docs. It prints a line per step and stops everything it started
 ``--log-only`` runs the log half alone. Exit 0 when every check passed, 1 when a check failed,
 2 when the demo could not set up.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,7 +51,7 @@ class Demo:
     started_cluster: bool = False
     service: ServiceProcess | None = None
     service_url: str = ""
-    topics: dict[str, str] = dataclasses.field(default_factory=dict)   # short name -> topic
+    topics: dict[str, str] = dataclasses.field(default_factory=dict)  # short name -> topic
     written: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     summary: list[str] = dataclasses.field(default_factory=list)
     began: float = dataclasses.field(default_factory=time.monotonic)
@@ -115,29 +116,44 @@ async def create_topics(demo: Demo, http: aiohttp.ClientSession) -> None:
         demo.topics[short] = name
     shown = ", ".join(
         f"{name} ({', '.join(f'{k}={v}' for k, v in TOPICS[s].items()) or 'unlimited'})"
-        for s, name in demo.topics.items())
+        for s, name in demo.topics.items()
+    )
     demo.say("topics", f"created {shown}")
 
 
 async def write_records(demo: Demo, http: aiohttp.ClientSession) -> None:
     started = time.perf_counter()
     for short, name in demo.topics.items():
-        records = [{"data": {"topic": short, "n": i, "amount": i * 7 % 101},
-                    "meta": {"writer": "demo"}, "tag": "created", "node": f"node-{i % 3}"}
-                   for i in range(RECORDS_PER_TOPIC)]
+        records = [
+            {
+                "data": {"topic": short, "n": i, "amount": i * 7 % 101},
+                "meta": {"writer": "demo"},
+                "tag": "created",
+                "node": f"node-{i % 3}",
+            }
+            for i in range(RECORDS_PER_TOPIC)
+        ]
         head = 0
         for i in range(0, len(records), BATCH):
-            status, body = await _call(http, "POST", f"{demo.service_url}/v0/topics/{name}/records",
-                                       json={"records": records[i:i + BATCH]})
+            status, body = await _call(
+                http,
+                "POST",
+                f"{demo.service_url}/v0/topics/{name}/records",
+                json={"records": records[i : i + BATCH]},
+            )
             _check(status == 200, f"append to {name}: {status} {body}")
-            _check(body["first_seq"] == head + 1,
-                   f"append to {name}: first_seq {body['first_seq']}, expected {head + 1}")
+            _check(
+                body["first_seq"] == head + 1,
+                f"append to {name}: first_seq {body['first_seq']}, expected {head + 1}",
+            )
             head = body["last_seq"]
         demo.written[short] = records
     total = RECORDS_PER_TOPIC * len(demo.topics)
     elapsed = time.perf_counter() - started
-    demo.say("write", f"appended {total} records in batches of {BATCH} "
-             f"({total / elapsed:,.0f} records/s)")
+    demo.say(
+        "write",
+        f"appended {total} records in batches of {BATCH} ({total / elapsed:,.0f} records/s)",
+    )
 
 
 async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
@@ -147,16 +163,20 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
         cursor, seen, tombstone = 0, [], None
         while True:
             status, body = await _call(
-                http, "GET",
-                f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64")
+                http,
+                "GET",
+                f"{demo.service_url}/v0/topics/{name}/records?from_seq={cursor}&limit=64",
+            )
             _check(status == 200, f"read {name}: {status} {body}")
             if "tombstone" in body:
                 _check(tombstone is None, f"{name}: a second tombstone at cursor {cursor}")
                 tombstone = body["tombstone"]
                 cursor = tombstone["gap_to"]
             seqs = [r["$seq"] for r in body["records"]]
-            _check(seqs == list(range(cursor + 1, cursor + 1 + len(seqs))),
-                   f"{name}: not contiguous after {cursor}: {seqs[:5]}")
+            _check(
+                seqs == list(range(cursor + 1, cursor + 1 + len(seqs))),
+                f"{name}: not contiguous after {cursor}: {seqs[:5]}",
+            )
             if not seqs:
                 break
             seen += body["records"]
@@ -164,18 +184,26 @@ async def read_back(demo: Demo, http: aiohttp.ClientSession) -> None:
         _check(cursor == len(written), f"{name}: read up to {cursor}, wrote {len(written)}")
         for rec in seen:
             sent = written[rec["$seq"] - 1]
-            _check((rec["data"], rec["meta"], rec["$tag"], rec["$node"]) ==
-                   (sent["data"], sent["meta"], sent["tag"], sent["node"]),
-                   f"{name}: seq {rec['$seq']} differs from what was written")
+            _check(
+                (rec["data"], rec["meta"], rec["$tag"], rec["$node"])
+                == (sent["data"], sent["meta"], sent["tag"], sent["node"]),
+                f"{name}: seq {rec['$seq']} differs from what was written",
+            )
         if short == "audit":
             expected = {"reason": "cap", "gap_from": 1, "gap_to": RECORDS_PER_TOPIC - CAP}
             _check(tombstone == expected, f"{name}: tombstone {tombstone}, expected {expected}")
         else:
             _check(tombstone is None, f"{name}: unexpected tombstone {tombstone}")
-        note = (f", tombstone {tombstone['reason']} [{tombstone['gap_from']}, "
-                f"{tombstone['gap_to']}]" if tombstone else "")
-        demo.say("read", f"{name}: {len(seen)} records, seqs {seen[0]['$seq']}..{cursor} "
-                 f"contiguous, payloads intact{note}")
+        note = (
+            f", tombstone {tombstone['reason']} [{tombstone['gap_from']}, {tombstone['gap_to']}]"
+            if tombstone
+            else ""
+        )
+        demo.say(
+            "read",
+            f"{name}: {len(seen)} records, seqs {seen[0]['$seq']}..{cursor} "
+            f"contiguous, payloads intact{note}",
+        )
         demo.summary.append(f"{name:<32} head {cursor:>4}  retained {len(seen):>4}{note}")
 
 

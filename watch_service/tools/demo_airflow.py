@@ -4,6 +4,7 @@ injection, ``airflow dags test audit_sync``, and the summary a reader wants at t
 Each step takes the demo's shared state (``watch_service.tools.demo.Demo``); see that module for the
 log half (database, service, topics, writer, read-back).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -19,11 +20,11 @@ from pathlib import Path
 import aiohttp
 import psycopg
 
-from watch_service.tools import spark_connect
-from watch_service.tools.airflow_env import airflow_env
 from watch_service.protocol.authz import change_topic
 from watch_service.settings import PROJECT_ROOT
 from watch_service.store import runs
+from watch_service.tools import spark_connect
+from watch_service.tools.airflow_env import airflow_env
 
 CONSUMER = "demo"
 FAULTS = ("--fault-drop-fraction", "0.01", "--fault-corrupt", "3", "--fault-seed", "7")
@@ -37,8 +38,9 @@ TASK_STATE = re.compile(r"Task instance state updated.* new_state=(\w+)")
 async def create_tenant(demo, http: aiohttp.ClientSession) -> None:
     """A tenant of its own: its change topic joins the demo's topics."""
     tenant = f"demo-{demo.run_id}"
-    async with http.post(f"{demo.service_url}/v1/tenants/create",
-                         json={"id": tenant, "name": "auditsync demo"}) as r:
+    async with http.post(
+        f"{demo.service_url}/v1/tenants/create", json={"id": tenant, "name": "auditsync demo"}
+    ) as r:
         demo.check(r.status == 200, f"create tenant {tenant}: {r.status} {await r.text()}")
     demo.tenant = tenant
     demo.topics["authz"] = change_topic(tenant)
@@ -48,13 +50,24 @@ async def write_authz(demo, http: aiohttp.ClientSession, first: int) -> None:
     """Relationship writes through the Permify API: each one transaction and one change record."""
     tenant = demo.tenant
     for i in range(first, first + AUTHZ_WRITES):
-        body = {"tuples": [{"entity": {"type": "document", "id": f"doc-{i}"}, "relation": "viewer",
-                            "subject": {"type": "user", "id": f"user-{i % 7}"}}]}
-        async with http.post(f"{demo.service_url}/v1/tenants/{tenant}/relationships/write",
-                             json=body) as r:
+        body = {
+            "tuples": [
+                {
+                    "entity": {"type": "document", "id": f"doc-{i}"},
+                    "relation": "viewer",
+                    "subject": {"type": "user", "id": f"user-{i % 7}"},
+                }
+            ]
+        }
+        async with http.post(
+            f"{demo.service_url}/v1/tenants/{tenant}/relationships/write", json=body
+        ) as r:
             demo.check(r.status == 200, f"authz write {i}: {r.status} {await r.text()}")
-    demo.say("authz", f"tenant {tenant}: {AUTHZ_WRITES} relationship writes, one change record "
-             f"each on topic {demo.topics['authz']}")
+    demo.say(
+        "authz",
+        f"tenant {tenant}: {AUTHZ_WRITES} relationship writes, one change record "
+        f"each on topic {demo.topics['authz']}",
+    )
 
 
 async def read_heads(demo, http: aiohttp.ClientSession) -> dict[str, int]:
@@ -71,13 +84,35 @@ def start_sink(demo) -> None:
     log_path = demo.log_dir / "sink.log"
     with open(log_path, "ab") as log:
         demo.sink = subprocess.Popen(
-            [sys.executable, "-m", "watch_service.sink", "--url", demo.service_url,
-             "--topics", ",".join(demo.topics.values()), "--consumer", CONSUMER,
-             "--landing", str(demo.landing), "--database-url", demo.db_url,
-             "--heartbeat-ms", "2000", "--progress-s", "2", *FAULTS],
-            stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
-    demo.say("sink", f"pid {demo.sink.pid} consumer {CONSUMER!r} -> {demo.landing} "
-             f"(FAULT INJECTION ON: drop 1 % of records, corrupt 3 payloads; log: {log_path})")
+            [
+                sys.executable,
+                "-m",
+                "watch_service.sink",
+                "--url",
+                demo.service_url,
+                "--topics",
+                ",".join(demo.topics.values()),
+                "--consumer",
+                CONSUMER,
+                "--landing",
+                str(demo.landing),
+                "--database-url",
+                demo.db_url,
+                "--heartbeat-ms",
+                "2000",
+                "--progress-s",
+                "2",
+                *FAULTS,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=PROJECT_ROOT,
+        )
+    demo.say(
+        "sink",
+        f"pid {demo.sink.pid} consumer {CONSUMER!r} -> {demo.landing} "
+        f"(FAULT INJECTION ON: drop 1 % of records, corrupt 3 payloads; log: {log_path})",
+    )
 
 
 def wait_for_sink(demo, heads: dict[str, int]) -> None:
@@ -85,19 +120,25 @@ def wait_for_sink(demo, heads: dict[str, int]) -> None:
     state_path = demo.landing / CONSUMER / "state.json"
     deadline = time.monotonic() + SINK_TIMEOUT_S
     while True:
-        demo.check(demo.sink.poll() is None, f"the sink exited with {demo.sink.returncode}; "
-                   f"see {demo.log_dir / 'sink.log'}")
+        demo.check(
+            demo.sink.poll() is None,
+            f"the sink exited with {demo.sink.returncode}; see {demo.log_dir / 'sink.log'}",
+        )
         cursors = {}
         if state_path.exists():
             cursors = json.loads(state_path.read_text()).get("cursors", {})
         behind = {t: h - cursors.get(t, 0) for t, h in heads.items() if cursors.get(t, 0) < h}
         if not behind:
             break
-        demo.check(time.monotonic() < deadline,
-                   f"the sink did not catch up within {SINK_TIMEOUT_S:.0f} s; behind: {behind}")
+        demo.check(
+            time.monotonic() < deadline,
+            f"the sink did not catch up within {SINK_TIMEOUT_S:.0f} s; behind: {behind}",
+        )
         time.sleep(0.2)  # the sink is another process; its state file is all there is to watch
-    demo.say("sink", f"caught up: cursors at the heads of {len(heads)} topics "
-             f"({sum(heads.values())} seqs)")
+    demo.say(
+        "sink",
+        f"caught up: cursors at the heads of {len(heads)} topics ({sum(heads.values())} seqs)",
+    )
 
 
 def start_spark_connect(demo) -> tuple[spark_connect.ServerState | None, bool]:
@@ -113,8 +154,11 @@ def start_spark_connect(demo) -> tuple[spark_connect.ServerState | None, bool]:
     except spark_connect.SparkConnectError as exc:
         demo.say("spark", f"no Spark Connect server ({exc}); each step will spark-submit")
         return None, False
-    demo.say("spark", f"Spark Connect server pid {state.pid} at {state.url} (log: "
-             f"{spark_connect.home(demo.settings) / 'server.log'})")
+    demo.say(
+        "spark",
+        f"Spark Connect server pid {state.pid} at {state.url} (log: "
+        f"{spark_connect.home(demo.settings) / 'server.log'})",
+    )
     return state, True
 
 
@@ -131,32 +175,49 @@ def run_airflow(demo) -> None:
 
 
 def _run_airflow(demo, server: spark_connect.ServerState | None) -> None:
-    env = airflow_env(demo.settings, {
-        "AUDITSYNC_WATCH_URL": demo.service_url, "AUDITSYNC_SPARK_MASTER": "local[2]",
-        "AUDITSYNC_LANDING": str(demo.landing), "AUDITSYNC_WAREHOUSE": str(demo.work_dir / "warehouse"),
-        "AUDITSYNC_CONSUMERS": CONSUMER, "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
-        "AUDITSYNC_SPARK_CONNECT": server.url if server else ""})
+    env = airflow_env(
+        demo.settings,
+        {
+            "AUDITSYNC_WATCH_URL": demo.service_url,
+            "AUDITSYNC_SPARK_MASTER": "local[2]",
+            "AUDITSYNC_LANDING": str(demo.landing),
+            "AUDITSYNC_WAREHOUSE": str(demo.work_dir / "warehouse"),
+            "AUDITSYNC_CONSUMERS": CONSUMER,
+            "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
+            "AUDITSYNC_SPARK_CONNECT": server.url if server else "",
+        },
+    )
     demo.gx_root = Path(env["AIRFLOW_VAR_AUDITSYNC_GX_ROOT"])
     bin_dir = Path(sys.executable).parent
     full = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     log_path = demo.log_dir / "airflow.log"
     with open(log_path, "w") as log:
-        migrated = subprocess.run([str(bin_dir / "airflow"), "db", "migrate"], env=full,
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        migrated = subprocess.run(
+            [str(bin_dir / "airflow"), "db", "migrate"],
+            env=full,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
     demo.check(migrated.returncode == 0, f"airflow db migrate failed; see {log_path}")
     if server is not None:
         spark_connect.wait_ready(demo.settings, server)
-    now = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
     logical = now - dt.timedelta(minutes=now.minute % 15 + 15)
-    demo.say("airflow", f"metadata DB ready; airflow dags test audit_sync {logical.isoformat()} "
-             f"(log: {log_path})")
+    demo.say(
+        "airflow",
+        f"metadata DB ready; airflow dags test audit_sync {logical.isoformat()} (log: {log_path})",
+    )
     with psycopg.connect(demo.db_url) as conn:
         began = conn.execute("SELECT now()").fetchone()[0]
     with open(log_path, "a") as log:
-        proc = subprocess.Popen([str(bin_dir / "airflow"), "dags", "test", "audit_sync",
-                                 logical.isoformat()], env=full, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(bin_dir / "airflow"), "dags", "test", "audit_sync", logical.isoformat()],
+            env=full,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     demo.airflow_ok = _follow_tasks(demo, proc, log_path) == 0
     with psycopg.connect(demo.db_url) as conn:  # the DAG derives it from the data interval
         run_id = runs.latest_run_since(conn, began)
@@ -190,41 +251,65 @@ def _follow_tasks(demo, proc: subprocess.Popen, log_path: Path) -> int:
 
 def summarize(demo) -> list[str]:
     """Figures from pipeline_runs / reconcile_summary and the sink's faults file."""
-    faults = [json.loads(x) for x in (demo.landing / CONSUMER / "faults.jsonl").read_text().splitlines()
-              if x.strip()] if (demo.landing / CONSUMER / "faults.jsonl").exists() else []
+    faults = (
+        [
+            json.loads(x)
+            for x in (demo.landing / CONSUMER / "faults.jsonl").read_text().splitlines()
+            if x.strip()
+        ]
+        if (demo.landing / CONSUMER / "faults.jsonl").exists()
+        else []
+    )
     with psycopg.connect(demo.db_url) as conn:
-        rows = [(t, s, n, left) for c, t, s, n, left, _ in runs.run_summary(conn, demo.pipeline_run)
-                if c == CONSUMER]
+        rows = [
+            (t, s, n, left)
+            for c, t, s, n, left, _ in runs.run_summary(conn, demo.pipeline_run)
+            if c == CONSUMER
+        ]
         found = runs.get_run(conn, demo.pipeline_run)
         run = None if found is None else found[:3]
     by_topic: dict[str, dict[str, tuple[int, int | None]]] = {}
     for topic, status, count, remaining in rows:
         by_topic.setdefault(topic, {})[status] = (count, remaining)
-    lines = [f"{'topic':<40} {'written':>7} {'delivered':>9} {'dup':>4} {'tomb':>5} "
-             f"{'gaps':>5} {'mism':>5} {'left':>5}"]
+    lines = [
+        f"{'topic':<40} {'written':>7} {'delivered':>9} {'dup':>4} {'tomb':>5} "
+        f"{'gaps':>5} {'mism':>5} {'left':>5}"
+    ]
     for short, topic in demo.topics.items():
         s = by_topic.get(topic, {})
-        get = lambda k: s.get(k, (0, None))[0]  # noqa: E731
+        get = lambda k, s=s: s.get(k, (0, None))[0]  # noqa: E731
         left = sum((v[1] or 0) for v in s.values())
-        lines.append(f"{topic:<40} {demo.heads.get(short, 0):>7} {get('delivered'):>9} "
-                     f"{get('duplicate'):>4} {get('tombstoned'):>5} {get('silent_gap'):>5} "
-                     f"{get('mismatch'):>5} {left:>5}")
+        lines.append(
+            f"{topic:<40} {demo.heads.get(short, 0):>7} {get('delivered'):>9} "
+            f"{get('duplicate'):>4} {get('tombstoned'):>5} {get('silent_gap'):>5} "
+            f"{get('mismatch'):>5} {left:>5}"
+        )
     drops = sum(f["kind"] == "drop" for f in faults)
     corrupt = sum(f["kind"] == "corrupt" for f in faults)
     found_gaps = sum(s.get("silent_gap", (0, 0))[0] for s in by_topic.values())
     found_mism = sum(s.get("mismatch", (0, 0))[0] for s in by_topic.values())
-    lines.append(f"faults injected by the sink: {drops} dropped, {corrupt} corrupted; found by "
-                 f"reconcile: {found_gaps} silent gaps, {found_mism} mismatches"
-                 + (" (exact)" if (drops, corrupt) == (found_gaps, found_mism) else " (DIFFERENT)"))
+    lines.append(
+        f"faults injected by the sink: {drops} dropped, {corrupt} corrupted; found by "
+        f"reconcile: {found_gaps} silent gaps, {found_mism} mismatches"
+        + (" (exact)" if (drops, corrupt) == (found_gaps, found_mism) else " (DIFFERENT)")
+    )
     if run:
-        lines.append(f"pipeline run {demo.pipeline_run}: {run[0]}; defects found {run[1]}, left after "
-                     f"backfill {run[2]}")
+        lines.append(
+            f"pipeline run {demo.pipeline_run}: {run[0]}; defects found {run[1]}, left after "
+            f"backfill {run[2]}"
+        )
     docs = demo.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    lines.append(f"data quality (Great Expectations): {'PASSED' if demo.airflow_ok else 'FAILED'}; "
-                 f"Data Docs: {docs}")
-    demo.check(demo.airflow_ok, "the audit_sync DAG run failed; see " + str(demo.log_dir / "airflow.log"))
-    demo.check((drops, corrupt) == (found_gaps, found_mism),
-               f"reconcile found {found_gaps} gaps / {found_mism} mismatches, injected {drops} / {corrupt}")
+    lines.append(
+        f"data quality (Great Expectations): {'PASSED' if demo.airflow_ok else 'FAILED'}; "
+        f"Data Docs: {docs}"
+    )
+    demo.check(
+        demo.airflow_ok, "the audit_sync DAG run failed; see " + str(demo.log_dir / "airflow.log")
+    )
+    demo.check(
+        (drops, corrupt) == (found_gaps, found_mism),
+        f"reconcile found {found_gaps} gaps / {found_mism} mismatches, injected {drops} / {corrupt}",  # noqa: E501
+    )
     return lines
 
 

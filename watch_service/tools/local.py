@@ -4,6 +4,7 @@ waiting for a port to listen, and ``auditsync serve`` as a child process stopped
 One home for what used to be written in each of them, so a change to how the service starts
 (flags, environment, readiness) is made once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,9 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None,
-                  what: str = "service") -> None:
+def wait_for_port(
+    port: int, timeout: float, proc: subprocess.Popen | None = None, what: str = "service"
+) -> None:
     """Return once 127.0.0.1:``port`` accepts a connection; raise RuntimeError when ``proc``
     exits first or ``timeout`` seconds pass. A child process gives no other signal that it
     listens, so this polls the socket (every 50 ms)."""
@@ -55,9 +57,14 @@ class ServiceProcess:
     output goes to ``log_path`` (appended) or nowhere.
     """
 
-    def __init__(self, db_url: str, port: int | None = None,
-                 env: Mapping[str, str | None] | None = None, log_path: Path | None = None,
-                 preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        port: int | None = None,
+        env: Mapping[str, str | None] | None = None,
+        log_path: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.db_url = db_url
         self.port = port or free_port()
         self.extra_env = dict(env or {})
@@ -97,9 +104,14 @@ class ServiceProcess:
         return self
 
     def _spawn(self, out: IO[bytes] | int) -> subprocess.Popen:
-        return subprocess.Popen(serve_command(self.port), env=self.environment(), stdout=out,
-                                stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
-                                preexec_fn=self.preexec_fn)
+        return subprocess.Popen(
+            serve_command(self.port),
+            env=self.environment(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=PROJECT_ROOT,
+            preexec_fn=self.preexec_fn,
+        )
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

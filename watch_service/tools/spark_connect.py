@@ -12,6 +12,7 @@ second (``sc://127.0.0.1:PORT``, see ``auditsync_plugin.spark_step``). Like ``au
 and nothing else. The PostgreSQL JDBC driver is put on its classpath from
 ``spark_jobs.common.session`` (``AUDITSYNC_JDBC_JAR`` first).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,18 +55,36 @@ def home(settings: Settings) -> Path:
     return Path(settings.local_dir) / "spark-connect"
 
 
-def command(port: int, master: str = DEFAULT_MASTER, host: str = "127.0.0.1",
-            driver_memory: str = "2g", python: str = sys.executable) -> list[str]:
+def command(
+    port: int,
+    master: str = DEFAULT_MASTER,
+    host: str = "127.0.0.1",
+    driver_memory: str = "2g",
+    python: str = sys.executable,
+) -> list[str]:
     """The ``spark-submit`` that runs the server (pure, apart from finding the JDBC driver)."""
     from spark_jobs.common.session import BASE_CONF, submit_flags
 
-    conf = {**BASE_CONF, "spark.ui.enabled": "false",
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.connect.grpc.binding.address": host}
-    return [str(Path(python).with_name("spark-submit")), "--class", SERVER_CLASS,
-            "--master", master, "--driver-memory", driver_memory, *submit_flags(),
-            *[x for key, value in conf.items() for x in ("--conf", f"{key}={value}")],
-            "--name", "auditsync-spark-connect", "spark-internal"]
+    conf = {
+        **BASE_CONF,
+        "spark.ui.enabled": "false",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": host,
+    }
+    return [
+        str(Path(python).with_name("spark-submit")),
+        "--class",
+        SERVER_CLASS,
+        "--master",
+        master,
+        "--driver-memory",
+        driver_memory,
+        *submit_flags(),
+        *[x for key, value in conf.items() for x in ("--conf", f"{key}={value}")],
+        "--name",
+        "auditsync-spark-connect",
+        "spark-internal",
+    ]
 
 
 def server_env(loopback: bool = True, python: str = sys.executable) -> dict[str, str]:
@@ -119,8 +138,13 @@ def running_url(settings: Settings) -> str | None:
     return state.url if state else None
 
 
-def start(settings: Settings, port: int = DEFAULT_PORT, master: str = DEFAULT_MASTER,
-          driver_memory: str = "2g", timeout_s: float | None = START_TIMEOUT_S) -> ServerState:
+def start(
+    settings: Settings,
+    port: int = DEFAULT_PORT,
+    master: str = DEFAULT_MASTER,
+    driver_memory: str = "2g",
+    timeout_s: float | None = START_TIMEOUT_S,
+) -> ServerState:
     """Start the server in the background unless it already runs, and wait until it accepts
     connections (``timeout_s=None``: return at once; :func:`wait_ready` later). Idempotent."""
     existing = read_state(settings)
@@ -131,10 +155,15 @@ def start(settings: Settings, port: int = DEFAULT_PORT, master: str = DEFAULT_MA
     if _accepts("127.0.0.1", port):
         raise SparkConnectError(f"port {port} is taken by another process; pick --port")
     with open(folder / "server.log", "ab") as log:
-        proc = subprocess.Popen(command(port, master, driver_memory=driver_memory),
-                                env=server_env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                cwd=folder)
+        proc = subprocess.Popen(
+            command(port, master, driver_memory=driver_memory),
+            env=server_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=folder,
+        )
     state = ServerState(proc.pid, port, "127.0.0.1")
     (folder / "server.json").write_text(json.dumps(dataclasses.asdict(state)))
     if timeout_s is not None:
@@ -142,8 +171,9 @@ def start(settings: Settings, port: int = DEFAULT_PORT, master: str = DEFAULT_MA
     return state
 
 
-def wait_ready(settings: Settings, state: ServerState,
-               timeout_s: float = START_TIMEOUT_S) -> ServerState:
+def wait_ready(
+    settings: Settings, state: ServerState, timeout_s: float = START_TIMEOUT_S
+) -> ServerState:
     """Until the server accepts connections; stops it and raises (with its log's tail) when
     it exits or does not come up within ``timeout_s``."""
     log_path = home(settings) / "server.log"
@@ -153,8 +183,10 @@ def wait_ready(settings: Settings, state: ServerState,
             terminate(state.pid)
             (home(settings) / "server.json").unlink(missing_ok=True)
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-            raise SparkConnectError(f"the Spark Connect server did not come up on port "
-                                    f"{state.port} (log {log_path}):\n{tail}")
+            raise SparkConnectError(
+                f"the Spark Connect server did not come up on port "
+                f"{state.port} (log {log_path}):\n{tail}"
+            )
         time.sleep(0.2)  # a JVM's bind is only visible from outside as an open port
     return state
 
@@ -183,13 +215,18 @@ def stop(settings: Settings) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="auditsync spark-connect",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="auditsync spark-connect", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("action", choices=["start", "stop", "status", "url", "serve"])
-    parser.add_argument("--port", type=int,
-                        default=int(os.environ.get("AUDITSYNC_SPARK_CONNECT_PORT", DEFAULT_PORT)))
-    parser.add_argument("--master", default=os.environ.get("AUDITSYNC_SPARK_MASTER",
-                                                           DEFAULT_MASTER))
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("AUDITSYNC_SPARK_CONNECT_PORT", DEFAULT_PORT)),
+    )
+    parser.add_argument(
+        "--master", default=os.environ.get("AUDITSYNC_SPARK_MASTER", DEFAULT_MASTER)
+    )
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--host", default="127.0.0.1", help="serve only: address to bind")
     return parser

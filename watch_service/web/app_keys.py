@@ -1,14 +1,15 @@
 """Typed application keys shared by the route modules."""
+
 from __future__ import annotations
 
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.engine.appender import Appender
+from watch_service.engine.tailer import Hub
 from watch_service.settings import Settings
 from watch_service.web.auth import KeyRing
 from watch_service.web.metrics import Metrics
-from watch_service.engine.appender import Appender
-from watch_service.engine.tailer import Hub
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", AsyncConnectionPool)

@@ -3,6 +3,7 @@
 Only the SHA-256 of each secret is stored. No file, or a file with no keys: dev mode, all
 open. ``?token=`` counts as a credential only where the caller says so (the SSE GET routes).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,7 @@ class KeyRing:
         return bool(self.by_hash)
 
     @classmethod
-    def load(cls, path: Path | None) -> "KeyRing":
+    def load(cls, path: Path | None) -> KeyRing:
         if path is None:
             return cls({})
         try:
@@ -51,10 +52,14 @@ class KeyRing:
             raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path} is not valid TOML: {exc}") from None
         unknown_tables = set(doc) - {"keys"}
         if unknown_tables:  # a typo like [[key]] must not silently mean "dev mode, all open"
-            raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path}: unknown table(s) "
-                               f"{sorted(unknown_tables)} (expected [[keys]] entries)")
+            raise KeyFileError(
+                f"AUDITSYNC_KEYS_FILE: {path}: unknown table(s) "
+                f"{sorted(unknown_tables)} (expected [[keys]] entries)"
+            )
         if not isinstance(doc.get("keys", []), list):
-            raise KeyFileError(f"AUDITSYNC_KEYS_FILE: {path}: keys must be an array of tables ([[keys]])")
+            raise KeyFileError(
+                f"AUDITSYNC_KEYS_FILE: {path}: keys must be an array of tables ([[keys]])"
+            )
         keys: dict[str, Key] = {}
         for i, entry in enumerate(doc.get("keys", [])):
             where = f"AUDITSYNC_KEYS_FILE: {path}: keys[{i}]"
@@ -78,8 +83,12 @@ class KeyRing:
             keys[digest] = Key(key_id, digest, frozenset(scopes), tuple(prefixes))
         return cls(keys)
 
-    def authenticate(self, authorization: str | None, query_token: str | None = None,
-                     allow_query_token: bool = False) -> Key | None:
+    def authenticate(
+        self,
+        authorization: str | None,
+        query_token: str | None = None,
+        allow_query_token: bool = False,
+    ) -> Key | None:
         """The presented key, or None in dev mode. Raises 401 for none/unknown."""
         if not self.enabled:
             return None
@@ -91,8 +100,10 @@ class KeyRing:
             secret = value.strip()
         elif query_token is not None:
             if not allow_query_token:
-                raise unauthorized("?token= is accepted only on SSE stream routes; "
-                                   "send Authorization: Bearer <key>")
+                raise unauthorized(
+                    "?token= is accepted only on SSE stream routes; "
+                    "send Authorization: Bearer <key>"
+                )
             secret = query_token
         if secret is None:
             raise unauthorized("missing bearer key (Authorization: Bearer <key>)")

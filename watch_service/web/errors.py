@@ -3,6 +3,7 @@
 carries (``protocol.errors``). aiohttp's own HTTP exceptions (no route, wrong method, body over
 the limit) are mapped onto those classes first, so they render the same way.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,13 +32,18 @@ log = logging.getLogger("auditsync.server")
 MAX_BODY = web.AppKey("max_body_bytes", int)
 
 _BY_STATUS: dict[int, type[ApiError]] = {
-    cls.status: cls for cls in (InvalidRequest, Unauthorized, Forbidden, NotAcceptable, Throttled,
-                                Unavailable)}
+    cls.status: cls
+    for cls in (InvalidRequest, Unauthorized, Forbidden, NotAcceptable, Throttled, Unavailable)
+}
 
 
 def error_response(err: ApiError) -> web.Response:
-    return web.Response(status=err.status, body=orjson.dumps(err.body()),
-                        content_type="application/json", headers=dict(err.headers))
+    return web.Response(
+        status=err.status,
+        body=orjson.dumps(err.body()),
+        content_type="application/json",
+        headers=dict(err.headers),
+    )
 
 
 def _from_http(exc: web.HTTPException, request: web.Request) -> ApiError:
@@ -47,8 +53,10 @@ def _from_http(exc: web.HTTPException, request: web.Request) -> ApiError:
     if status == 404:
         return NotFound(f"no route for {request.method} {request.path}")
     if status == 405:
-        return MethodNotAllowed(f"method {request.method} is not allowed on {request.path}",
-                                sorted(getattr(exc, "allowed_methods", ()) or ()))
+        return MethodNotAllowed(
+            f"method {request.method} is not allowed on {request.path}",
+            sorted(getattr(exc, "allowed_methods", ()) or ()),
+        )
     if status == 413:
         return PayloadTooLarge(f"body is over the limit of {request.app[MAX_BODY]} bytes")
     cls = _BY_STATUS.get(status) or (ApiError if status >= 500 else InvalidRequest)
@@ -67,8 +75,9 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return error_response(_from_http(exc, request))
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
         log.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
-        return error_response(Unavailable("PostgreSQL is unreachable or misconfigured; "
-                                          "retry later"))
+        return error_response(
+            Unavailable("PostgreSQL is unreachable or misconfigured; retry later")
+        )
     except asyncio.CancelledError:
         raise
     except ConnectionResetError:

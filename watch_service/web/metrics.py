@@ -1,4 +1,5 @@
 """A small Prometheus text-format registry: counters and gauges with fixed label names."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -34,17 +35,31 @@ def _escape(value: str) -> str:
 
 class Metrics:
     def __init__(self) -> None:
-        self.http_requests = Metric("auditsync_http_requests_total", "counter",
-                                    "HTTP requests by route and status", ("route", "status"))
+        self.http_requests = Metric(
+            "auditsync_http_requests_total",
+            "counter",
+            "HTTP requests by route and status",
+            ("route", "status"),
+        )
         self.appends = Metric("auditsync_appends_total", "counter", "append requests committed")
-        self.records_appended = Metric("auditsync_records_appended_total", "counter",
-                                       "records appended")
-        self.trimmed = Metric("auditsync_retention_gaps_total", "counter",
-                              "gaps rows written by retention", ("reason",))
+        self.records_appended = Metric(
+            "auditsync_records_appended_total", "counter", "records appended"
+        )
+        self.trimmed = Metric(
+            "auditsync_retention_gaps_total",
+            "counter",
+            "gaps rows written by retention",
+            ("reason",),
+        )
         self.open_streams = Metric("auditsync_open_streams", "gauge", "open SSE/watch streams")
-        self.frames = Metric("auditsync_frames_sent_total", "counter", "SSE frames sent", ("event",))
-        self.delivery_lag = Metric("auditsync_delivery_lag_ms", "gauge",
-                                   "append commit to first write of the newest delivered record")
+        self.frames = Metric(
+            "auditsync_frames_sent_total", "counter", "SSE frames sent", ("event",)
+        )
+        self.delivery_lag = Metric(
+            "auditsync_delivery_lag_ms",
+            "gauge",
+            "append commit to first write of the newest delivered record",
+        )
 
     def render(self) -> str:
         out: list[str] = []

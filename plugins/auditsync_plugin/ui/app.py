@@ -7,6 +7,7 @@ token), because plugin apps get no authentication by default.
 Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the results
 tables) and the ``auditsync_gx_root`` Variable (the Great Expectations project).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,12 @@ def _airflow_conninfo() -> dict[str, Any]:
     from airflow.models.connection import Connection
 
     conn = Connection.get_connection_from_secrets(PG_CONN_ID)
-    info = {"host": conn.host, "port": conn.port or 5432, "user": conn.login,
-            "dbname": conn.schema or "postgres"}
+    info = {
+        "host": conn.host,
+        "port": conn.port or 5432,
+        "user": conn.login,
+        "dbname": conn.schema or "postgres",
+    }
     if conn.password:
         info["password"] = conn.password
     return info
@@ -54,9 +59,11 @@ def _airflow_gx_root() -> Path:
     return Path(Variable.get(GX_ROOT_VAR))
 
 
-def create_app(conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
-               gx_root: Callable[[], Path] = _airflow_gx_root,
-               auth: Callable[..., Any] | None = None) -> FastAPI:
+def create_app(
+    conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
+    gx_root: Callable[[], Path] = _airflow_gx_root,
+    auth: Callable[..., Any] | None = None,
+) -> FastAPI:
     """``auth``: the login dependency (default: Airflow's ``get_user``)."""
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth

@@ -4,6 +4,7 @@
 :func:`pivot` turns its (run, consumer, topic, status, net count, remaining) rows into one line
 per topic, and :func:`render_page` makes the HTML. Everything but :func:`fetch` is pure.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,15 +28,24 @@ class TopicLine:
     defects_left: int = 0
 
 
-COLUMNS = (("run_id", "run"), ("run_status", "status"), ("finished_at", "finished"),
-           ("consumer", "consumer"), ("topic", "topic"), ("delivered", "delivered"),
-           ("duplicates", "duplicates"), ("tombstoned", "tombstoned"),
-           ("silent_gaps", "silent gaps found"), ("backfilled", "backfilled"),
-           ("defects_left", "defects left"))
+COLUMNS = (
+    ("run_id", "run"),
+    ("run_status", "status"),
+    ("finished_at", "finished"),
+    ("consumer", "consumer"),
+    ("topic", "topic"),
+    ("delivered", "delivered"),
+    ("duplicates", "duplicates"),
+    ("tombstoned", "tombstoned"),
+    ("silent_gaps", "silent gaps found"),
+    ("backfilled", "backfilled"),
+    ("defects_left", "defects left"),
+)
 
 
-def pivot(rows: Iterable[Mapping[str, Any]], repairable: tuple[str, ...],
-          defects: tuple[str, ...]) -> list[TopicLine]:
+def pivot(
+    rows: Iterable[Mapping[str, Any]], repairable: tuple[str, ...], defects: tuple[str, ...]
+) -> list[TopicLine]:
     """One line per (run, consumer, topic). A defect's ``remaining`` is what verify found
     left after backfill (None: verify has not run, so all of it is left); repairable defects
     found minus those left were backfilled."""
@@ -45,9 +55,13 @@ def pivot(rows: Iterable[Mapping[str, Any]], repairable: tuple[str, ...],
         line = lines.get(key)
         if line is None:
             finished = row.get("finished_at")
-            line = lines[key] = TopicLine(row["run_id"], str(row.get("run_status") or ""),
-                                          "" if finished is None else str(finished)[:19],
-                                          row["consumer"], row["topic"])
+            line = lines[key] = TopicLine(
+                row["run_id"],
+                str(row.get("run_status") or ""),
+                "" if finished is None else str(finished)[:19],
+                row["consumer"],
+                row["topic"],
+            )
         status, count = row["status"], int(row["count"])
         left = count if row.get("remaining") is None else int(row["remaining"])
         if status == "delivered":
@@ -74,14 +88,18 @@ def render_page(lines: list[TopicLine], docs_available: bool, error: str | None 
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
     body = []
     for line in lines:
-        cells = "".join(_cell(getattr(line, name),
-                              warn=name == "defects_left" and line.defects_left > 0)
-                        for name, _ in COLUMNS)
+        cells = "".join(
+            _cell(getattr(line, name), warn=name == "defects_left" and line.defects_left > 0)
+            for name, _ in COLUMNS
+        )
         body.append(f"<tr>{cells}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{len(COLUMNS)}">no reconciliation runs yet</td></tr>')
-    docs = ('<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
-            if docs_available else "<span>no Data Docs yet: no checkpoint has run</span>")
+    docs = (
+        '<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
+        if docs_available
+        else "<span>no Data Docs yet: no checkpoint has run</span>"
+    )
     problem = f'<p class="bad" id="error">{html.escape(error)}</p>' if error else ""
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>auditsync reconciliation</title>
