@@ -4,7 +4,8 @@ Inputs: deliveries (compact's batches not yet reconciled), source ``records`` an
 (PostgreSQL, read for the window only). Scope and signalled ranges are defined in
 ``scope.py``: per (consumer, topic), the window ``(lo, watermark]``. The expected seqs of a
 consumer are the source records of the topic in scope plus the seqs of ``gaps`` rows
-(retention, deletion) in scope; records and gaps never overlap (seqs are never reused). Rules, first match wins:
+(retention, deletion) in scope; records and gaps never overlap (seqs are never reused).
+Rules, first match wins:
 
 ==========================  ===============================================================
 ``delivered``               a source record delivered at least once with a matching hash
