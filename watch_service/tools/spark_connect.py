@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.settings import Settings, SettingsError
 
 DEFAULT_PORT = 15002
@@ -36,7 +37,7 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 
 
-class SparkConnectError(RuntimeError):
+class SparkConnectError(AuditsyncError):
     """The server could not be started or found; the message says why and where its log is."""
 
 
