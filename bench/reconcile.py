@@ -18,6 +18,7 @@ Prints wall times (medians when repeated), rows/s and ratios, and whether 10 M r
 Measured here (2 cores, load average 5-8 from other work): 1 M reconciled in 31.5 s vs
 datacompy 126 s (4.0x) and PostgreSQL 6.9 s; 10 M in 62.7 s vs datacompy 1,246 s (19.9x)
 and PostgreSQL 99.7 s (COPY 18.7 + query 81.0).
+After the incremental pipeline (session 2, load 0.2): 10 M reconciled in 58.8 s (JVM CPU 100 s).
 ``python bench/reconcile.py [--full | --sizes N,...] [--repeats N] [--datacompy-max-rows N]
 [--quick]``; the default is 1 M rows (reconcile median of 3, datacompy and PostgreSQL once).
 """
