@@ -36,7 +36,7 @@ database is caught up from the landing segments later.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import NamedTuple
 
 import psycopg
@@ -94,53 +94,64 @@ def _refused(doc: Doc, exc: psycopg.DataError) -> None:
     log.error("search index refused %s (seq %d): %s", doc[0], doc[2], str(exc).strip())
 
 
+# What an upsert does, as a generator that never blocks (psycopg's own split): it yields each
+# batch to write and is sent back None when the batch committed or the DataError that refused
+# it; a refused batch is retried a document at a time. The two drivers below only do the I/O.
+Plan = Generator[list[Doc], "psycopg.DataError | None", Upserted]
+
+
+def _plan(records: Iterable[IndexRecord]) -> Plan:
+    written = refused = 0
+    for batch in _batches(documents(records)):
+        if (yield batch) is None:
+            written += len(batch)
+            continue
+        for doc in batch:
+            error = yield [doc]
+            if error is None:
+                written += 1
+            else:
+                refused += 1
+                _refused(doc, error)
+    return Upserted(written, refused)
+
+
 def upsert_documents_sync(conn: psycopg.Connection, records: Iterable[IndexRecord]) -> Upserted:
     """Upsert the newest document per key of ``records``, a batch per transaction; a batch
     PostgreSQL refuses is retried a document at a time and the refused ones are skipped.
     ``conn`` should be in autocommit mode. Raises ``psycopg.OperationalError`` as it comes."""
-    written = refused = 0
-    for batch in _batches(documents(records)):
-        try:
-            with conn.transaction():
-                conn.execute(UPSERT, _params(batch))
-            written += len(batch)
-            continue
-        except psycopg.DataError:
-            pass
-        for doc in batch:
+    plan = _plan(records)
+    try:
+        batch = next(plan)
+        while True:
+            error = None
             try:
                 with conn.transaction():
-                    conn.execute(UPSERT, _params([doc]))
-                written += 1
+                    conn.execute(UPSERT, _params(batch))
             except psycopg.DataError as exc:
-                refused += 1
-                _refused(doc, exc)
-    return Upserted(written, refused)
+                error = exc
+            batch = plan.send(error)
+    except StopIteration as done:
+        return done.value
 
 
 async def upsert_documents(
     conn: psycopg.AsyncConnection, records: Iterable[IndexRecord]
 ) -> Upserted:
-    """:func:`upsert_documents_sync` on an async connection: the same statements in the same
-    order, awaited."""
-    written = refused = 0
-    for batch in _batches(documents(records)):
-        try:
-            async with conn.transaction():
-                await conn.execute(UPSERT, _params(batch))
-            written += len(batch)
-            continue
-        except psycopg.DataError:
-            pass
-        for doc in batch:
+    """:func:`upsert_documents_sync` on an async connection: the same plan, awaited."""
+    plan = _plan(records)
+    try:
+        batch = next(plan)
+        while True:
+            error = None
             try:
                 async with conn.transaction():
-                    await conn.execute(UPSERT, _params([doc]))
-                written += 1
+                    await conn.execute(UPSERT, _params(batch))
             except psycopg.DataError as exc:
-                refused += 1
-                _refused(doc, exc)
-    return Upserted(written, refused)
+                error = exc
+            batch = plan.send(error)
+    except StopIteration as done:
+        return done.value
 
 
 class SearchIndex:
