@@ -4,8 +4,7 @@ class of the project derives from, so a caller can tell our failures from a libr
 :class:`ApiError` is the HTTP contract's error: each subclass carries its HTTP status, its
 stable ``error.code`` and any fixed response headers as class data, and an instance carries the
 message, which names the value and the rule it broke. ``web.errors`` renders any of them as
-``{"error": {"code", "message"}}``. The lower-case constructors (:func:`invalid`, …) are the
-words the routes and validators raise with.
+``{"error": {"code", "message"}}``.
 """
 
 from __future__ import annotations
@@ -82,35 +81,3 @@ class Throttled(ApiError):
 
 class Unavailable(ApiError):
     status, code = 503, "unavailable"
-
-
-def invalid(message: str) -> InvalidRequest:
-    return InvalidRequest(message)
-
-
-def unauthorized(message: str) -> Unauthorized:
-    return Unauthorized(message)
-
-
-def forbidden(message: str) -> Forbidden:
-    return Forbidden(message)
-
-
-def topic_not_found(topic: str) -> TopicNotFound:
-    return TopicNotFound(topic)
-
-
-def not_found(message: str) -> NotFound:
-    return NotFound(message)
-
-
-def not_acceptable(message: str) -> NotAcceptable:
-    return NotAcceptable(message)
-
-
-def too_large(message: str) -> PayloadTooLarge:
-    return PayloadTooLarge(message)
-
-
-def throttled(message: str) -> Throttled:
-    return Throttled(message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from watch_service.protocol.errors import invalid
+from watch_service.protocol.errors import InvalidRequest
 
 TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 TENANT_RE = re.compile(r"[a-zA-Z0-9_\-@\.:+]{1,128}|\*")
@@ -15,7 +15,7 @@ _WS = re.compile(r"\s")
 
 def check_topic(name: object, field: str = "topic") -> str:
     if not isinstance(name, str) or not TOPIC_RE.fullmatch(name):
-        raise invalid(
+        raise InvalidRequest(
             f"{field}: {name!r} is not a valid topic name "
             f"(1-200 of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit)"
         )
@@ -29,7 +29,7 @@ def check_node(node: object, field: str = "node") -> str:
         or _WS.search(node)
         or not node.isprintable()
     ):
-        raise invalid(
+        raise InvalidRequest(
             f"{field}: must be 1-128 printable characters without whitespace, got {node!r}"
         )
     return node

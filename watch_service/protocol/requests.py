@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from watch_service.protocol.errors import invalid, too_large
+from watch_service.protocol.errors import InvalidRequest, PayloadTooLarge
 from watch_service.protocol.names import check_node
 
 MAX_BATCH = 1000
@@ -30,15 +30,15 @@ def parse_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise invalid(f"body: malformed JSON ({exc})") from None
+        raise InvalidRequest(f"body: malformed JSON ({exc})") from None
 
 
 def _object(value: Any, field: str, allowed: set[str]) -> dict:
     if not isinstance(value, dict):
-        raise invalid(f"{field}: expected a JSON object, got {type_name(value)}")
+        raise InvalidRequest(f"{field}: expected a JSON object, got {type_name(value)}")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise invalid(
+        raise InvalidRequest(
             f"{field}: unknown field(s) {', '.join(unknown)} "
             f"(allowed: {', '.join(sorted(allowed))})"
         )
@@ -59,9 +59,9 @@ def type_name(value: Any) -> str:
 
 def check_int(value: Any, field: str, lo: int, hi: int = INT63) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"{field}: expected an integer, got {type_name(value)}")
+        raise InvalidRequest(f"{field}: expected an integer, got {type_name(value)}")
     if not lo <= value <= hi:
-        raise invalid(f"{field}: {value} is out of range [{lo}, {hi}]")
+        raise InvalidRequest(f"{field}: {value} is out of range [{lo}, {hi}]")
     return value
 
 
@@ -95,25 +95,25 @@ def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
     doc = _object(parse_json(body), "body", {"records"})
     records = doc.get("records")
     if not isinstance(records, list):
-        raise invalid(
+        raise InvalidRequest(
             f"records: expected an array of 1-{MAX_BATCH} records, got {type_name(records)}"
         )
     if not 1 <= len(records) <= MAX_BATCH:
-        raise invalid(f"records: expected 1-{MAX_BATCH} records, got {len(records)}")
+        raise InvalidRequest(f"records: expected 1-{MAX_BATCH} records, got {len(records)}")
     out = []
     for i, rec in enumerate(records):
         field = f"records[{i}]"
         rec = _object(rec, field, {"data", "meta", "tag", "node"})
         if "data" not in rec:
-            raise invalid(f"{field}.data: required")
+            raise InvalidRequest(f"{field}.data: required")
         meta = rec.get("meta")
         if meta is not None and not isinstance(meta, dict):
-            raise invalid(f"{field}.meta: expected an object, got {type_name(meta)}")
+            raise InvalidRequest(f"{field}.meta: expected an object, got {type_name(meta)}")
         tag = rec.get("tag")
         if tag is not None and (
             not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG_CHARS or "\x00" in tag
         ):
-            raise invalid(
+            raise InvalidRequest(
                 f"{field}.tag: expected a string of 1-{MAX_TAG_CHARS} characters without NUL"
             )
         node = rec.get("node")
@@ -123,7 +123,7 @@ def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
         meta_text = None if meta is None else orjson.dumps(meta).decode()
         size = len(data) + (len(meta_text) if meta_text else 0)
         if size > max_record_bytes:
-            raise too_large(
+            raise PayloadTooLarge(
                 f"{field}: {size} bytes of data+meta is over the per-record limit "
                 f"of {max_record_bytes} bytes"
             )
@@ -146,16 +146,16 @@ def _query_int(query: Mapping[str, str], name: str, default: int, lo: int, hi: i
             raise ValueError(raw)
         value = int(raw, 10)
     except ValueError:
-        raise invalid(f"{name}: expected an integer, got {raw!r}") from None
+        raise InvalidRequest(f"{name}: expected an integer, got {raw!r}") from None
     if not lo <= value <= hi:
-        raise invalid(f"{name}: {value} is out of range [{lo}, {hi}]")
+        raise InvalidRequest(f"{name}: {value} is out of range [{lo}, {hi}]")
     return value
 
 
 def read_query(query: Mapping[str, str]) -> ReadQuery:
     unknown = sorted(set(query) - {"from_seq", "limit", "token"})
     if unknown:
-        raise invalid(
+        raise InvalidRequest(
             f"query: unknown parameter(s) {', '.join(unknown)} (allowed: from_seq, limit)"
         )
     return ReadQuery(

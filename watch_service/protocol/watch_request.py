@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from watch_service.protocol.errors import invalid
+from watch_service.protocol.errors import InvalidRequest
 from watch_service.protocol.names import check_node, check_topic
 from watch_service.protocol.requests import INT63, _object, check_int, parse_json, type_name
 
@@ -72,7 +72,7 @@ class WatchDefinition:
 def _bool(doc: dict, field: str, default: bool) -> bool:
     value = doc.get(field, default)
     if not isinstance(value, bool):
-        raise invalid(f"{field}: expected a boolean, got {type_name(value)}")
+        raise InvalidRequest(f"{field}: expected a boolean, got {type_name(value)}")
     return value
 
 
@@ -80,13 +80,13 @@ def watch_definition(body: bytes) -> WatchDefinition:
     doc = _object(parse_json(body), "body", _FIELDS)
     topics_doc = doc.get("topics")
     if not isinstance(topics_doc, dict):
-        raise invalid(
+        raise InvalidRequest(
             f"topics: expected an object of topic -> options, got {type_name(topics_doc)}"
         )
     if not topics_doc:
-        raise invalid("topics: at least one topic is required")
+        raise InvalidRequest("topics: at least one topic is required")
     if len(topics_doc) > MAX_TOPICS:
-        raise invalid(f"topics: more than {MAX_TOPICS} topics (got {len(topics_doc)})")
+        raise InvalidRequest(f"topics: more than {MAX_TOPICS} topics (got {len(topics_doc)})")
     topics = {}
     for name, opts in topics_doc.items():
         check_topic(name, "topics key")
@@ -101,7 +101,7 @@ def watch_definition(body: bytes) -> WatchDefinition:
     heartbeat = check_int(doc.get("heartbeat_ms", DEFAULT_HEARTBEAT_MS), "heartbeat_ms", 0, INT63)
     consistency: Any = doc.get("consistency", "eventual")
     if consistency not in ("eventual", "strong"):
-        raise invalid(f'consistency: expected "eventual" or "strong", got {consistency!r}')
+        raise InvalidRequest(f'consistency: expected "eventual" or "strong", got {consistency!r}')
     return WatchDefinition(
         topics=topics,
         node=node,

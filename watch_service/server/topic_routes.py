@@ -6,7 +6,7 @@ import orjson
 from aiohttp import web
 
 from watch_service.protocol import requests as rq
-from watch_service.protocol.errors import too_large, topic_not_found
+from watch_service.protocol.errors import PayloadTooLarge, TopicNotFound
 from watch_service.protocol.names import check_topic
 from watch_service.protocol.records import encode_list
 from watch_service.store import topics as store
@@ -31,7 +31,7 @@ def caller(request: web.Request, scope: str, topic: str | None = None):
 async def read_body(request: web.Request) -> bytes:
     limit = request.app[SETTINGS].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise too_large(
+        raise PayloadTooLarge(
             f"body of {request.content_length} bytes is over the limit of {limit} bytes"
         )
     return await request.read()
@@ -66,7 +66,7 @@ async def get_topic(request: web.Request) -> web.Response:
     async with request.app[POOL].connection() as conn:
         topic = await store.get_topic(conn, name)
     if topic is None:
-        raise topic_not_found(name)
+        raise TopicNotFound(name)
     return json_response(topic.as_dict())
 
 
@@ -77,7 +77,7 @@ async def delete_topic(request: web.Request) -> web.Response:
     async with request.app[POOL].connection() as conn:
         head = await store.delete_topic(conn, name)
     if head is None:
-        raise topic_not_found(name)
+        raise TopicNotFound(name)
     return json_response({"topic": name, "head_seq": head})
 
 
@@ -88,7 +88,7 @@ async def append_records(request: web.Request) -> web.Response:
     records = rq.new_records(await read_body(request), request.app[SETTINGS].max_record_bytes)
     result = await request.app[APPENDER].append(name, records)
     if result is None:
-        raise topic_not_found(name)
+        raise TopicNotFound(name)
     metrics = request.app[METRICS]
     metrics.appends.inc()
     metrics.records_appended.inc(len(records))
@@ -111,7 +111,7 @@ async def read_records(request: web.Request) -> web.Response:
     async with request.app[POOL].connection() as conn:
         result = await store.read(conn, name, query.from_seq, query.limit)
     if result is None:
-        raise topic_not_found(name)
+        raise TopicNotFound(name)
     head = orjson.dumps({"topic": name})[:-1].decode()
     tail = {
         "from_seq": result.from_seq,

@@ -16,11 +16,11 @@ from aiohttp import web
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
 from watch_service.protocol.errors import (
-    not_acceptable,
-    not_found,
-    throttled,
-    topic_not_found,
-    unauthorized,
+    NotAcceptable,
+    NotFound,
+    Throttled,
+    TopicNotFound,
+    Unauthorized,
 )
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
 from watch_service.server.topic_routes import json_response, read_body
@@ -59,7 +59,7 @@ async def create_watch(request: web.Request) -> web.Response:
         states = await sessions.topic_states(conn, list(definition.topics))
         for topic in definition.topics:
             if topic not in states or states[topic].deleted:
-                raise topic_not_found(topic)
+                raise TopicNotFound(topic)
         cursors = {
             t: states[t].head_seq if s.tail else s.from_seq for t, s in definition.topics.items()
         }
@@ -102,12 +102,12 @@ def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
     elif "token" in request.query:
         secret = request.query["token"]
     if not secret:
-        raise unauthorized(
+        raise Unauthorized(
             "this session is bound to the key that created it: present it as "
             "Authorization: Bearer <key>"
         )
     if hash_secret(secret) != row.key_hash or hash_secret(secret) not in request.app[KEYS].by_hash:
-        raise unauthorized("this session is bound to a different key")
+        raise Unauthorized("this session is bound to a different key")
 
 
 @routes.get("/v0/watch/{wid}")
@@ -118,12 +118,12 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     async with app[POOL].connection() as conn:
         row = await sessions.load(conn, wid)
     if row is None:
-        raise not_found(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
+        raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
     _check_stream_auth(request, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
-        raise not_acceptable("Accept must be text/event-stream")
+        raise NotAcceptable("Accept must be text/event-stream")
     if len(app[STREAMS]) >= app[SETTINGS].max_streams:
-        raise throttled(
+        raise Throttled(
             f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later"
         )
 

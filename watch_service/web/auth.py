@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from watch_service.protocol.errors import AuditsyncError, forbidden, unauthorized
+from watch_service.protocol.errors import AuditsyncError, Forbidden, Unauthorized
 
 SCOPES = frozenset({"read", "write", "admin"})
 
@@ -96,20 +96,20 @@ class KeyRing:
         if authorization:
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() != "bearer" or not value.strip():
-                raise unauthorized("Authorization: expected 'Bearer <key>'")
+                raise Unauthorized("Authorization: expected 'Bearer <key>'")
             secret = value.strip()
         elif query_token is not None:
             if not allow_query_token:
-                raise unauthorized(
+                raise Unauthorized(
                     "?token= is accepted only on SSE stream routes; "
                     "send Authorization: Bearer <key>"
                 )
             secret = query_token
         if secret is None:
-            raise unauthorized("missing bearer key (Authorization: Bearer <key>)")
+            raise Unauthorized("missing bearer key (Authorization: Bearer <key>)")
         key = self.by_hash.get(hash_secret(secret))
         if key is None:
-            raise unauthorized("unknown bearer key")
+            raise Unauthorized("unknown bearer key")
         return key
 
 
@@ -122,6 +122,6 @@ def authorize(key: Key | None, scope: str, topic: str | None = None) -> None:
     if key is None:
         return
     if scope not in key.scopes:
-        raise forbidden(f"key {key.id!r} lacks the {scope!r} scope")
+        raise Forbidden(f"key {key.id!r} lacks the {scope!r} scope")
     if topic is not None and not key.may_touch(topic):
-        raise forbidden(f"topic {topic!r} is outside the prefixes of key {key.id!r}")
+        raise Forbidden(f"topic {topic!r} is outside the prefixes of key {key.id!r}")
