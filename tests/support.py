@@ -6,6 +6,8 @@ re-exported here for the tests."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -69,3 +71,19 @@ class InProcessService:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
+
+
+async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """``auditsync ARGV`` as its own process with ``env`` added; (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "watch_service.cli",
+        *argv,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()

@@ -4,15 +4,11 @@ file failing at start with AUDITSYNC_KEYS_FILE in the message."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
-
 import pytest
 
 from watch_service.web.auth import KeyFileError, KeyRing, hash_secret
 
-from .support import ROOT, free_port, unique
+from .support import free_port, run_cli, unique
 
 
 def error(code: str, message: str) -> dict:
@@ -280,21 +276,6 @@ def test_missing_keys_file(tmp_path):
     with pytest.raises(KeyFileError) as info:
         KeyRing.load(path)
     assert str(info.value) == f"AUDITSYNC_KEYS_FILE: cannot read {path}: No such file or directory"
-
-
-async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "watch_service.cli",
-        *argv,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.e2e

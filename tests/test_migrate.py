@@ -4,9 +4,7 @@ once, and refused (library and CLI) on a server with ``track_commit_timestamp`` 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -16,7 +14,8 @@ import pytest
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import MigrationError, available, latest_version, migrate
 
-from .support import ROOT, free_port, unique
+from .support import free_port, unique
+from .support import run_cli as support_run_cli
 
 COMMIT_TS_OFF = (
     "track_commit_timestamp is off on this PostgreSQL server; auditsync needs it "
@@ -107,18 +106,7 @@ async def test_two_migrations_at_once_apply_each_file_once(fresh_db):
 
 
 async def run_cli(*argv: str, url: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "watch_service.cli",
-        *argv,
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode, out.decode(), err.decode()
+    return await support_run_cli(*argv, env={"DATABASE_URL": url})
 
 
 @pytest.mark.pg

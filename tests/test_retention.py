@@ -4,9 +4,6 @@ an explicit ``now_ms`` where possible; the CLI and the service's loop are checke
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import time
 
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.store import retention
 
-from .support import ROOT, call, wait_for
+from .support import call, run_cli, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
@@ -162,21 +159,6 @@ async def test_ttl_and_cap_in_one_trim(topic, db):
     assert await topic.bounds() == (7, 8)
     assert (await topic.read(0))["tombstone"] == {"reason": "mixed", "gap_from": 1, "gap_to": 6}
     assert (await topic.read(3))["tombstone"] == {"reason": "cap", "gap_from": 4, "gap_to": 6}
-
-
-async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "watch_service.cli",
-        *argv,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.e2e
