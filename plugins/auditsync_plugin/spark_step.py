@@ -17,8 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -41,22 +40,6 @@ def connect_url(conn_id: str | None) -> str | None:
         return SparkConnectHook(conn_id).get_connection_url()
     except AirflowNotFoundException:
         return None
-
-
-@contextlib.contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` set in ``os.environ`` for the block, the previous values restored after (the
-    in-process step reads its database URL as a spawned one would)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def failure_message(step: str, remote: str, output: str, figures: Mapping[str, Any]) -> str:
@@ -104,20 +87,22 @@ class SparkStepOperator(SparkSubmitOperator):
     def run_connected(self, module: Any, remote: str) -> dict[str, Any]:
         """The step in this process, as a client of the Spark Connect server at ``remote``:
         ``module.run(spark, args)`` with the flags a spark-submit would get."""
+        from spark_jobs.common.cli import DATABASE_URL_ENV
         from spark_jobs.common.session import build_session
 
         argv = [str(a) for a in self.application_args or []]
         self.log.info("Spark Connect %s: %s %s", remote, self.step, " ".join(argv))
+        # In this process the URL is parsed like any flag: it is no process's argument here.
+        url = (self.env_vars or {}).get(DATABASE_URL_ENV)
+        args = module.build_parser().parse_args([*argv, *(["--database-url", url] if url else [])])
         out = io.StringIO()
         try:
-            with environment(self.env_vars or {}):
-                args = module.build_parser().parse_args(argv)
-                with contextlib.redirect_stdout(out):
-                    spark = build_session(f"audit_sync.{self.task_id}", remote=remote)
-                    try:
-                        figures = module.run(spark, args)
-                    finally:
-                        spark.stop()
+            with contextlib.redirect_stdout(out):
+                spark = build_session(f"audit_sync.{self.task_id}", remote=remote)
+                try:
+                    figures = module.run(spark, args)
+                finally:
+                    spark.stop()
         finally:  # what the step printed reaches the task log, whatever happened
             output = out.getvalue()
             for line in output.splitlines():
