@@ -38,7 +38,7 @@ venv: $(VENV)/.synced
 $(VENV)/.synced: uv.lock pyproject.toml
 	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install -q uv
 	@echo "==> syncing $(VENV) from uv.lock"
-	@$$(command -v uv || echo $(UV)) sync --frozen --extra dev --python python3.11 -q
+	@$$(command -v uv || echo $(UV)) sync --frozen --all-extras --python python3.11 -q
 	@touch $@
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
