@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -43,10 +44,15 @@ log = logging.getLogger("auditsync.server")
 
 @web.middleware
 async def count_requests(request: web.Request, handler) -> web.StreamResponse:
+    """Counts every request and times it to its response head (a stream: to its first byte).
+    Errors are counted with the status the error middleware inside this one rendered."""
+    started = time.perf_counter()
     response = await handler(request)
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
-    request.app[METRICS].http_requests.inc(1, name, str(response.status))
+    metrics = request.app[METRICS]
+    metrics.http_requests.labels(name, request.method, str(response.status)).inc()
+    metrics.http_duration.labels(name, request.method).observe(time.perf_counter() - started)
     return response
 
 
@@ -80,7 +86,9 @@ async def retention_loop(app: web.Application) -> None:
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
-            await run_retention(app[POOL], lambda _topic, gap: metrics.trimmed.inc(1, gap.reason))
+            await run_retention(
+                app[POOL], lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc()
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass is retried next interval, never fatal

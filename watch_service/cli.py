@@ -10,7 +10,7 @@ import sys
 import psycopg
 
 from watch_service import settings as settings_mod
-from watch_service.settings import Settings, SettingsError
+from watch_service.settings import LOG_FORMATS, Settings, SettingsError
 from watch_service.store.cluster import EmbeddedPgError
 from watch_service.store.database import database_url, embedded_cluster, ensure_database
 from watch_service.store.migrate import MigrationError, migrate
@@ -53,7 +53,9 @@ def _serve(args, settings: Settings) -> int:
     from aiohttp import web
 
     from watch_service.app import create_app
+    from watch_service.web import logs
 
+    logs.configure(settings.log_format)
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
@@ -66,7 +68,8 @@ def _serve(args, settings: Settings) -> int:
         print=None,
         loop=uvloop.new_event_loop(),
         shutdown_timeout=5,
-        access_log=None,
+        access_log=logging.getLogger("auditsync.access") if settings.access_log else None,
+        access_log_class=logs.AccessLogger,
     )
     return 0
 
@@ -128,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also serve the SpiceDB-compatible gRPC API (default port 50051)",
     )
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="log lines as text or one JSON object per line "
+        "(default: $AUDITSYNC_LOG_FORMAT, else text)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_const",
+        const=True,
+        help="log one line per HTTP request (default: $AUDITSYNC_ACCESS_LOG, else off)",
+    )
     serve.set_defaults(func=_serve)
 
     # Subcommands implemented in their own modules, which parse their own flags; main()
@@ -157,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             host=getattr(args, "host", None),
             port=getattr(args, "port", None),
             grpc_port=getattr(args, "grpc_port", None),
+            log_format=getattr(args, "log_format", None),
+            access_log=getattr(args, "access_log", None),
         )
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:

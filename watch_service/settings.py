@@ -15,6 +15,7 @@ from typing import Any
 from watch_service.protocol.errors import AuditsyncError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOG_FORMATS = ("text", "json")
 
 
 class SettingsError(AuditsyncError, ValueError):
@@ -52,6 +53,9 @@ class Settings:
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
     sink_key: str | None = None  # bearer key the sink presents to the service
+    # Logging: "text" lines or one JSON object per line; an access log line per request.
+    log_format: str = "text"
+    access_log: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -81,6 +85,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
+    "AUDITSYNC_LOG_FORMAT": ("log_format", str),
+    "AUDITSYNC_ACCESS_LOG": ("access_log", bool),
 }
 
 _POSITIVE = {
@@ -144,6 +150,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     if values.get("synchronous_commit", "on") not in ("on", "off"):
         raise SettingsError(
             f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+        )
+    if values.get("log_format", "text") not in LOG_FORMATS:
+        raise SettingsError(
+            f"AUDITSYNC_LOG_FORMAT: expected text or json, got {values['log_format']!r}"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()

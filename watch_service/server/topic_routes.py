@@ -86,10 +86,11 @@ async def append_records(request: web.Request) -> web.Response:
     name = check_topic(request.match_info["topic"])
     caller(request, "write", name)
     records = rq.new_records(await read_body(request), request.app[SETTINGS].max_record_bytes)
-    result = await request.app[APPENDER].append(name, records)
+    metrics = request.app[METRICS]
+    with metrics.append_duration.time():
+        result = await request.app[APPENDER].append(name, records)
     if result is None:
         raise TopicNotFound(name)
-    metrics = request.app[METRICS]
     metrics.appends.inc()
     metrics.records_appended.inc(len(records))
     return json_response(

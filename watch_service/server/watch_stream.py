@@ -81,7 +81,7 @@ class WatchStream:
             remaining = heartbeat - (time.monotonic() - self.last_write)
             if remaining <= 0:
                 await self._write(frames.HEARTBEAT)
-                self.metrics.frames.inc(1, "heartbeat")
+                self.metrics.frames.labels("heartbeat").inc()
                 continue
             try:
                 async with asyncio.timeout(remaining):
@@ -106,6 +106,9 @@ class WatchStream:
                 page, head, upto = got
             if page:
                 await self._send(state.records(topic, page, head))
+                if cached is not None:  # live at the tail: how long the newest record took
+                    lag = time.time() - page[-1][0].rec.ts / 1000
+                    self.metrics.delivery_lag.observe(max(lag, 0.0))
             settled = state.settle(topic, not page, upto, head)
             await self._send(settled.caught_up)
             if settled.drained:
@@ -156,7 +159,7 @@ class WatchStream:
             return
         await self._write(out.data)
         self.state.written(out)
-        self.metrics.frames.inc(1, out.event)
+        self.metrics.frames.labels(out.event).inc()
 
     async def _write(self, data: bytes) -> None:
         async with asyncio.timeout(self.write_timeout_s):
