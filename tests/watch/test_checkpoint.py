@@ -78,7 +78,7 @@ async def make_session(api: Api, topics: int, filled: int) -> tuple[str, dict]:
     for i, name in enumerate(names[:filled]):
         await api.append(name, *[{"data": {"i": i, "k": k}} for k in range(1 + i % 3)])
     records = {n: (await api.records(n) if i < filled else []) for i, n in enumerate(names)}
-    wid = (await api.watch({"topics": dict.fromkeys(names, {"from_seq": 0})}))["wid"]
+    wid = (await api.watch({"topics": {n: {"from_seq": 0} for n in names}}))["wid"]
     return wid, records
 
 
