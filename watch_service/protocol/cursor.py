@@ -8,6 +8,10 @@ holds the largest), after a 6-byte fingerprint of the topic list. It needs no se
 state, so it resumes exactly on any replica and after any restart, never expires, and is at
 most 2,743 characters (256 topics of 8-byte seqs), whatever the names.
 ``.`` is outside the base64url alphabet, so a token can never be taken for an inline id.
+(Tokens naming checkpoint rows in PostgreSQL were the alternative: short, but a database write
+before every frame whose map changed, i.e. nearly every frame, plus a trim bound after which a
+client's token could only be refused.) Building an id costs ~0.5 µs for 3 topics and ~10 µs
+for 256 topics of 200 characters (the inline map it replaces took ~120 µs and 70 KB).
 
 ``decode`` never raises: a garbage inline ``Last-Event-ID`` is treated as absent. A malformed
 token is refused (``parse_last_event_id`` raises ``InvalidRequest``): the client holds a token
@@ -31,6 +35,8 @@ TOKEN_PREFIX = "ck."
 INT63 = 2**63 - 1
 _FINGERPRINT = 6
 _WIDTHS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_MAX_INLINE_JSON = MAX_INLINE_ID * 3 // 4  # JSON bytes whose unpadded base64 fits the limit
+_ALWAYS_CHECK = 16  # up to this many topics, encoding the map is cheaper than a cache lookup
 _MAX_TOKEN = len(TOKEN_PREFIX) + (_FINGERPRINT + 1 + 8 * 256 + 2) * 4 // 3 + 4
 
 
@@ -41,19 +47,29 @@ def encode(cursors: dict[str, int]) -> str:
 def frame_id(cursors: dict[str, int]) -> str:
     """The id of a frame after which the stream's cursors are ``cursors`` (session topic
     order): the inline map, or a checkpoint token when the inline id would be too long.
-    Pure and allocation-light: the one call every frame makes."""
+    The one call every frame makes: a large session whose names alone are too long for an
+    inline id goes straight to the token, without encoding the map it will not send."""
+    if len(cursors) > _ALWAYS_CHECK:
+        topics = tuple(cursors)
+        if _topic_list(topics)[0] > _MAX_INLINE_JSON:
+            return _token(cursors, topics)
     raw = orjson.dumps(cursors)
-    if (len(raw) * 4 + 2) // 3 <= MAX_INLINE_ID:
+    if len(raw) <= _MAX_INLINE_JSON:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-    return checkpoint_token(cursors)
+    return _token(cursors, tuple(cursors))
 
 
 def checkpoint_token(cursors: dict[str, int]) -> str:
-    seqs = list(cursors.values())
+    """The checkpoint token of ``cursors`` (session topic order), whatever its size."""
+    return _token(cursors, tuple(cursors))
+
+
+def _token(cursors: dict[str, int], topics: tuple[str, ...]) -> str:
+    seqs = cursors.values()
     top = max(seqs)
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
     body = (
-        _fingerprint(tuple(cursors))
+        _topic_list(topics)[1]
         + bytes((width,))
         + struct.pack(f">{len(seqs)}{_WIDTHS[width]}", *seqs)
     )
@@ -61,8 +77,11 @@ def checkpoint_token(cursors: dict[str, int]) -> str:
 
 
 @functools.lru_cache(maxsize=64)  # bounded: ≤ 64 topic lists (≤ 3.3 MB of names at worst)
-def _fingerprint(topics: tuple[str, ...]) -> bytes:
-    return hashlib.sha256("\n".join(topics).encode()).digest()[:_FINGERPRINT]
+def _topic_list(topics: tuple[str, ...]) -> tuple[int, bytes]:
+    """(the shortest inline JSON of a map over ``topics``: every seq one digit, their
+    fingerprint)."""
+    shortest = len(orjson.dumps(dict.fromkeys(topics, 0)))
+    return shortest, hashlib.sha256("\n".join(topics).encode()).digest()[:_FINGERPRINT]
 
 
 def decode_token(value: str, topics: list[str]) -> dict[str, int]:
@@ -78,7 +97,7 @@ def decode_token(value: str, topics: list[str]) -> dict[str, int]:
         raise InvalidRequest(f"{bad} (not base64url)") from None
     if len(body) < _FINGERPRINT + 1 or body[_FINGERPRINT] not in _WIDTHS:
         raise InvalidRequest(f"{bad} (truncated or unknown width)")
-    if body[:_FINGERPRINT] != _fingerprint(tuple(topics)):
+    if body[:_FINGERPRINT] != _topic_list(tuple(topics))[1]:
         raise InvalidRequest(
             "Last-Event-ID: this checkpoint token belongs to a session over other topics"
         )
