@@ -20,7 +20,13 @@ from psycopg_pool import AsyncConnectionPool
 from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
-from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
+from watch_service.server import (
+    health_routes,
+    openapi_routes,
+    session_gc,
+    topic_routes,
+    watch_routes,
+)
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
@@ -36,6 +42,7 @@ from watch_service.web.app_keys import (
     STREAMS,
 )
 from watch_service.web.auth import KeyRing
+from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
 
@@ -110,6 +117,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(hub.run(), name="listen"),
         asyncio.create_task(hub.safety_poll(), name="safety-poll"),
         asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
+        asyncio.create_task(session_gc.session_gc_loop(app), name="session-gc"),
     ]
     yield
     for task in tasks:
@@ -127,7 +135,8 @@ async def _end_streams(app: web.Application) -> None:
 
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[count_requests, error_middleware], client_max_size=settings.max_body_bytes
+        middlewares=[count_requests, error_middleware, authenticate_first],
+        client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[DB_URL] = db_url or database_url(settings)

@@ -43,6 +43,8 @@ class Settings:
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
+    max_sessions_per_key: int = 1_000  # live watch sessions one bearer key may hold (429 above)
+    session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
     # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"
@@ -78,6 +80,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
+    "AUDITSYNC_MAX_SESSIONS_PER_KEY": ("max_sessions_per_key", int),
+    "AUDITSYNC_SESSION_GC_INTERVAL_S": ("session_gc_interval_s", float),
     "AUDITSYNC_SYNCHRONOUS_COMMIT": ("synchronous_commit", str),
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
@@ -101,6 +105,8 @@ _POSITIVE = {
     "max_streams",
     "write_timeout_s",
     "cursor_flush_ms",
+    "max_sessions_per_key",
+    "session_gc_interval_s",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
 }

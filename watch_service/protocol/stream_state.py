@@ -90,7 +90,7 @@ class StreamState:
     # -- cursors -------------------------------------------------------------------------
     def frame(self, topic: str, event: str, data: str, cursor: int) -> Outgoing:
         """A frame of ``topic`` whose id carries ``cursor`` for it and the others' cursors."""
-        frame_id = cursor_codec.encode({**self.cursors, topic: cursor})
+        frame_id = cursor_codec.frame_id({**self.cursors, topic: cursor})
         return Outgoing(topic, event, cursor, frames.frame(event, data, frame_id))
 
     def written(self, out: Outgoing) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import re
 import secrets
 import socket
 import time
@@ -16,6 +17,7 @@ from aiohttp import web
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
 from watch_service.protocol.errors import (
+    InvalidRequest,
     NotAcceptable,
     NotFound,
     Throttled,
@@ -23,26 +25,32 @@ from watch_service.protocol.errors import (
     Unauthorized,
 )
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
+from watch_service.server import session_gc
 from watch_service.server.topic_routes import json_response, read_body
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
-from watch_service.web.auth import authorize, hash_secret
+from watch_service.web.auth import Key, authorize
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
 LEASE_S = 30.0
+WID_RE = re.compile(r"wid_[A-Za-z0-9_-]{22}")
 
 
 def new_wid() -> str:
     return "wid_" + base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
 
 
-async def _gc(request: web.Request) -> None:
-    async with request.app[POOL].connection() as conn:
-        removed = await sessions.gc(conn, request.app[SETTINGS].session_ttl_ms)
-    if removed:
-        log.info("session GC reclaimed %d idle session(s)", removed)
+def _check_heads(definition: WatchDefinition, states: dict[str, sessions.TopicState]) -> None:
+    """A ``from_seq`` above the head would silently skip every seq up to it: refused."""
+    for topic, start in definition.topics.items():
+        head = states[topic].head_seq
+        if not start.tail and start.from_seq > head:
+            raise InvalidRequest(
+                f"topics[{topic!r}].from_seq: {start.from_seq} is above the topic's head_seq "
+                f"{head}; use at most {head}, or tail: true"
+            )
 
 
 @routes.post("/v0/watch")
@@ -55,24 +63,33 @@ async def create_watch(request: web.Request) -> web.Response:
     definition = watch_definition(await read_body(request))
     for topic in definition.topics:
         authorize(key, "read", topic)
+    # The GC first, so the key's expired sessions do not count against its cap.
+    await session_gc.collect(request.app)
+    cap = request.app[SETTINGS].max_sessions_per_key
     async with request.app[POOL].connection() as conn:
         states = await sessions.topic_states(conn, list(definition.topics))
         for topic in definition.topics:
             if topic not in states or states[topic].deleted:
                 raise TopicNotFound(topic)
+        _check_heads(definition, states)
         cursors = {
             t: states[t].head_seq if s.tail else s.from_seq for t, s in definition.topics.items()
         }
         wid = new_wid()
-        await sessions.create(
+        held = await sessions.create(
             conn,
             wid,
             definition.to_json(),
             cursors,
             key.secret_sha256 if key else None,
             key.id if key else None,
+            cap,
         )
-    await _gc(request)
+    if held is not None and key is not None:
+        raise Throttled(
+            f"key {key.id!r} already holds {held} watch sessions, its cap of "
+            f"{cap} (AUDITSYNC_MAX_SESSIONS_PER_KEY); reuse a wid, or let idle ones expire"
+        )
     return json_response(
         {
             "wid": wid,
@@ -91,35 +108,39 @@ async def create_watch(request: web.Request) -> web.Response:
     )
 
 
-def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
+def _check_stream_auth(key: Key | None, row: sessions.SessionRow) -> None:
+    """``key`` is the presented key (None: dev mode). A session opens only for the key that
+    created it; a dev-mode session (no key hash) only while the service is in dev mode."""
+    if key is None:
+        return  # dev mode: the wid alone opens a stream
     if row.key_hash is None:
-        return  # a dev-mode session: the wid alone opens it
-    presented = request.headers.get("Authorization")
-    secret = None
-    if presented:
-        scheme, _, value = presented.partition(" ")
-        secret = value.strip() if scheme.lower() == "bearer" else None
-    elif "token" in request.query:
-        secret = request.query["token"]
-    if not secret:
         raise Unauthorized(
-            "this session is bound to the key that created it: present it as "
-            "Authorization: Bearer <key>"
+            "this session was created while the service ran without keys; it does not open "
+            "now that keys are configured: POST /v0/watch again with your key"
         )
-    if hash_secret(secret) != row.key_hash or hash_secret(secret) not in request.app[KEYS].by_hash:
+    if key.secret_sha256 != row.key_hash:
         raise Unauthorized("this session is bound to a different key")
 
 
-@routes.get("/v0/watch/{wid}")
+# HEAD is not served: it would open a stream (and renew its lease) with nobody reading.
+@routes.get("/v0/watch/{wid}", allow_head=False)
 async def open_watch(request: web.Request) -> web.StreamResponse:
     app = request.app
+    # Authentication before anything else: an unknown wid without a key is 401, not 404, and
+    # the GC does not run for an unauthenticated caller.
+    key = app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token"), allow_query_token=True
+    )
     wid = request.match_info["wid"]
-    await _gc(request)
+    not_found = NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
+    if not WID_RE.fullmatch(wid):
+        raise not_found
+    await session_gc.collect(app)
     async with app[POOL].connection() as conn:
         row = await sessions.load(conn, wid)
     if row is None:
-        raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
-    _check_stream_auth(request, row)
+        raise not_found
+    _check_stream_auth(key, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise NotAcceptable("Accept must be text/event-stream")
     if len(app[STREAMS]) >= app[SETTINGS].max_streams:
@@ -129,9 +150,10 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
     definition = WatchDefinition.from_json(row.definition)
     server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
-    cursors = cursor_codec.rewind(
-        server_cursors, cursor_codec.decode(request.headers.get("Last-Event-ID"))
+    client = cursor_codec.parse_last_event_id(
+        request.headers.get("Last-Event-ID"), list(definition.topics)
     )
+    cursors = cursor_codec.rewind(server_cursors, client)
     async with app[POOL].connection() as conn:
         await sessions.open_stream(conn, wid, LEASE_S)
 

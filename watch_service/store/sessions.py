@@ -12,6 +12,8 @@ import orjson
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+_CAP_LOCK = 0x77736B  # "wsk": the advisory-lock class of the per-key session cap
+
 
 @dataclasses.dataclass(frozen=True)
 class SessionRow:
@@ -45,12 +47,30 @@ async def create(
     cursors: dict[str, int],
     key_hash: str | None,
     key_id: str | None,
-) -> None:
-    await conn.execute(
-        "INSERT INTO watch_sessions (wid, definition, cursors, key_hash, key_id) "
-        "VALUES (%s, %s, %s, %s, %s)",
-        (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id),
-    )
+    max_per_key: int | None = None,
+) -> int | None:
+    """Insert the session; ``key_hash`` None marks it a dev-mode session. With ``max_per_key``
+    and a key, refuse (return the key's live session count, nothing written) once that key
+    holds ``max_per_key`` sessions; None when the session was created. The count and the
+    insert run under a per-key transaction lock, so concurrent POSTs cannot overshoot."""
+    async with conn.transaction():
+        if max_per_key is not None and key_hash is not None:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_CAP_LOCK, key_hash)
+            )
+            cur = await conn.execute(
+                "SELECT count(*) FROM watch_sessions WHERE key_hash = %s", (key_hash,)
+            )
+            row = await cur.fetchone()
+            held = row[0] if row else 0
+            if held >= max_per_key:
+                return held
+        await conn.execute(
+            "INSERT INTO watch_sessions (wid, definition, cursors, key_hash, key_id) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id),
+        )
+    return None
 
 
 async def load(conn: AsyncConnection, wid: str) -> SessionRow | None:
