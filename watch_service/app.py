@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
+from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
 from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
@@ -139,5 +139,8 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.add_routes(permify_rest.routes)
     app.add_routes(permify_watch.routes)
     if settings.grpc_port is not None:
+        # Imported only when enabled: grpc and authzed come with the `authz` extra.
+        from watch_service.compat import spicedb_grpc
+
         app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
     return app

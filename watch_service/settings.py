@@ -7,6 +7,7 @@ missing or malformed value fails at start with the variable's name in the messag
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -121,9 +122,27 @@ def _parse(env_name: str, kind: type, raw: str) -> Any:
             raise SettingsError(f"{env_name}: must not be empty")
         return raw
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise SettingsError(f"{env_name}: expected {kind.__name__}, got {raw!r}") from None
+    if kind is float and not math.isfinite(value):  # float() accepts "nan" and "inf"
+        raise SettingsError(f"{env_name}: expected a finite number, got {raw!r}")
+    return value
+
+
+_PORTS = {"pg_port", "port", "grpc_port"}
+
+
+def _check_ranges(values: dict[str, Any], source: dict[str, str]) -> None:
+    """Ports within 1..65535, the other numbers > 0 and finite; the message names the source."""
+    for field, value in values.items():
+        where = source[field]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingsError(f"{where}: expected a finite number, got {value!r}")
+        if field in _PORTS and not 1 <= value <= 65535:
+            raise SettingsError(f"{where}: a port must be within 1..65535, got {value!r}")
+        if field in _POSITIVE and value <= 0:
+            raise SettingsError(f"{where}: must be > 0, got {value!r}")
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -133,17 +152,22 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    # Where each value came from, so a message names what the user wrote: the variable or flag.
+    source: dict[str, str] = {}
     for env_name, (field, kind) in _ENV.items():
         raw = env.get(env_name)
         if raw is not None and raw != "":
             values[field] = _parse(env_name, kind, raw)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for field in _POSITIVE:
-        if field in values and values[field] <= 0:
-            raise SettingsError(f"{field}: must be > 0, got {values[field]!r}")
+            source[field] = env_name
+    for field, value in overrides.items():
+        if value is not None:
+            values[field] = value
+            source[field] = "--" + field.replace("_", "-")
+    _check_ranges(values, source)
     if values.get("synchronous_commit", "on") not in ("on", "off"):
         raise SettingsError(
-            f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+            f"{source['synchronous_commit']}: expected on or off, "
+            f"got {values['synchronous_commit']!r}"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()
