@@ -19,7 +19,13 @@ from psycopg_pool import AsyncConnectionPool
 from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
-from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
+from watch_service.server import (
+    health_routes,
+    openapi_routes,
+    search_routes,
+    topic_routes,
+    watch_routes,
+)
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
@@ -136,6 +142,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.add_routes(health_routes.routes)
     app.add_routes(openapi_routes.routes)
     app.add_routes(watch_routes.routes)
+    app.add_routes(search_routes.routes)
     app.add_routes(permify_rest.routes)
     app.add_routes(permify_watch.routes)
     if settings.grpc_port is not None:
