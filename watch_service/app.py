@@ -29,6 +29,7 @@ from watch_service.server import (
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
+from watch_service.web import cors
 from watch_service.web.app_keys import (
     APPENDER,
     DB_URL,
@@ -132,6 +133,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app[KEYS] = KeyRing.load(settings.keys_file)
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
+    cors.install(app, settings.cors_origins)
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
     app[STREAM_TASKS] = set()

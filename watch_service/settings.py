@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ class Settings:
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
     sink_key: str | None = None  # bearer key the sink presents to the service
+    # Browser origins (scheme://host[:port]) allowed cross-origin; empty = CORS off; "*" = any.
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -82,6 +85,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
+    "AUDITSYNC_CORS_ORIGINS": ("cors_origins", tuple),
 }
 
 _POSITIVE = {
@@ -117,6 +121,8 @@ def _parse(env_name: str, kind: type, raw: str) -> Any:
             return _BOOLS[raw.strip().lower()]
         except KeyError:
             raise SettingsError(f"{env_name}: expected true/false, got {raw!r}") from None
+    if kind is tuple:
+        return _origins(env_name, raw)
     if kind is str:
         if not raw.strip():
             raise SettingsError(f"{env_name}: must not be empty")
@@ -128,6 +134,20 @@ def _parse(env_name: str, kind: type, raw: str) -> Any:
     if kind is float and not math.isfinite(value):  # float() accepts "nan" and "inf"
         raise SettingsError(f"{env_name}: expected a finite number, got {raw!r}")
     return value
+
+
+_ORIGIN = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+
+
+def _origins(env_name: str, raw: str) -> tuple[str, ...]:
+    """A comma-separated list of browser origins, exactly as browsers send ``Origin``."""
+    origins = tuple(o.strip() for o in raw.split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not _ORIGIN.fullmatch(origin):
+            raise SettingsError(
+                f"{env_name}: {origin!r} is not an origin (scheme://host[:port], no path) or *"
+            )
+    return origins
 
 
 _PORTS = {"pg_port", "port", "grpc_port"}
