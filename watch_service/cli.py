@@ -22,7 +22,13 @@ from watch_service.store.database import (
 from watch_service.store.migrate import MigrationError, migrate
 from watch_service.web.app_keys import SETTINGS
 from watch_service.web.auth import KeyFileError
-from watch_service.web.listeners import HTTP_SETTING, StartupError, bind_http, check_grpc
+from watch_service.web.listeners import (
+    GRPC_SETTING,
+    HTTP_SETTING,
+    StartupError,
+    bind_http,
+    check_grpc,
+)
 
 log = logging.getLogger("auditsync")
 
@@ -70,14 +76,21 @@ def _serve(args, settings: Settings) -> int:
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     app = create_app(settings, url)
     app.on_startup.append(_log_serving)
-    web.run_app(
-        app,
-        sock=sock,
-        print=None,
-        loop=uvloop.new_event_loop(),
-        shutdown_timeout=5,
-        access_log=None,
-    )
+    try:
+        web.run_app(
+            app,
+            sock=sock,
+            print=None,
+            loop=uvloop.new_event_loop(),
+            shutdown_timeout=5,
+            access_log=None,
+        )
+    except RuntimeError as exc:  # grpc's bind failure, when the port was taken after the check
+        if "Failed to bind" not in str(exc):
+            raise
+        raise StartupError(
+            f"cannot listen on {settings.host}:{settings.grpc_port} ({GRPC_SETTING}): {exc}"
+        ) from None
     print(_stopped_message(settings, url), file=sys.stderr)
     return 0
 
