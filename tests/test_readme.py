@@ -213,7 +213,7 @@ async def test_the_readme_runs_top_to_bottom():
 
 # -- the rest of the README stays true ---------------------------------------------------------
 
-pytestmark_unit = pytest.mark.unit
+unit = pytest.mark.unit
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 DOCS = [README, ROOT / "ARCHITECTURE.md", *sorted((ROOT / "watch_service").rglob("*.md"))]
 
@@ -225,14 +225,14 @@ def code_text(text: str) -> str:
     )
 
 
-@pytestmark_unit
+@unit
 def test_the_first_screen_is_the_two_commands():
     first = blocks(README.read_text())[0]
     assert first.lang == "sh" and first.line_no < 10
     assert [line.split()[:2] for line in first.lines] == [["make", "demo"], ["make", "test"]]
 
 
-@pytestmark_unit
+@unit
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_link_stays_inside_the_repository(doc):
     for target in LINK.findall(doc.read_text()):
@@ -243,14 +243,14 @@ def test_every_link_stays_inside_the_repository(doc):
     assert "/work/" not in doc.read_text()
 
 
-@pytestmark_unit
+@unit
 def test_the_configuration_table_is_every_setting():
     text = README.read_text()
     table = text[text.index("## Configuration") : text.index("### Keys file")]
     assert set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.M)) == set(_ENV)
 
 
-@pytestmark_unit
+@unit
 def test_every_make_target_and_command_named_exists():
     code = code_text(README.read_text())
     makefile = (ROOT / "Makefile").read_text()

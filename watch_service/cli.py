@@ -20,7 +20,6 @@ from watch_service.store.database import (
     mask_url,
 )
 from watch_service.store.migrate import MigrationError, migrate
-from watch_service.web.app_keys import SETTINGS
 from watch_service.web.auth import KeyFileError
 from watch_service.web.listeners import (
     GRPC_SETTING,
@@ -28,6 +27,7 @@ from watch_service.web.listeners import (
     StartupError,
     bind_http,
     check_grpc,
+    reason,
 )
 
 log = logging.getLogger("auditsync")
@@ -70,17 +70,18 @@ def _serve(args, settings: Settings) -> int:
 
     from watch_service.app import create_app
 
-    # Every listener is had before the database starts and before anything is logged as served.
+    # Every listener is had before the database starts; the HTTP socket is bound now and
+    # listens once the application (the pool, the gRPC server) has started.
     check_grpc(settings)
-    sock = bind_http(settings.host, settings.port, what=HTTP_SETTING)
+    sock = bind_http(settings.host, settings.port, listen=False, what=HTTP_SETTING)
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     app = create_app(settings, url)
-    app.on_startup.append(_log_serving)
     try:
         web.run_app(
             app,
             sock=sock,
-            print=None,
+            # run_app calls this once every site listens: the one "serving on" line
+            print=lambda _banner: _log_serving(settings),
             loop=uvloop.new_event_loop(),
             shutdown_timeout=5,
             access_log=None,
@@ -91,14 +92,15 @@ def _serve(args, settings: Settings) -> int:
         raise StartupError(
             f"cannot listen on {settings.host}:{settings.grpc_port} ({GRPC_SETTING}): {exc}"
         ) from None
+    except OSError as exc:  # the HTTP port taken between the bind and the listen
+        raise StartupError(
+            f"cannot listen on {settings.host}:{settings.port} ({HTTP_SETTING}): {reason(exc)}"
+        ) from None
     print(_stopped_message(settings, url), file=sys.stderr)
     return 0
 
 
-async def _log_serving(app) -> None:
-    """Logged last in start-up: the HTTP socket is bound and every cleanup context (the pool,
-    the gRPC server) has started."""
-    settings = app[SETTINGS]
+def _log_serving(settings: Settings) -> None:
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
     log.info("serving on http://%s:%d", settings.host, settings.port)

@@ -23,7 +23,8 @@ class StartupError(AuditsyncError):
     """The service cannot start as configured; the message is one line naming the setting."""
 
 
-def _reason(exc: OSError) -> str:
+def reason(exc: OSError) -> str:
+    """Why a bind or listen failed, in words."""
     if exc.errno == errno.EADDRINUSE:
         return "the port is already in use"
     if exc.errno == errno.EACCES:
@@ -33,9 +34,12 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def bind_http(host: str, port: int, *, reuse_port: bool = False, what: str = "") -> socket.socket:
-    """A listening TCP socket on ``host:port``; :class:`StartupError` naming ``what`` (the
-    setting) when it cannot be had."""
+def bind_http(
+    host: str, port: int, *, reuse_port: bool = False, listen: bool = True, what: str = ""
+) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (and listening, unless ``listen`` is false: the
+    server then listens once it is ready, so an open port still means a ready service);
+    :class:`StartupError` naming ``what`` (the setting) when it cannot be had."""
     label = f" ({what})" if what else ""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -48,10 +52,11 @@ def bind_http(host: str, port: int, *, reuse_port: bool = False, what: str = "")
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
-        sock.listen(1024)
+        if listen:
+            sock.listen(1024)
     except OSError as exc:
         sock.close()
-        raise StartupError(f"cannot listen on {host}:{port}{label}: {_reason(exc)}") from None
+        raise StartupError(f"cannot listen on {host}:{port}{label}: {reason(exc)}") from None
     sock.setblocking(False)
     return sock
 
