@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import sys
 
@@ -93,6 +94,8 @@ def _serve(args, settings: Settings) -> int:
             f"cannot listen on {settings.host}:{settings.grpc_port} ({GRPC_SETTING}): {exc}"
         ) from None
     except OSError as exc:  # the HTTP port taken between the bind and the listen
+        if exc.errno != errno.EADDRINUSE:
+            raise
         raise StartupError(
             f"cannot listen on {settings.host}:{settings.port} ({HTTP_SETTING}): {reason(exc)}"
         ) from None
