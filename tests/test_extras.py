@@ -5,8 +5,10 @@ authzed) unless a gRPC port is enabled. Checked in a fresh interpreter's ``sys.m
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +53,23 @@ def test_the_grpc_surface_imports_its_extra_only_when_enabled():
     loaded = top_modules(50051)
     assert loaded >= AUTHZ
     assert loaded & HEAVY == set()
+
+
+def test_uv_is_bootstrapped_without_touching_the_system_python(tmp_path):
+    """Without uv on PATH, `make` gets it into a venv of its own under .local (Debian marks the
+    system Python externally managed) and syncs with that uv; a dry run shows the recipe."""
+    no_uv = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "uv").exists()]
+    env = {"PATH": os.pathsep.join(no_uv), "HOME": str(tmp_path)}
+    plan = subprocess.run(
+        ["make", "-n", "-B", "uv", "venv"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "python3 -m venv .local/uv-bootstrap" in plan
+    assert ".local/uv-bootstrap/bin/python -m pip install -q uv" in plan
+    assert f"{ROOT}/.local/uv-bootstrap/bin/uv sync --frozen --all-extras" in plan
+    assert "python3 -m pip install" not in plan.replace("bin/python -m pip", "")
