@@ -10,7 +10,7 @@ from importlib.metadata import version
 
 import pytest
 
-from watch_service.cli import build_parser
+from watch_service.cli import build_parser, main
 from watch_service.sink.watch_command import build_parser as watch_parser
 
 from .support import run_cli
@@ -52,8 +52,11 @@ def test_every_flag_has_help_with_its_default():
     assert checked >= 15
 
 
-async def test_version_comes_from_the_package():
-    assert await run_cli("--version", env={}) == (0, f"auditsync {version('auditsync')}\n", "")
+def test_version_comes_from_the_package(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"auditsync {version('auditsync')}\n"
 
 
 async def test_watch_url_without_a_scheme_is_refused_at_once():

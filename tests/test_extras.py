@@ -26,33 +26,40 @@ from watch_service.cli import build_parser
 from watch_service.settings import Settings
 from watch_service.sink import watch_command
 from watch_service.sink import command
-create_app(Settings(grpc_port={grpc_port}), "postgresql://probe@127.0.0.1:1/probe")
+url = "postgresql://probe@127.0.0.1:1/probe"
+def tops():
+    return sorted({name.split(".")[0] for name in sys.modules})
+create_app(Settings(), url)
 build_parser().parse_args(["serve"])
 watch_command.build_parser().parse_args(["--topics", "a"])
-print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
+core = tops()
+create_app(Settings(grpc_port=50051), url)
+print(json.dumps([core, tops()]))
 """
 
 
-def top_modules(grpc_port: int | None) -> set[str]:
+@pytest.fixture(scope="module")
+def loaded() -> tuple[set[str], set[str]]:
+    """Top-level modules loaded by the core service and watch, then with gRPC enabled too."""
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(grpc_port=grpc_port)],
+        [sys.executable, "-c", PROBE],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
-    return set(json.loads(out))
+    core, with_grpc = json.loads(out)
+    return set(core), set(with_grpc)
 
 
-def test_core_service_and_watch_import_no_pipeline_airflow_or_grpc():
-    assert top_modules(None) & (HEAVY | AUTHZ) == set()
+def test_core_service_and_watch_import_no_pipeline_airflow_or_grpc(loaded):
+    assert loaded[0] & (HEAVY | AUTHZ) == set()
 
 
-def test_the_grpc_surface_imports_its_extra_only_when_enabled():
-    loaded = top_modules(50051)
-    assert loaded >= AUTHZ
-    assert loaded & HEAVY == set()
+def test_the_grpc_surface_imports_its_extra_only_when_enabled(loaded):
+    assert loaded[1] >= AUTHZ
+    assert loaded[1] & HEAVY == set()
 
 
 def test_uv_is_bootstrapped_without_touching_the_system_python(tmp_path):
