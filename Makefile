@@ -8,10 +8,13 @@ LOCAL := .local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
-SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
-UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv
+# uv from PATH, else the one a bootstrap venv under $(LOCAL) holds (made on first use: Debian's
+# system Python is externally managed, so nothing is pip-installed into it).
+UV_BOOT := $(LOCAL)/uv-bootstrap
+UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps venv demo lint format test bench airflow clean
+.PHONY: setup system-deps uv venv demo lint format test bench airflow clean
 
 setup: system-deps venv
 
@@ -35,11 +38,15 @@ $(LOCAL)/.system-deps: Makefile
 
 # The virtualenv, exactly as locked. Re-synced whenever the lock or pyproject changes.
 venv: $(VENV)/.synced
-$(VENV)/.synced: uv.lock pyproject.toml
-	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install -q uv
+$(VENV)/.synced: uv.lock pyproject.toml | uv
 	@echo "==> syncing $(VENV) from uv.lock"
-	@$$(command -v uv || echo $(UV)) sync --frozen --all-extras --python python3.11 -q
+	@$(UV) sync --frozen --all-extras --python python3.11 -q
 	@touch $@
+
+# uv itself: nothing to do when it is on PATH; otherwise a venv of its own under $(LOCAL).
+uv:
+	@[ -x "$(UV)" ] || { echo "==> bootstrapping uv in $(UV_BOOT)"; \
+	  python3 -m venv $(UV_BOOT) && $(UV_BOOT)/bin/python -m pip install -q uv; }
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
 lint: setup

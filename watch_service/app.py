@@ -17,12 +17,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
+from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
 from watch_service.server import (
     health_routes,
     openapi_routes,
+    search_routes,
     session_gc,
     topic_routes,
     watch_routes,
@@ -30,6 +31,7 @@ from watch_service.server import (
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
+from watch_service.web import cors
 from watch_service.web.app_keys import (
     APPENDER,
     DB_URL,
@@ -143,6 +145,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app[KEYS] = KeyRing.load(settings.keys_file)
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
+    cors.install(app, settings.cors_origins)
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
     app[STREAM_TASKS] = set()
@@ -153,8 +156,12 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.add_routes(health_routes.routes)
     app.add_routes(openapi_routes.routes)
     app.add_routes(watch_routes.routes)
+    app.add_routes(search_routes.routes)
     app.add_routes(permify_rest.routes)
     app.add_routes(permify_watch.routes)
     if settings.grpc_port is not None:
+        # Imported only when enabled: grpc and authzed come with the `authz` extra.
+        from watch_service.compat import spicedb_grpc
+
         app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
     return app

@@ -7,7 +7,9 @@ missing or malformed value fails at start with the variable's name in the messag
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,8 @@ class Settings:
     # Logging: "text" lines or one JSON object per line; an access log line per request.
     log_format: str = "text"
     access_log: bool = False
+    # Browser origins (scheme://host[:port]) allowed cross-origin; empty = CORS off; "*" = any.
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def embedded(self) -> bool:
@@ -91,6 +95,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
     "AUDITSYNC_LOG_FORMAT": ("log_format", str),
     "AUDITSYNC_ACCESS_LOG": ("access_log", bool),
+    "AUDITSYNC_CORS_ORIGINS": ("cors_origins", tuple),
 }
 
 _POSITIVE = {
@@ -128,14 +133,48 @@ def _parse(env_name: str, kind: type, raw: str) -> Any:
             return _BOOLS[raw.strip().lower()]
         except KeyError:
             raise SettingsError(f"{env_name}: expected true/false, got {raw!r}") from None
+    if kind is tuple:
+        return _origins(env_name, raw)
     if kind is str:
         if not raw.strip():
             raise SettingsError(f"{env_name}: must not be empty")
         return raw
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise SettingsError(f"{env_name}: expected {kind.__name__}, got {raw!r}") from None
+    if kind is float and not math.isfinite(value):  # float() accepts "nan" and "inf"
+        raise SettingsError(f"{env_name}: expected a finite number, got {raw!r}")
+    return value
+
+
+_ORIGIN = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+
+
+def _origins(env_name: str, raw: str) -> tuple[str, ...]:
+    """A comma-separated list of browser origins, exactly as browsers send ``Origin``."""
+    origins = tuple(o.strip() for o in raw.split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not _ORIGIN.fullmatch(origin):
+            raise SettingsError(
+                f"{env_name}: {origin!r} is not an origin (scheme://host[:port], no path) or *"
+            )
+    return origins
+
+
+_PORTS = {"pg_port", "port", "grpc_port"}
+
+
+def _check_ranges(values: dict[str, Any], source: dict[str, str]) -> None:
+    """Ports within 1..65535, the other numbers > 0 and finite; the message names the source."""
+    for field, value in values.items():
+        where = source[field]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingsError(f"{where}: expected a finite number, got {value!r}")
+        if field in _PORTS and not 1 <= value <= 65535:
+            raise SettingsError(f"{where}: a port must be within 1..65535, got {value!r}")
+        if field in _POSITIVE and value <= 0:
+            raise SettingsError(f"{where}: must be > 0, got {value!r}")
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -145,21 +184,26 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    # Where each value came from, so a message names what the user wrote: the variable or flag.
+    source: dict[str, str] = {}
     for env_name, (field, kind) in _ENV.items():
         raw = env.get(env_name)
         if raw is not None and raw != "":
             values[field] = _parse(env_name, kind, raw)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for field in _POSITIVE:
-        if field in values and values[field] <= 0:
-            raise SettingsError(f"{field}: must be > 0, got {values[field]!r}")
+            source[field] = env_name
+    for field, value in overrides.items():
+        if value is not None:
+            values[field] = value
+            source[field] = "--" + field.replace("_", "-")
+    _check_ranges(values, source)
     if values.get("synchronous_commit", "on") not in ("on", "off"):
         raise SettingsError(
-            f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+            f"{source['synchronous_commit']}: expected on or off, "
+            f"got {values['synchronous_commit']!r}"
         )
     if values.get("log_format", "text") not in LOG_FORMATS:
         raise SettingsError(
-            f"AUDITSYNC_LOG_FORMAT: expected text or json, got {values['log_format']!r}"
+            f"{source['log_format']}: expected text or json, got {values['log_format']!r}"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()
