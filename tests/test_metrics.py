@@ -182,6 +182,7 @@ async def test_access_log_fields(http) -> None:
     log.setLevel(logging.INFO)
     log.addHandler(Keep())
     log.propagate = False
+
     async def ok(_request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
