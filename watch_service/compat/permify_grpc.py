@@ -157,6 +157,8 @@ class Watch(_Base, pb_grpc.WatchServicer):
             ctx = await self._ctx(context)
             doc = _doc(request)
             start = await ops.watch_start(ctx, ops.tenant_of(doc.get("tenant_id")), doc)
+            # Initial metadata now says "anchored": every change after this is streamed.
+            await context.send_initial_metadata(())
             async for item in ops.watch_changes(self.app[HUB], self.app[POOL], start, IDLE_S):
                 if item is None:
                     continue  # a gone client cancels this task; nothing to check
