@@ -1,10 +1,11 @@
-"""Write → watch-receive latency of authorization changes on the three watch paths at once.
+"""Write → watch-receive latency of authorization changes on the four watch paths at once.
 
 One run: its own throwaway PostgreSQL (embedded, loopback, temp dir) and one ``auditsync serve``
-process with the SpiceDB gRPC surface on. A writer makes N sequential ``WriteRelationships``
-calls through the official ``authzed`` client; every change is received by
+process with the SpiceDB and Permify gRPC surfaces on. A writer makes N sequential
+``WriteRelationships`` calls through the official ``authzed`` client; every change is received by
   * a SpiceDB ``Watch`` (``authzed`` client, its own thread),
   * the Permify REST watch (``POST /v1/tenants/t1/watch``, newline-delimited JSON, aiohttp),
+  * the Permify gRPC ``base.v1.Watch/Watch`` (``grpc.aio``, the service's committed stubs),
   * the SSE watch of the change topic ``authz.t1`` (``POST /v0/watch`` + ``GET``, aiohttp),
 and latency = receive time − the moment the write call started (so it includes the write's
 own round trip and commit). Prints p50 / p99 / max per path and the ratios to SSE.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import grpc
 import orjson
 from authzed.api.v1 import (
     InsecureClient,
@@ -40,6 +43,8 @@ from authzed.api.v1 import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from watch_service.compat.proto import permify_base_v1_pb2 as pb  # noqa: E402
+from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
@@ -50,9 +55,12 @@ TOPIC = pa.change_topic("t1")
 BUDGET_S = 120.0
 
 
-def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> ServiceProcess:
+def start_service(
+    db_url: str, port: int, grpc_port: int, permify_port: int, home: Path
+) -> ServiceProcess:
     env = {
         "AUDITSYNC_GRPC_PORT": str(grpc_port),
+        "AUDITSYNC_PERMIFY_GRPC_PORT": str(permify_port),
         "AUDITSYNC_GRPC_KEY": KEY,
         "AUDITSYNC_HOME": str(home),
     }
@@ -79,7 +87,12 @@ class Received:
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
-        self.at: dict[str, dict[int, float]] = {"spicedb": {}, "permify": {}, "sse": {}}
+        self.at: dict[str, dict[int, float]] = {
+            "spicedb": {},
+            "permify": {},
+            "permify_grpc": {},
+            "sse": {},
+        }
         self.lock = threading.Lock()
 
     def mark(self, path: str, s: int) -> None:
@@ -110,6 +123,13 @@ async def permify_reader(http: aiohttp.ClientSession, url: str, token: str, got:
             got.mark("permify", seq(doc["result"]["changes"]["snap_token"]))
 
 
+async def permify_grpc_reader(target: str, token: str, got: Received) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = pb_grpc.WatchStub(channel).Watch(pb.WatchRequest(tenant_id="t1", snap_token=token))
+        async for resp in call:
+            got.mark("permify_grpc", seq(resp.changes.snap_token))
+
+
 async def sse_reader(http: aiohttp.ClientSession, url: str, from_seq: int, got: Received) -> None:
     async with http.post(f"{url}/v0/watch", json={"topics": {TOPIC: {"from_seq": from_seq}}}) as r:
         wid = (await r.json())["wid"]
@@ -129,7 +149,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def run(writes: int, url: str, target: str) -> None:
+async def run(writes: int, url: str, target: str, permify_target: str) -> None:
     client = InsecureClient(target, KEY)
     first = await asyncio.to_thread(
         client.WriteRelationships, WriteRelationshipsRequest(updates=[update(-1)])
@@ -143,9 +163,10 @@ async def run(writes: int, url: str, target: str) -> None:
     async with aiohttp.ClientSession() as http:
         readers = [
             asyncio.create_task(permify_reader(http, url, first.written_at.token, got)),
+            asyncio.create_task(permify_grpc_reader(permify_target, first.written_at.token, got)),
             asyncio.create_task(sse_reader(http, url, first_seq, got)),
         ]
-        await asyncio.sleep(0.5)  # let the three streams settle before timing starts
+        await asyncio.sleep(0.5)  # let the four streams settle before timing starts
 
         def write_all() -> None:
             for i in range(writes):
@@ -156,7 +177,7 @@ async def run(writes: int, url: str, target: str) -> None:
 
         deadline = time.monotonic() + BUDGET_S
         await asyncio.to_thread(write_all)
-        # three receivers on threads and loops of their own: poll their shared progress
+        # four receivers on threads and loops of their own: poll their shared progress
         while not got.done(first_seq) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for task in readers:
@@ -169,11 +190,13 @@ async def run(writes: int, url: str, target: str) -> None:
 
 def report(started: dict[int, float], got: Received, acks: list[float]) -> None:
     print(f"writes: {len(started)} (one relationship each, sequential, loopback)")
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"{'path':<22}{'received':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     p50s = {}
     for path, label in (
         ("spicedb", "SpiceDB Watch (gRPC)"),
         ("permify", "Permify REST watch"),
+        ("permify_grpc", "Permify gRPC Watch"),
         ("sse", "SSE watch"),
     ):
         lat = [(got.at[path][s] - t0) * 1000 for s, t0 in started.items() if s in got.at[path]]
@@ -183,7 +206,7 @@ def report(started: dict[int, float], got: Received, acks: list[float]) -> None:
         p50s[path] = pct(lat, 50)
         print(f"{label:<22}{len(lat):>9}{pct(lat, 50):>9.2f}{pct(lat, 99):>9.2f}{max(lat):>9.2f}")
     if "sse" in p50s:
-        for path in ("spicedb", "permify"):
+        for path in ("spicedb", "permify", "permify_grpc"):
             if path in p50s:
                 print(f"p50 {path} / sse: {p50s[path] / p50s['sse']:.2f}x")
     print(
@@ -203,9 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         db_url = cluster.start()
         migrate(db_url)
-        port, grpc_port = free_port(), free_port()
-        proc = start_service(db_url, port, grpc_port, home)
-        asyncio.run(run(max(1, args.writes), f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"))
+        port, grpc_port, permify_port = free_port(), free_port(), free_port()
+        proc = start_service(db_url, port, grpc_port, permify_port, home)
+        asyncio.run(
+            run(
+                max(1, args.writes),
+                f"http://127.0.0.1:{port}",
+                f"127.0.0.1:{grpc_port}",
+                f"127.0.0.1:{permify_port}",
+            )
+        )
     finally:
         if proc is not None:
             proc.stop()

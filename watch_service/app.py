@@ -14,8 +14,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+import psycopg
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
@@ -29,6 +30,7 @@ from watch_service.server import (
     watch_routes,
 )
 from watch_service.settings import Settings
+from watch_service.store import authz_writes
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
 from watch_service.web import cors
@@ -135,6 +137,20 @@ async def _end_streams(app: web.Application) -> None:
         task.cancel()
 
 
+async def _authz_history(app: web.Application) -> None:
+    """AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants too, not only to new ones. Best
+    effort: a service whose database is down at start still starts (and says so)."""
+    try:
+        async with app[POOL].connection() as conn:
+            history_ms = app[SETTINGS].authz_history_ms
+            changed = await authz_writes.apply_history_window(conn, history_ms)
+    except (psycopg.Error, PoolTimeout) as exc:
+        log.warning("authz history window not applied to existing tenants (next start): %s", exc)
+        return
+    if changed:
+        log.info("authz history window applied to %d existing tenant(s)", changed)
+
+
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
         middlewares=[count_requests, error_middleware, authenticate_first],
@@ -164,4 +180,9 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
         from watch_service.compat import spicedb_grpc
 
         app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
+    if settings.permify_grpc_port is not None:
+        from watch_service.compat import permify_grpc
+
+        app.cleanup_ctx.append(permify_grpc.grpc_ctx)
+    app.on_startup.append(_authz_history)
     return app

@@ -25,6 +25,7 @@ from watch_service.web.auth import KeyFileError
 from watch_service.web.listeners import (
     GRPC_SETTING,
     HTTP_SETTING,
+    PERMIFY_GRPC_SETTING,
     StartupError,
     bind_http,
     check_grpc,
@@ -94,7 +95,8 @@ def _serve(args, settings: Settings) -> int:
         if "Failed to bind" not in str(exc):
             raise
         raise StartupError(
-            f"cannot listen on {settings.host}:{settings.grpc_port} ({GRPC_SETTING}): {exc}"
+            f"cannot listen on a gRPC port of {settings.host} ({GRPC_SETTING}, "
+            f"{PERMIFY_GRPC_SETTING}): {exc}"
         ) from None
     except OSError as exc:  # the HTTP port taken between the bind and the listen
         if exc.errno != errno.EADDRINUSE:
@@ -109,6 +111,8 @@ def _serve(args, settings: Settings) -> int:
 def _log_serving(settings: Settings) -> None:
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
+    if settings.permify_grpc_port is not None:
+        log.info("Permify-compatible gRPC on %s:%d", settings.host, settings.permify_grpc_port)
     log.info("serving on http://%s:%d", settings.host, settings.port)
 
 
@@ -246,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="log one line per HTTP request (default: $AUDITSYNC_ACCESS_LOG, else off)",
     )
+    serve.add_argument(
+        "--permify-grpc-port",
+        type=int,
+        nargs="?",
+        const=3478,
+        default=None,
+        help="also serve Permify's gRPC API, package base.v1 (default port 3478)",
+    )
     serve.set_defaults(func=_serve)
 
     # Subcommands implemented in their own modules, which parse their own flags; main()
@@ -281,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             grpc_port=getattr(args, "grpc_port", None),
             log_format=getattr(args, "log_format", None),
             access_log=getattr(args, "access_log", None),
+            permify_grpc_port=getattr(args, "permify_grpc_port", None),
         )
         if settings.database_url:
             check_url(settings.database_url)

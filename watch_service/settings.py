@@ -54,6 +54,7 @@ class Settings:
     grpc_port: int | None = None  # SpiceDB gRPC surface; None = off
     grpc_key: str | None = None  # preshared bearer key for gRPC; None = open (dev)
     permify_watch_enabled: bool = True
+    permify_grpc_port: int | None = None  # Permify gRPC surface (base.v1); None = off
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
     sink_key: str | None = None  # bearer key the sink presents to the service
@@ -90,6 +91,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
     "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
+    "AUDITSYNC_PERMIFY_GRPC_PORT": ("permify_grpc_port", int),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),

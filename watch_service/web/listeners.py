@@ -79,11 +79,20 @@ def check_listeners(settings: Settings, *, reuse_port: bool = False) -> None:
 
 HTTP_SETTING = "AUDITSYNC_PORT / --port"
 GRPC_SETTING = "AUDITSYNC_GRPC_PORT / --grpc-port"
+PERMIFY_GRPC_SETTING = "AUDITSYNC_PERMIFY_GRPC_PORT / --permify-grpc-port"
 
 
 def check_grpc(settings: Settings) -> None:
-    """The gRPC port (when enabled) is free and its extra installed."""
-    if settings.grpc_port is None:
-        return
-    check_authz_extra()
-    bind_http(settings.host, settings.grpc_port, what=GRPC_SETTING).close()
+    """The gRPC ports (those enabled) are free and their extra installed."""
+    ports = [
+        (port, what)
+        for port, what in (
+            (settings.grpc_port, GRPC_SETTING),
+            (settings.permify_grpc_port, PERMIFY_GRPC_SETTING),
+        )
+        if port is not None
+    ]
+    if ports:
+        check_authz_extra()
+    for port, what in ports:
+        bind_http(settings.host, port, what=what).close()
