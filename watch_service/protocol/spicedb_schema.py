@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import AuditsyncError
@@ -247,7 +246,7 @@ class _Parser:
         depth = 0
         while True:
             t = self.peek()
-            ends = t.kind == "eof" or t.text in (";", "}") and depth == 0
+            ends = t.kind == "eof" or (t.text in (";", "}") and depth == 0)
             continues = parts and parts[-1] in ("+", "-", "&", "->", "(", ".")
             if ends or (t.kind == "nl" and depth == 0 and not continues):
                 break
@@ -300,7 +299,8 @@ def parse(source: str) -> Schema:
             if m.name in names:
                 raise SchemaError(
                     FAILED_PRECONDITION,
-                    f"found duplicate relation/permission name `{m.name}` under definition `{d.name}`",
+                    f"found duplicate relation/permission name `{m.name}` under definition "
+                    f"`{d.name}`",
                 )
             names.add(m.name)
     for d in schema.definitions:
