@@ -51,6 +51,8 @@ class Settings:
     permify_watch_enabled: bool = True
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
+    grpc_tls_cert: Path | None = None  # PEM chain; with grpc_tls_key: TLS on the gRPC surfaces
+    grpc_tls_key: Path | None = None
     sink_key: str | None = None  # bearer key the sink presents to the service
 
     @property
@@ -80,6 +82,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
+    "AUDITSYNC_GRPC_TLS_CERT": ("grpc_tls_cert", Path),
+    "AUDITSYNC_GRPC_TLS_KEY": ("grpc_tls_key", Path),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
 }
 
@@ -144,6 +148,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     if values.get("synchronous_commit", "on") not in ("on", "off"):
         raise SettingsError(
             f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+        )
+    if (values.get("grpc_tls_cert") is None) != (values.get("grpc_tls_key") is None):
+        raise SettingsError(
+            "AUDITSYNC_GRPC_TLS_CERT and AUDITSYNC_GRPC_TLS_KEY: set both (TLS on) or neither"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()
