@@ -20,6 +20,7 @@ from watch_service.compat import permify_json as pj
 from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import ApiError
 from watch_service.store import authz_reads as reads
+from watch_service.store import authz_schemas as schemas
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import KEYS, POOL, SETTINGS
 from watch_service.web.auth import authorize
@@ -144,8 +145,10 @@ async def tenants_delete(request: web.Request, tenant: str) -> web.Response:
 async def schemas_write(request: web.Request, tenant: str) -> web.Response:
     text = pj.check_schema((await json_body(request, {"schema"})).get("schema"))
     async with request.app[POOL].connection() as conn:
-        version = await db.write_schema(conn, tenant, text)
-    return _ok({"schema_version": version})
+        stored = await schemas.write_schema(
+            conn, tenant, "permify", text, None, request.app[SETTINGS].authz_history_ms
+        )
+    return _ok({"schema_version": stored.version})
 
 
 @routes.post("/v1/tenants/{tenant_id}/schemas/read")
@@ -156,13 +159,13 @@ async def schemas_read(request: web.Request, tenant: str) -> web.Response:
     async with request.app[POOL].connection() as conn:
         if not await reads.tenant_exists(conn, tenant):
             raise db.TenantNotFound(f"tenant {tenant!r} does not exist")
-        row = await reads.read_schema(conn, tenant, version)
+        row = await schemas.read_schema(conn, tenant, "permify", version)
     if row is None:
         raise pj.PermifyError(
             pj.NOT_FOUND,
             f"tenant {tenant!r} has no schema" + (f" version {version!r}" if version else ""),
         )
-    return _ok({"schema": pj.schema_definition(row[1])})
+    return _ok({"schema": pj.schema_definition(row.source)})
 
 
 # -- data ------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ async def _stream(request: web.Request, resp: web.StreamResponse, topic: str, af
                 return
             for rec in page:
                 changes = pa.parse_change_record(rec.data).changes
+                if not changes:  # a schema write: Permify's watch streams data changes only
+                    continue
                 line = pj.watch_line(pa.encode_token(topic, rec.seq), changes)
                 await asyncio.wait_for(resp.write(line), timeout)
     except HistoryLost as exc:

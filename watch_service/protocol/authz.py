@@ -231,11 +231,20 @@ class AttributeFilter:
 
 # -- change records ----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
+class SchemaChange:
+    """A schema write: the new version of the tenant's schema in one dialect."""
+
+    dialect: str  # permify | spicedb
+    version: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ChangeRecord:
     tenant: str
     source: str
     changes: list[Change]
     metadata: dict | None
+    schema: SchemaChange | None = None  # set on a schema write's record (its changes are [])
 
 
 def _change_doc(c: Change) -> dict:
@@ -265,6 +274,13 @@ def change_records(
     return out
 
 
+def schema_record(tenant: str, source: str, change: SchemaChange) -> str:
+    """The JSON ``data`` of the record a schema write appends: no data changes, the version."""
+    schema = {"dialect": change.dialect, "version": change.version}
+    doc = {"tenant": tenant, "source": source, "changes": [], "schema": schema}
+    return orjson.dumps(doc).decode()
+
+
 def parse_change_record(data: str | bytes) -> ChangeRecord:
     """Parse a change record's ``data``; AuthzInputError for anything else (a foreign write
     into a change topic)."""
@@ -279,7 +295,10 @@ def parse_change_record(data: str | bytes) -> ChangeRecord:
             else:
                 et, eid, name = parse_attribute_ref(c["attribute"])
                 changes.append(Change(c["op"], attribute=Attribute(et, eid, name, c["value"])))
-        return ChangeRecord(doc["tenant"], doc["source"], changes, doc.get("metadata"))
+        schema = doc.get("schema")
+        if schema is not None:
+            schema = SchemaChange(str(schema["dialect"]), str(schema["version"]))
+        return ChangeRecord(doc["tenant"], doc["source"], changes, doc.get("metadata"), schema)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AuthzInputError(f"not a change record ({type(exc).__name__}: {exc})") from None
 

@@ -1,4 +1,4 @@
-"""Reading authorization data from PostgreSQL: tenants, schema text, tuples and attributes,
+"""Reading authorization data from PostgreSQL: tenants, tuples and attributes,
 and the SQL filters (``tuple_where``, ``attribute_where``) that the reads and the write
 transaction (``store.authz_writes``) share.
 
@@ -24,7 +24,7 @@ TUPLE_COLUMNS = (
 TUPLE_SELECT = sql.SQL(", ").join(map(sql.Identifier, TUPLE_COLUMNS))
 
 
-# -- tenants and schema ----------------------------------------------------------------------
+# -- tenants -----------------------------------------------------------------------------
 async def tenant_exists(conn: AsyncConnection, tenant: str) -> bool:
     cur = await conn.execute("SELECT 1 FROM authz_tenants WHERE id = %s", (tenant,))
     return await cur.fetchone() is not None
@@ -36,16 +36,6 @@ async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tu
         (after, limit),
     )
     return await cur.fetchall()
-
-
-async def read_schema(conn: AsyncConnection, tenant: str, version: str | None) -> tuple | None:
-    """(version, body) of that version, or of the latest when version is None."""
-    cur = await conn.execute(
-        "SELECT version, body FROM authz_schemas WHERE tenant = %s AND (%s::text IS NULL OR "
-        "version = %s) ORDER BY created_at DESC, version DESC LIMIT 1",
-        (tenant, version, version),
-    )
-    return await cur.fetchone()
 
 
 # -- filters ---------------------------------------------------------------------------------

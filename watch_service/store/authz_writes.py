@@ -1,4 +1,4 @@
-"""Writing authorization data to PostgreSQL: tenants, schema text, and the one transaction per
+"""Writing authorization data to PostgreSQL: tenants, and the one transaction per
 write that changes tuples and attributes and appends its change record(s) to the tenant's
 change topic (``protocol.authz.change_topic``). Reads and the SQL filters live in
 ``store.authz_reads``.
@@ -12,8 +12,6 @@ is created on first use with ``ttl_ms`` = the history window; its retention is t
 from __future__ import annotations
 
 import dataclasses
-import secrets
-import time
 
 import orjson
 from psycopg import AsyncConnection, errors, sql
@@ -83,12 +81,12 @@ class WriteResult:
     partial: bool = False  # delete_limit stopped the delete before every match was gone
 
 
-_LOCK = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
+LOCK_TOPIC = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
              AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
 _UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
 
 
-# -- tenants and schema ----------------------------------------------------------------------
+# -- tenants -----------------------------------------------------------------------------
 async def create_tenant(
     conn: AsyncConnection, tenant: str, name: str, history_ms: int
 ) -> tuple[str, str, object]:
@@ -109,7 +107,7 @@ async def delete_tenant(conn: AsyncConnection, tenant: str) -> bool:
     """Delete a tenant, its data and its change topic (watchers see the topic go). The topic
     row is locked first, in the same order as writes, so the two cannot deadlock."""
     async with conn.transaction():
-        await conn.execute(_LOCK, (pa.change_topic(tenant), tenant))
+        await conn.execute(LOCK_TOPIC, (pa.change_topic(tenant), tenant))
         cur = await conn.execute("DELETE FROM authz_tenants WHERE id = %s RETURNING id", (tenant,))
         if await cur.fetchone() is None:
             return False
@@ -134,18 +132,6 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
     raise AuthzStoreError(f"could not create the change topic of tenant {tenant!r}")
 
 
-async def write_schema(conn: AsyncConnection, tenant: str, body: str) -> str:
-    version = f"{time.time_ns() // 1000:x}{secrets.token_hex(3)}"
-    try:
-        await conn.execute(
-            "INSERT INTO authz_schemas (tenant, version, body) VALUES (%s, %s, %s)",
-            (tenant, version, body),
-        )
-    except errors.ForeignKeyViolation:
-        raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
-    return version
-
-
 # -- the write transaction -------------------------------------------------------------------
 async def apply(
     conn: AsyncConnection, tenant: str, source: str, w: Write, history_ms: int
@@ -155,7 +141,7 @@ async def apply(
     topic = pa.change_topic(tenant)
     for _ in range(2):
         async with conn.transaction():
-            cur = await conn.execute(_LOCK, (topic, tenant))
+            cur = await conn.execute(LOCK_TOPIC, (topic, tenant))
             row = await cur.fetchone()
             if row is not None:
                 return await _apply_locked(conn, tenant, topic, row[0], source, w)
