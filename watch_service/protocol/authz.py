@@ -245,6 +245,12 @@ class ChangeRecord:
     changes: list[Change]
     metadata: dict | None
     schema: SchemaChange | None = None  # set on a schema write's record (its changes are [])
+    part: tuple[int, int] | None = None  # (i, n): record i of the n one transaction appended
+
+    @property
+    def ends_revision(self) -> bool:
+        """The last (or only) record of its transaction."""
+        return self.part is None or self.part[0] == self.part[1]
 
 
 def _change_doc(c: Change) -> dict:
@@ -298,7 +304,12 @@ def parse_change_record(data: str | bytes) -> ChangeRecord:
         schema = doc.get("schema")
         if schema is not None:
             schema = SchemaChange(str(schema["dialect"]), str(schema["version"]))
-        return ChangeRecord(doc["tenant"], doc["source"], changes, doc.get("metadata"), schema)
+        part = doc.get("part")
+        if part is not None:
+            part = (int(part[0]), int(part[1]))
+        return ChangeRecord(
+            doc["tenant"], doc["source"], changes, doc.get("metadata"), schema, part
+        )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AuthzInputError(f"not a change record ({type(exc).__name__}: {exc})") from None
 
@@ -317,23 +328,36 @@ def _fingerprint(topic: str) -> str:
     return hashlib.sha256(topic.encode()).hexdigest()[:8]
 
 
-def encode_token(topic: str, seq: int) -> str:
-    raw = f"v1.{seq}.{_fingerprint(topic)}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def encode_token(topic: str, seq: int, incarnation: int | None = None) -> str:
+    """A token for ``seq``; with ``incarnation`` (the change topic's creation time, which a
+    tenant's delete and re-create changes) a v2 token, which only that incarnation accepts."""
+    raw = f"v1.{seq}.{_fingerprint(topic)}"
+    if incarnation is not None:
+        raw = f"v2.{seq}.{_fingerprint(topic)}.{incarnation}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
 def decode_token(topic: str, token: str, field: str = "token") -> int:
+    return decode_token_incarnation(topic, token, field)[0]
+
+
+def decode_token_incarnation(
+    topic: str, token: str, field: str = "token"
+) -> tuple[int, int | None]:
+    """(seq, incarnation) of a v1 (incarnation None) or v2 token."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
-        version, seq_text, fp = raw.split(".")
+        version, seq_text, fp, *rest = raw.split(".")
         seq = int(seq_text) if seq_text.isdigit() else -1
+        incarnation = int(rest[0]) if version == "v2" and len(rest) == 1 else None
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        version, seq, fp = "", -1, ""
-    if version != "v1" or seq < 0:
+        version, seq, fp, incarnation, rest = "", -1, "", None, []
+    valid = (version == "v1" and not rest) or (version == "v2" and incarnation is not None)
+    if not valid or seq < 0:
         raise AuthzInputError(f"{field}: {token!r} is not a token issued by this service")
     if fp != _fingerprint(topic):
         raise AuthzInputError(f"{field}: {token!r} was issued for a different tenant")
-    return seq
+    return seq, incarnation
 
 
 def unique(items: Iterable) -> list:

@@ -30,11 +30,15 @@ NO_SCHEMA = "no schema has been defined; please call WriteSchema to start"
 
 
 class SchemaError(AuditsyncError):
-    """A schema or a write SpiceDB would refuse: ``code`` is the gRPC status name."""
+    """A schema or a write SpiceDB would refuse: ``code`` is the gRPC status name, ``reason``
+    and ``metadata`` the ``ErrorInfo`` SpiceDB attaches (its ``ErrorReason`` name)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self, code: str, message: str, reason: str = "", metadata: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+        self.reason, self.metadata = reason, metadata or {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +141,10 @@ def _tokens(source: str) -> list[_Tok]:
 
 def _parse_error(line: int, col: int, what: str) -> SchemaError:
     return SchemaError(
-        INVALID_ARGUMENT, f"parse error in `schema`, line {line}, column {col}: {what}"
+        INVALID_ARGUMENT,
+        f"parse error in `schema`, line {line}, column {col}: {what}",
+        "ERROR_REASON_SCHEMA_PARSE_ERROR",
+        {"start_line_number": str(line), "start_column_position": str(col)},
     )
 
 
@@ -311,10 +318,7 @@ def parse(source: str) -> Schema:
             else:
                 for name in _identifiers(m.expression):
                     if d.member(name) is None:
-                        raise SchemaError(
-                            FAILED_PRECONDITION,
-                            f"relation/permission `{name}` not found under definition `{d.name}`",
-                        )
+                        raise _missing_member(name, d.name)
     return schema
 
 
@@ -339,12 +343,11 @@ def _check_allowed(schema: Schema, d: Definition, r: Relation, allowed: str) -> 
             FAILED_PRECONDITION,
             f"could not lookup definition `{type_name}` for relation `{r.name}`: "
             f"object definition `{type_name}` not found",
+            "ERROR_REASON_SCHEMA_TYPE_ERROR",
+            {"definition_name": type_name},
         )
     if sub and target.member(sub) is None:
-        raise SchemaError(
-            FAILED_PRECONDITION,
-            f"relation/permission `{sub}` not found under definition `{type_name}`",
-        )
+        raise _missing_member(sub, type_name)
 
 
 def canonical(schema: Schema) -> str:
@@ -391,7 +394,12 @@ def check_tuple(schema: Schema | None, t: pa.Tuple) -> None:
     hints = [a for a in member.allowed if a.startswith(t.subject_type + "#")]
     if wanted == t.subject_type and hints:
         message += f"; did you mean `{hints[0]}`?"
-    raise SchemaError(INVALID_ARGUMENT, message)
+    raise SchemaError(
+        INVALID_ARGUMENT,
+        message,
+        "ERROR_REASON_INVALID_SUBJECT_TYPE",
+        {"definition_name": d.name, "relation_name": t.relation, "subject_type": wanted},
+    )
 
 
 def check_filter(schema: Schema | None, f: pa.TupleFilter) -> None:
@@ -409,7 +417,12 @@ def check_filter(schema: Schema | None, f: pa.TupleFilter) -> None:
 def _definition(schema: Schema | None, name: str) -> Definition:
     d = schema.get(name) if schema is not None else None
     if d is None:
-        raise SchemaError(FAILED_PRECONDITION, f"object definition `{name}` not found")
+        raise SchemaError(
+            FAILED_PRECONDITION,
+            f"object definition `{name}` not found",
+            "ERROR_REASON_UNKNOWN_DEFINITION",
+            {"definition_name": name},
+        )
     return d
 
 

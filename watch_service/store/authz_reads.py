@@ -38,6 +38,18 @@ async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tu
     return await cur.fetchall()
 
 
+async def topic_incarnation(conn: AsyncConnection, tenant: str) -> int | None:
+    """The creation time (µs since the epoch) of the tenant's live change topic: a tenant's
+    delete and re-create changes it, which is how a token from before is told apart."""
+    cur = await conn.execute(
+        "SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM topics "
+        "WHERE name = %s AND deleted_at IS NULL",
+        (pa.change_topic(tenant),),
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
 # -- filters ---------------------------------------------------------------------------------
 def tuple_where(f: pa.TupleFilter) -> tuple[sql.Composable, list]:
     """A SQL condition (no leading AND) and its parameters, equivalent to ``pa.matches``."""
