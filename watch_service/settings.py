@@ -53,6 +53,7 @@ class Settings:
     spicedb_checkpoint_ms: int = 1000
     grpc_tls_cert: Path | None = None  # PEM chain; with grpc_tls_key: TLS on the gRPC surfaces
     grpc_tls_key: Path | None = None
+    spicedb_tenant: str = "t1"  # the one tenant the SpiceDB surface serves
     sink_key: str | None = None  # bearer key the sink presents to the service
 
     @property
@@ -84,6 +85,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_GRPC_TLS_CERT": ("grpc_tls_cert", Path),
     "AUDITSYNC_GRPC_TLS_KEY": ("grpc_tls_key", Path),
+    "AUDITSYNC_SPICEDB_TENANT": ("spicedb_tenant", str),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
 }
 

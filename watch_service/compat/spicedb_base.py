@@ -30,7 +30,6 @@ from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import SETTINGS
 
 log = logging.getLogger("auditsync.spicedb")
-TOPIC = pa.change_topic(sp.TENANT)
 DIALECT = "spicedb"
 _Code = grpc.StatusCode
 
@@ -82,7 +81,7 @@ def status(exc: Exception) -> tuple[grpc.StatusCode, str, error_details_pb2.Erro
             _info("ERROR_REASON_WRITE_OR_DELETE_PRECONDITION_FAILURE", {}),
         )
     if isinstance(exc, (db.TenantNotFound, TopicGone)):
-        return _Code.NOT_FOUND, f"tenant {sp.TENANT!r} (this surface's tenant) does not exist", None
+        return _Code.NOT_FOUND, "this surface's tenant does not exist (deleted?)", None
     if isinstance(exc, HistoryLost):
         return (
             _Code.OUT_OF_RANGE,
@@ -95,7 +94,7 @@ def status(exc: Exception) -> tuple[grpc.StatusCode, str, error_details_pb2.Erro
     if isinstance(exc, Stale):
         return (
             _Code.OUT_OF_RANGE,
-            f"the ZedToken was issued before tenant {sp.TENANT!r} was deleted and re-created: "
+            "the ZedToken was issued before this surface's tenant was deleted and re-created: "
             "every relationship it had seen is gone. Recover by re-reading the current state "
             "with ReadRelationships and then calling Watch with its read_at token (or without "
             "optional_start_cursor).",
@@ -128,6 +127,8 @@ class Base:
     def __init__(self, app: web.Application) -> None:
         self.app = app
         self.settings = app[SETTINGS]
+        self.tenant = self.settings.spicedb_tenant
+        self.topic = pa.change_topic(self.tenant)
 
     async def call(self, context: grpc.aio.ServicerContext, coro):
         """Run one unary handler: auth first, every failure as a gRPC status."""
@@ -157,7 +158,7 @@ class Base:
 
     async def schema(self, conn: psycopg.AsyncConnection) -> schema_lang.Schema | None:
         """The tenant's current SpiceDB schema, None before the first WriteSchema."""
-        stored = await authz_schemas.read_schema(conn, sp.TENANT, DIALECT)
+        stored = await authz_schemas.read_schema(conn, self.tenant, DIALECT)
         if stored is None:
             return None
         if stored.definitions is None:
@@ -165,7 +166,7 @@ class Base:
         return schema_lang.Schema.from_json(stored.definitions)
 
     async def zed(self, conn: psycopg.AsyncConnection, seq: int) -> sp.core_pb2.ZedToken:
-        return sp.zed(TOPIC, seq, await reads.topic_incarnation(conn, sp.TENANT))
+        return sp.zed(self.topic, seq, await reads.topic_incarnation(conn, self.tenant))
 
     async def position(
         self, conn: psycopg.AsyncConnection, token: str, field: str
@@ -173,10 +174,10 @@ class Base:
         """(seq, incarnation) a client's ZedToken names; raises Stale for one from before
         the tenant was deleted and re-created, SpiceDBError for one that is not ours."""
         try:
-            seq, incarnation = pa.decode_token_incarnation(TOPIC, token, field)
+            seq, incarnation = pa.decode_token_incarnation(self.topic, token, field)
         except pa.AuthzInputError as exc:
             raise sp.invalid(str(exc)) from None
-        current = await reads.topic_incarnation(conn, sp.TENANT)
+        current = await reads.topic_incarnation(conn, self.tenant)
         if incarnation is not None and current is not None and incarnation != current:
             raise Stale()
         return seq, current

@@ -2,7 +2,7 @@
 ImportBulkRelationships, ``WatchService.Watch`` (``spicedb_watch``) and ``SchemaService``
 Write/ReadSchema (``spicedb_schema_service``), served by a ``grpc.aio`` server in the service's
 own event loop on ``settings.grpc_port`` (TLS when configured, ``compat.tls``), over tenant
-``spicedb_proto.TENANT``. Auth and error mapping: ``spicedb_base``.
+``settings.spicedb_tenant`` (default t1). Auth and error mapping: ``spicedb_base``.
 
 Every write is validated against the tenant's current SpiceDB schema as SpiceDB validates it
 (``protocol.spicedb_schema``), under the change topic's lock, then goes through
@@ -26,7 +26,7 @@ from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.compat import spicedb_proto as sp
 from watch_service.compat import tls
-from watch_service.compat.spicedb_base import TOPIC, Base, abort, log
+from watch_service.compat.spicedb_base import Base, abort, log
 from watch_service.compat.spicedb_schema_service import Schema, unimplemented
 from watch_service.compat.spicedb_watch import Watch
 from watch_service.protocol import authz as pa
@@ -52,7 +52,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
 
     async def _apply(self, w: db.Write) -> core_pb2.ZedToken:
         async with self.app[POOL].connection() as conn:
-            result = await db.apply(conn, sp.TENANT, "spicedb", w, self.settings.authz_history_ms)
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
             return await self.zed(conn, result.seq)
 
     async def WriteRelationships(self, request, context):
@@ -81,7 +81,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         )
         w = self._validated(w, [], [f, *(p.filter for p in pre)])
         async with self.app[POOL].connection() as conn:
-            result = await db.apply(conn, sp.TENANT, "spicedb", w, self.settings.authz_history_ms)
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
             token = await self.zed(conn, result.seq)
         progress = ps.DeleteRelationshipsResponse
         return ps.DeleteRelationshipsResponse(
@@ -107,14 +107,14 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         after = _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
         left = request.optional_limit or None
         async with self.app[POOL].connection() as conn:
-            info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
+            info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
             await self._consistency(conn, request.consistency, info.head_seq)
             schema_lang.check_filter(await self.schema(conn), f)
             read_at = await self.zed(conn, info.head_seq)
         while left is None or left > 0:
             size = READ_PAGE if left is None else min(READ_PAGE, left)
             async with self.app[POOL].connection() as conn:  # not held while streaming
-                rows = await reads.read_tuples(conn, sp.TENANT, f, after, size)
+                rows = await reads.read_tuples(conn, self.tenant, f, after, size)
             for t in rows:
                 yield ps.ReadRelationshipsResponse(
                     read_at=read_at,
@@ -169,7 +169,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
                 ops.append(("create", t))
         w = self._validated(db.Write(ops), [t for _, t in ops], [])
         async with self.app[POOL].connection() as conn:
-            result = await db.apply(conn, sp.TENANT, "spicedb", w, self.settings.authz_history_ms)
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
         return ps.ImportBulkRelationshipsResponse(num_loaded=result.changes)
 
 
@@ -186,7 +186,7 @@ def _pre(request) -> list[db.Precondition]:
 
 
 def _cursor_token(t: pa.Tuple) -> str:
-    return pa.encode_token(TOPIC, 0) + "." + pa.format_tuple(t)
+    return "c1." + pa.format_tuple(t)
 
 
 def _cursor(token: str) -> tuple[str, ...]:
@@ -218,7 +218,7 @@ async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
         "SpiceDB gRPC surface on %s:%d (tenant %s, %s)",
         settings.host,
         settings.grpc_port,
-        sp.TENANT,
+        settings.spicedb_tenant,
         "TLS" if settings.grpc_tls_cert else "plaintext",
     )
     try:

@@ -16,7 +16,6 @@ from google.protobuf import json_format, struct_pb2
 from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import AuditsyncError
 
-TENANT = "t1"  # the SpiceDB surface serves this one tenant (Permify's pre-inserted default)
 MAX_UPDATES = 1000
 MAX_IMPORT = 100_000
 

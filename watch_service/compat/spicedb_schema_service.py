@@ -55,8 +55,8 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
         async with self.app[POOL].connection() as conn:
             for definition, relation in schema_lang.removed(await self.schema(conn), new):
                 f = pa.TupleFilter(entity_type=definition, relation=relation)
-                [t] = await reads.read_tuples(conn, sp.TENANT, f, None, 1) or [None]
-                if t is None:
+                found = await reads.read_tuples(conn, self.tenant, f, None, 1)
+                if not found:
                     continue
                 what = (
                     f"object definition `{definition}`"
@@ -65,18 +65,19 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
                 )
                 raise sp.invalid(
                     f"cannot delete {what}, as at least one relationship exists under it: "
-                    f"{pa.format_tuple(t)}",
+                    f"{pa.format_tuple(found[0])}",
                     "ERROR_REASON_SCHEMA_TYPE_ERROR",
                     {"definition_name": definition},
                 )
             stored = await authz_schemas.write_schema(
                 conn,
-                sp.TENANT,
+                self.tenant,
                 DIALECT,
                 request.schema,
                 new.to_json(),
                 self.settings.authz_history_ms,
             )
+            assert stored.seq is not None  # set on every version written since migration 009
             return ss.WriteSchemaResponse(written_at=await self.zed(conn, stored.seq))
 
     async def ReadSchema(self, request, context):
@@ -84,7 +85,7 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
 
     async def _read(self) -> ss.ReadSchemaResponse:
         async with self.app[POOL].connection() as conn:
-            info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
+            info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
             schema = await self.schema(conn)
             if schema is None or not schema.definitions:
                 raise sp.SpiceDBError(grpc.StatusCode.NOT_FOUND, schema_lang.NO_SCHEMA)

@@ -17,7 +17,7 @@ from authzed.api.v1 import watch_service_pb2 as ws
 from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.compat import spicedb_proto as sp
-from watch_service.compat.spicedb_base import TOPIC, Base, abort
+from watch_service.compat.spicedb_base import Base, abort
 from watch_service.engine.topic_follower import ensure_retained, follow
 from watch_service.protocol import authz as pa
 from watch_service.store import authz_reads as reads
@@ -43,7 +43,7 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
         schema_updates = ws.WATCH_KIND_INCLUDE_SCHEMA_UPDATES in kinds
         interval = self.settings.spicedb_checkpoint_ms / 1000
         async with self.app[POOL].connection() as conn:
-            info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
+            info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
             after, incarnation = info.head_seq, None
             if request.HasField("optional_start_cursor"):
                 after, incarnation = await self.position(
@@ -56,11 +56,11 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
                     )
                 ensure_retained(after, info.earliest_seq)
             else:
-                incarnation = await reads.topic_incarnation(conn, sp.TENANT)
+                incarnation = await reads.topic_incarnation(conn, self.tenant)
         revision: list[pa.ChangeRecord] = []  # the parts of a revision not yet complete
         last_sent = time.monotonic()
         async for page in follow(
-            self.app[HUB], self.app[POOL], TOPIC, after, interval if checkpoints else 30.0
+            self.app[HUB], self.app[POOL], self.topic, after, interval if checkpoints else 30.0
         ):
             for rec in page:
                 parsed = pa.parse_change_record(rec.data)
@@ -68,7 +68,7 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
                 if not parsed.ends_revision:
                     continue
                 after = rec.seq
-                token = sp.zed(TOPIC, rec.seq, incarnation)
+                token = sp.zed(self.topic, rec.seq, incarnation)
                 resp = sp.watch_response(token, revision, filters, schema_updates)
                 revision = []
                 if resp is not None:
@@ -76,5 +76,5 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
                     last_sent = time.monotonic()
             idle = not page or time.monotonic() - last_sent >= interval
             if checkpoints and idle and not revision:
-                yield sp.checkpoint(sp.zed(TOPIC, after, incarnation))
+                yield sp.checkpoint(sp.zed(self.topic, after, incarnation))
                 last_sent = time.monotonic()
