@@ -99,7 +99,8 @@ def to_filter(f: ps.RelationshipFilter, field: str) -> pa.TupleFilter:
 def updates(req: ps.WriteRelationshipsRequest) -> list[tuple[str, pa.Tuple]]:
     if len(req.updates) > MAX_UPDATES:
         raise invalid(
-            f"update count of {len(req.updates)} is greater than maximum allowed of {MAX_UPDATES}",
+            f"too many updates ({len(req.updates)}) for WriteRelationships call (maximum: "
+            f"{MAX_UPDATES}); consider using ImportBulkRelationships API instead",
             "ERROR_REASON_TOO_MANY_UPDATES_IN_REQUEST",
             {"update_count": str(len(req.updates)), "update_limit": str(MAX_UPDATES)},
         )

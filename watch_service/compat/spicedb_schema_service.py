@@ -53,22 +53,18 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
     async def _write(self, request: ss.WriteSchemaRequest) -> ss.WriteSchemaResponse:
         new = schema_lang.parse(request.schema)
         async with self.app[POOL].connection() as conn:
-            for definition, relation in schema_lang.removed(await self.schema(conn), new):
-                f = pa.TupleFilter(entity_type=definition, relation=relation)
+            for what, f in schema_lang.removed(await self.schema(conn), new):
                 found = await reads.read_tuples(conn, self.tenant, f, None, 1)
-                if not found:
-                    continue
-                what = (
-                    f"object definition `{definition}`"
-                    if relation is None
-                    else f"relation `{relation}` in object definition `{definition}`"
-                )
-                raise sp.invalid(
-                    f"cannot delete {what}, as at least one relationship exists under it: "
-                    f"{pa.format_tuple(found[0])}",
-                    "ERROR_REASON_SCHEMA_TYPE_ERROR",
-                    {"definition_name": definition},
-                )
+                if found:
+                    exists = (
+                        "a relationship exists with it"
+                        if "allowed type" in what
+                        else "at least one relationship exists under it"
+                    )
+                    raise sp.invalid(
+                        f"cannot {what}, as {exists}: {pa.format_tuple(found[0])}",
+                        "ERROR_REASON_SCHEMA_TYPE_ERROR",
+                    )
             stored = await authz_schemas.write_schema(
                 conn,
                 self.tenant,

@@ -433,20 +433,46 @@ def _missing_member(name: str, definition: str) -> SchemaError:
     )
 
 
-def removed(old: Schema | None, new: Schema) -> list[tuple[str, str | None]]:
-    """(definition, relation) pairs ``new`` drops from ``old``; relation None = the whole
-    definition. A schema write must not drop one that still has relationships."""
+def removed(old: Schema | None, new: Schema) -> list[tuple[str, pa.TupleFilter]]:
+    """What ``new`` drops from ``old`` that relationships may still use: (what, filter of those
+    relationships), ``what`` worded as SpiceDB's refusal. A schema write must not drop one
+    that still has relationships."""
     if old is None:
         return []
-    out: list[tuple[str, str | None]] = []
+    out: list[tuple[str, pa.TupleFilter]] = []
     for d in old.definitions:
         nd = new.get(d.name)
         if nd is None:
-            out.append((d.name, None))
+            out.append((f"delete object definition `{d.name}`", pa.TupleFilter(entity_type=d.name)))
             continue
-        out += [
-            (d.name, m.name)
-            for m in d.members
-            if isinstance(m, Relation) and not isinstance(nd.member(m.name), Relation)
-        ]
+        for m in d.members:
+            if not isinstance(m, Relation):
+                continue
+            kept = nd.member(m.name)
+            if not isinstance(kept, Relation):
+                out.append(
+                    (
+                        f"delete relation `{m.name}` in object definition `{d.name}`",
+                        pa.TupleFilter(entity_type=d.name, relation=m.name),
+                    )
+                )
+                continue
+            for allowed in m.allowed:
+                if allowed in kept.allowed:
+                    continue
+                type_name, _, sub = allowed.partition("#")
+                wildcard = type_name.endswith(":*")
+                out.append(
+                    (
+                        f"remove allowed type `{allowed}` from relation `{m.name}` in object "
+                        f"definition `{d.name}`",
+                        pa.TupleFilter(
+                            entity_type=d.name,
+                            relation=m.name,
+                            subject_type=type_name.removesuffix(":*"),
+                            subject_ids=("*",) if wildcard else (),
+                            subject_relation=sub,
+                        ),
+                    )
+                )
     return out
