@@ -430,6 +430,8 @@ def _missing_member(name: str, definition: str) -> SchemaError:
     return SchemaError(
         FAILED_PRECONDITION,
         f"relation/permission `{name}` not found under definition `{definition}`",
+        "ERROR_REASON_UNKNOWN_RELATION_OR_PERMISSION",
+        {"definition_name": definition, "relation_or_permission_name": name},
     )
 
 
