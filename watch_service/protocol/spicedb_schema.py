@@ -308,6 +308,8 @@ def parse(source: str) -> Schema:
                     FAILED_PRECONDITION,
                     f"found duplicate relation/permission name `{m.name}` under definition "
                     f"`{d.name}`",
+                    "ERROR_REASON_SCHEMA_TYPE_ERROR",
+                    {"definition_name": d.name},
                 )
             names.add(m.name)
     for d in schema.definitions:
@@ -378,6 +380,8 @@ def check_tuple(schema: Schema | None, t: pa.Tuple) -> None:
         raise SchemaError(
             INVALID_ARGUMENT,
             f"cannot write a relationship to permission `{t.relation}` under definition `{d.name}`",
+            "ERROR_REASON_CANNOT_UPDATE_PERMISSION",
+            {"definition_name": d.name, "permission_name": t.relation},
         )
     subject = _definition(schema, t.subject_type)
     if t.subject_relation and subject.member(t.subject_relation) is None:
