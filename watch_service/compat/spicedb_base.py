@@ -24,6 +24,7 @@ from watch_service.compat import spicedb_proto as sp
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
 from watch_service.protocol import authz as pa
 from watch_service.protocol import spicedb_schema as schema_lang
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
 from watch_service.store import authz_writes as db
@@ -47,7 +48,7 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | No
     return None
 
 
-class Stale(Exception):
+class Stale(AuditsyncError):
     """A token from an earlier incarnation of the tenant (deleted and re-created since)."""
 
 
