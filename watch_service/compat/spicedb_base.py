@@ -23,6 +23,7 @@ from google.rpc import error_details_pb2, status_pb2
 from watch_service.compat import spicedb_proto as sp
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
 from watch_service.protocol import authz as pa
+from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.store import authz_reads as reads
@@ -163,7 +164,7 @@ class Base:
         if stored is None:
             return None
         if stored.definitions is None:
-            return schema_lang.parse(stored.source)
+            return checks.parse(stored.source)
         return schema_lang.Schema.from_json(stored.definitions)
 
     async def zed(self, conn: psycopg.AsyncConnection, seq: int) -> sp.core_pb2.ZedToken:

@@ -30,7 +30,7 @@ from watch_service.compat.spicedb_base import Base, abort, log
 from watch_service.compat.spicedb_schema_service import Schema, unimplemented
 from watch_service.compat.spicedb_watch import Watch
 from watch_service.protocol import authz as pa
-from watch_service.protocol import spicedb_schema as schema_lang
+from watch_service.protocol import spicedb_checks as checks
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import POOL, SETTINGS
@@ -44,9 +44,9 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         async def check(conn: psycopg.AsyncConnection) -> None:
             schema = await self.schema(conn)
             for t in tuples:
-                schema_lang.check_tuple(schema, t)
+                checks.check_tuple(schema, t)
             for f in filters:
-                schema_lang.check_filter(schema, f)
+                checks.check_filter(schema, f)
 
         return dataclasses.replace(w, check=check)
 
@@ -109,7 +109,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         async with self.app[POOL].connection() as conn:
             info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
             await self._consistency(conn, request.consistency, info.head_seq)
-            schema_lang.check_filter(await self.schema(conn), f)
+            checks.check_filter(await self.schema(conn), f)
             read_at = await self.zed(conn, info.head_seq)
         while left is None or left > 0:
             size = READ_PAGE if left is None else min(READ_PAGE, left)

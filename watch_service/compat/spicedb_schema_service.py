@@ -16,6 +16,7 @@ from authzed.api.v1 import schema_service_pb2_grpc as ss_grpc
 from watch_service.compat import spicedb_proto as sp
 from watch_service.compat.spicedb_base import DIALECT, Base
 from watch_service.protocol import authz as pa
+from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
@@ -51,9 +52,9 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
         return await self.call(context, self._write(request))
 
     async def _write(self, request: ss.WriteSchemaRequest) -> ss.WriteSchemaResponse:
-        new = schema_lang.parse(request.schema)
+        new = checks.parse(request.schema)
         async with self.app[POOL].connection() as conn:
-            for what, f in schema_lang.removed(await self.schema(conn), new):
+            for what, f in checks.removed(await self.schema(conn), new):
                 found = await reads.read_tuples(conn, self.tenant, f, None, 1)
                 if found:
                     exists = (
@@ -86,7 +87,7 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
             if schema is None or not schema.definitions:
                 raise sp.SpiceDBError(grpc.StatusCode.NOT_FOUND, schema_lang.NO_SCHEMA)
             return ss.ReadSchemaResponse(
-                schema_text=schema_lang.canonical(schema),
+                schema_text=checks.canonical(schema),
                 read_at=await self.zed(conn, info.head_seq),
             )
 
