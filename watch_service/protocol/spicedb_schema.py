@@ -107,7 +107,7 @@ class Schema:
 _TOKEN_RE = re.compile(
     r"(?P<comment>//[^\n]*|/\*.*?\*/)|(?P<nl>\n)|(?P<ws>[ \t\r]+)"
     r"|(?P<arrow>->)|(?P<ident>[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z_][A-Za-z0-9_]*)*)"
-    r"|(?P<sym>[{}()|#:*=+\-&;.,])",
+    r"|(?P<sym>[{}()|#:*=+\-&;.,])|(?P<other>\S)",
     re.S,
 )
 
@@ -127,7 +127,7 @@ def _tokens(source: str) -> list[_Tok]:
         if m is None:
             raise parse_error(line, pos - line_start + 1, f"unexpected {source[pos]!r}")
         kind = m.lastgroup or ""
-        if kind in ("ident", "sym", "arrow", "nl"):
+        if kind in ("ident", "sym", "arrow", "nl", "other"):
             out.append(_Tok(kind, m.group(), line, pos - line_start + 1))
         newlines = m.group().count("\n")
         if newlines:
