@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
-from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
+from watch_service.compat import permify_grpc, permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
 from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
 from watch_service.settings import Settings
+from watch_service.store import authz_writes
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
 from watch_service.web.app_keys import (
@@ -117,6 +118,14 @@ async def _end_streams(app: web.Application) -> None:
         task.cancel()
 
 
+async def _authz_history(app: web.Application) -> None:
+    """AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants too, not only to new ones."""
+    async with app[POOL].connection() as conn:
+        changed = await authz_writes.apply_history_window(conn, app[SETTINGS].authz_history_ms)
+    if changed:
+        log.info("authz history window applied to %d existing tenant(s)", changed)
+
+
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
         middlewares=[count_requests, error_middleware], client_max_size=settings.max_body_bytes
@@ -140,4 +149,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.add_routes(permify_watch.routes)
     if settings.grpc_port is not None:
         app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
+    if settings.permify_grpc_port is not None:
+        app.cleanup_ctx.append(permify_grpc.grpc_ctx)
+    app.on_startup.append(_authz_history)
     return app

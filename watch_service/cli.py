@@ -57,6 +57,8 @@ def _serve(args, settings: Settings) -> int:
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
+    if settings.permify_grpc_port is not None:
+        log.info("Permify-compatible gRPC on %s:%d", settings.host, settings.permify_grpc_port)
     app = create_app(settings, url)
     log.info("serving on http://%s:%d", settings.host, settings.port)
     web.run_app(
@@ -128,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also serve the SpiceDB-compatible gRPC API (default port 50051)",
     )
+    serve.add_argument(
+        "--permify-grpc-port",
+        type=int,
+        nargs="?",
+        const=3478,
+        default=None,
+        help="also serve Permify's gRPC API, package base.v1 (default port 3478)",
+    )
     serve.set_defaults(func=_serve)
 
     # Subcommands implemented in their own modules, which parse their own flags; main()
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             host=getattr(args, "host", None),
             port=getattr(args, "port", None),
             grpc_port=getattr(args, "grpc_port", None),
+            permify_grpc_port=getattr(args, "permify_grpc_port", None),
         )
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:

@@ -49,6 +49,7 @@ class Settings:
     grpc_port: int | None = None  # SpiceDB gRPC surface; None = off
     grpc_key: str | None = None  # preshared bearer key for gRPC; None = open (dev)
     permify_watch_enabled: bool = True
+    permify_grpc_port: int | None = None  # Permify gRPC surface (base.v1); None = off
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
     grpc_tls_cert: Path | None = None  # PEM chain; with grpc_tls_key: TLS on the gRPC surfaces
@@ -81,6 +82,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
     "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
+    "AUDITSYNC_PERMIFY_GRPC_PORT": ("permify_grpc_port", int),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_GRPC_TLS_CERT": ("grpc_tls_cert", Path),

@@ -22,8 +22,14 @@ GRPC_KEY = "test-grpc-key"
 
 
 def unique_type(prefix: str = "doc") -> str:
-    """A SpiceDB/Permify object type no other test uses."""
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+    """A SpiceDB/Permify object type no other test uses: letters and ``_`` only, a name both
+    dialects accept (Permify's types have no digits)."""
+    return f"{prefix}_{uuid.uuid4().hex[:10].translate(str.maketrans('0123456789', 'ghijklmnop'))}"
+
+
+def permify_schema_for(doc: str) -> str:
+    """A Permify schema with ``user`` and ``doc`` (owner, viewer: users) for writes to t1."""
+    return f"entity user {{}}\nentity {doc} {{\n relation owner @user\n relation viewer @user\n}}"
 
 
 def seq_of(tenant: str, token: str) -> int:

@@ -26,7 +26,6 @@ from watch_service.protocol import authz as pa
 from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import SETTINGS
@@ -168,18 +167,17 @@ class Base:
         return schema_lang.Schema.from_json(stored.definitions)
 
     async def zed(self, conn: psycopg.AsyncConnection, seq: int) -> sp.core_pb2.ZedToken:
-        return sp.zed(self.topic, seq, await reads.topic_incarnation(conn, self.tenant))
+        """A ZedToken for ``seq`` of this incarnation of the tenant."""
+        info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
+        return sp.zed(self.topic, seq, pa.topic_epoch(info.created_at))
 
-    async def position(
-        self, conn: psycopg.AsyncConnection, token: str, field: str
-    ) -> tuple[int, int | None]:
-        """(seq, incarnation) a client's ZedToken names; raises Stale for one from before
-        the tenant was deleted and re-created, SpiceDBError for one that is not ours."""
+    def position(self, token: str, field: str, epoch: str) -> int:
+        """The seq a client's ZedToken names; raises Stale for one from before the tenant
+        was deleted and re-created (``epoch`` is the current incarnation's), SpiceDBError for
+        one that is not ours."""
         try:
-            seq, incarnation = pa.decode_token_incarnation(self.topic, token, field)
+            return pa.decode_token(self.topic, token, field, epoch)
+        except pa.TokenFromEarlierTenant:
+            raise Stale() from None
         except pa.AuthzInputError as exc:
             raise sp.invalid(str(exc)) from None
-        current = await reads.topic_incarnation(conn, self.tenant)
-        if incarnation is not None and current is not None and incarnation != current:
-            raise Stale()
-        return seq, current

@@ -53,7 +53,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
     async def _apply(self, w: db.Write) -> core_pb2.ZedToken:
         async with self.app[POOL].connection() as conn:
             result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
-            return await self.zed(conn, result.seq)
+        return sp.zed(self.topic, result.seq, result.epoch)
 
     async def WriteRelationships(self, request, context):
         return await self.call(context, self._write(request))
@@ -82,7 +82,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         w = self._validated(w, [], [f, *(p.filter for p in pre)])
         async with self.app[POOL].connection() as conn:
             result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
-            token = await self.zed(conn, result.seq)
+        token = sp.zed(self.topic, result.seq, result.epoch)
         progress = ps.DeleteRelationshipsResponse
         return ps.DeleteRelationshipsResponse(
             deleted_at=token,
@@ -108,9 +108,11 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         left = request.optional_limit or None
         async with self.app[POOL].connection() as conn:
             info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
-            await self._consistency(conn, request.consistency, info.head_seq)
-            checks.check_filter(await self.schema(conn), f)
-            read_at = await self.zed(conn, info.head_seq)
+            schema = await self.schema(conn)
+        epoch = pa.topic_epoch(info.created_at)
+        self._consistency(request.consistency, info.head_seq, epoch)
+        checks.check_filter(schema, f)
+        read_at = sp.zed(self.topic, info.head_seq, epoch)
         while left is None or left > 0:
             size = READ_PAGE if left is None else min(READ_PAGE, left)
             async with self.app[POOL].connection() as conn:  # not held while streaming
@@ -126,9 +128,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
             after = rows[-1].key()
             left = None if left is None else left - len(rows)
 
-    async def _consistency(
-        self, conn: psycopg.AsyncConnection, c: ps.Consistency, head: int
-    ) -> None:
+    def _consistency(self, c: ps.Consistency, head: int, epoch: str) -> None:
         """Reads here are of the current state, which satisfies minimize_latency,
         fully_consistent and at_least_as_fresh (of a token this tenant issued, not ahead of
         it); at_exact_snapshot of an older revision cannot be served and is refused."""
@@ -136,7 +136,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         if kind not in ("at_least_as_fresh", "at_exact_snapshot"):
             return
         token = getattr(c, kind).token
-        seq, _ = await self.position(conn, token, f"consistency.{kind}")
+        seq = self.position(token, f"consistency.{kind}", epoch)
         if seq > head:
             raise sp.invalid(f"consistency.{kind}: the ZedToken is ahead of this server's changes")
         if kind == "at_exact_snapshot":

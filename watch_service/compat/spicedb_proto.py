@@ -169,8 +169,8 @@ def watch_filters(req: ws.WatchRequest) -> list[pa.TupleFilter]:
     ]
 
 
-def zed(topic: str, seq: int, incarnation: int | None = None) -> core_pb2.ZedToken:
-    return core_pb2.ZedToken(token=pa.encode_token(topic, seq, incarnation))
+def zed(topic: str, seq: int, epoch: str = "") -> core_pb2.ZedToken:
+    return core_pb2.ZedToken(token=pa.encode_token(topic, seq, epoch))
 
 
 def watch_response(

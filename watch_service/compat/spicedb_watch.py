@@ -20,7 +20,6 @@ from watch_service.compat import spicedb_proto as sp
 from watch_service.compat.spicedb_base import Base, abort
 from watch_service.engine.topic_follower import ensure_retained, follow
 from watch_service.protocol import authz as pa
-from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import HUB, POOL
 
@@ -44,19 +43,18 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
         interval = self.settings.spicedb_checkpoint_ms / 1000
         async with self.app[POOL].connection() as conn:
             info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
-            after, incarnation = info.head_seq, None
-            if request.HasField("optional_start_cursor"):
-                after, incarnation = await self.position(
-                    conn, request.optional_start_cursor.token, "optional_start_cursor"
+        epoch = pa.topic_epoch(info.created_at)
+        after = info.head_seq
+        if request.HasField("optional_start_cursor"):
+            after = self.position(
+                request.optional_start_cursor.token, "optional_start_cursor", epoch
+            )
+            if after > info.head_seq:
+                raise sp.invalid(
+                    "optional_start_cursor: the token is ahead of this server's "
+                    "changes (from another datastore?)"
                 )
-                if after > info.head_seq:
-                    raise sp.invalid(
-                        "optional_start_cursor: the token is ahead of this server's "
-                        "changes (from another datastore?)"
-                    )
-                ensure_retained(after, info.earliest_seq)
-            else:
-                incarnation = await reads.topic_incarnation(conn, self.tenant)
+            ensure_retained(after, info.earliest_seq)
         revision: list[pa.ChangeRecord] = []  # the parts of a revision not yet complete
         last_sent = time.monotonic()
         async for page in follow(
@@ -68,7 +66,7 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
                 if not parsed.ends_revision:
                     continue
                 after = rec.seq
-                token = sp.zed(self.topic, rec.seq, incarnation)
+                token = sp.zed(self.topic, rec.seq, epoch)
                 resp = sp.watch_response(token, revision, filters, schema_updates)
                 revision = []
                 if resp is not None:
@@ -76,5 +74,5 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
                     last_sent = time.monotonic()
             idle = not page or time.monotonic() - last_sent >= interval
             if checkpoints and idle and not revision:
-                yield sp.checkpoint(sp.zed(self.topic, after, incarnation))
+                yield sp.checkpoint(sp.zed(self.topic, after, epoch))
                 last_sent = time.monotonic()

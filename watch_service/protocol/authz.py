@@ -26,6 +26,7 @@ from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.names import TENANT_RE, TOPIC_RE
 
 TOPIC_PREFIX = "authz."
+DIGEST_PREFIX = "authz-sha256."
 CHANGES_PER_RECORD = 1000
 OPS = ("create", "touch", "delete")
 
@@ -101,11 +102,13 @@ class Dialect:
     relation_re: re.Pattern  # also attribute names
 
 
+# Permify's published rules (proto/base/v1/base.proto Entity, Subject, Tuple): types and
+# relations are letters and ``_`` only, as its schema lexer reads names.
 PERMIFY = Dialect(
     "permify",
-    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+    re.compile(r"[a-zA-Z_]{1,64}"),
     re.compile(r"[a-zA-Z0-9_\-@.:+]{1,128}|\*"),
-    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+    re.compile(r"[a-zA-Z_]{1,64}"),
 )
 SPICEDB = Dialect(
     "spicedb",
@@ -184,11 +187,18 @@ def check_attribute(a: Attribute, field: str = "attribute") -> Attribute:
     return dataclasses.replace(a, value=check_value(a.value, f"{field}.value"))
 
 
+# Permify creates tenants whose ids match ``[a-zA-Z0-9-,]+`` (max 64 bytes, TenantCreateRequest)
+# and takes ``tenant_id`` by TENANT_RE elsewhere; both are accepted, so a created tenant is usable.
+TENANT_CREATE_RE = re.compile(r"[a-zA-Z0-9\-,]{1,64}")
+
+
 def check_tenant(tenant: Any, field: str = "tenant_id") -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
+    if not isinstance(tenant, str) or not (
+        TENANT_RE.fullmatch(tenant) or TENANT_CREATE_RE.fullmatch(tenant)
+    ):
         raise AuthzInputError(
             f"{field}: {tenant!r} does not match "
-            r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$"
+            r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$ or ^[a-zA-Z0-9\-,]{1,64}$"
         )
     return tenant
 
@@ -316,48 +326,61 @@ def parse_change_record(data: str | bytes) -> ChangeRecord:
 
 # -- topics and tokens -----------------------------------------------------------------------
 def change_topic(tenant: str) -> str:
-    """The tenant's change topic. Topic names have no ``+``: ``_`` escapes as ``__`` and ``+``
-    as ``_p`` (injective); names too long for a topic use a digest under another prefix."""
-    encoded = TOPIC_PREFIX + tenant.replace("_", "__").replace("+", "_p")
+    """The tenant's change topic. Topic names have no ``+`` or ``,``: ``_`` escapes as ``__``,
+    ``+`` as ``_p`` and ``,`` as ``_c`` (injective); names too long for a topic use a digest
+    under another prefix."""
+    encoded = TOPIC_PREFIX + tenant.replace("_", "__").replace("+", "_p").replace(",", "_c")
     if len(encoded) <= 200 and TOPIC_RE.fullmatch(encoded):
         return encoded
-    return "authz-sha256." + hashlib.sha256(tenant.encode()).hexdigest()
+    return DIGEST_PREFIX + hashlib.sha256(tenant.encode()).hexdigest()
 
 
 def _fingerprint(topic: str) -> str:
     return hashlib.sha256(topic.encode()).hexdigest()[:8]
 
 
-def encode_token(topic: str, seq: int, incarnation: int | None = None) -> str:
-    """A token for ``seq``; with ``incarnation`` (the change topic's creation time, which a
-    tenant's delete and re-create changes) a v2 token, which only that incarnation accepts."""
-    raw = f"v1.{seq}.{_fingerprint(topic)}"
-    if incarnation is not None:
-        raw = f"v2.{seq}.{_fingerprint(topic)}.{incarnation}"
+class TokenFromEarlierTenant(AuthzInputError):
+    """The token was issued before its tenant was deleted and created again: every change of
+    the earlier tenant, its deletion included, is lost to the token's holder."""
+
+
+def topic_epoch(created_at: Any) -> str:
+    """The incarnation of a change topic: its creation time (a recreated tenant's topic is
+    created again), as a short digest for tokens."""
+    return hashlib.sha256(str(created_at.timestamp()).encode()).hexdigest()[:6]
+
+
+def is_change_topic(name: str) -> bool:
+    """Whether ``name`` is in the authorization engine's topic namespace (``change_topic``)."""
+    return name.startswith((TOPIC_PREFIX, DIGEST_PREFIX))
+
+
+def encode_token(topic: str, seq: int, epoch: str = "") -> str:
+    """``epoch`` (``topic_epoch``) ties the token to this incarnation of the tenant."""
+    raw = f"v1.{seq}.{_fingerprint(topic)}" + (f".{epoch}" if epoch else "")
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_token(topic: str, token: str, field: str = "token") -> int:
-    return decode_token_incarnation(topic, token, field)[0]
-
-
-def decode_token_incarnation(
-    topic: str, token: str, field: str = "token"
-) -> tuple[int, int | None]:
-    """(seq, incarnation) of a v1 (incarnation None) or v2 token."""
+def decode_token(topic: str, token: str, field: str = "token", epoch: str | None = None) -> int:
+    """The seq of a token of ``topic``; with ``epoch``, a token carrying another incarnation's
+    epoch raises TokenFromEarlierTenant (tokens without one predate epochs and pass)."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
         version, seq_text, fp, *rest = raw.split(".")
-        seq = int(seq_text) if seq_text.isdigit() else -1
-        incarnation = int(rest[0]) if version == "v2" and len(rest) == 1 else None
+        seq = int(seq_text) if seq_text.isdigit() and len(rest) <= 1 else -1
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        version, seq, fp, incarnation, rest = "", -1, "", None, []
-    valid = (version == "v1" and not rest) or (version == "v2" and incarnation is not None)
-    if not valid or seq < 0:
+        version, seq, fp, rest = "", -1, "", []
+    if version != "v1" or seq < 0:
         raise AuthzInputError(f"{field}: {token!r} is not a token issued by this service")
     if fp != _fingerprint(topic):
         raise AuthzInputError(f"{field}: {token!r} was issued for a different tenant")
-    return seq, incarnation
+    if epoch is not None and rest and rest[0] != epoch:
+        raise TokenFromEarlierTenant(
+            f"{field}: {token!r} was issued before this tenant was deleted and created again: "
+            "the earlier tenant's data and every change since are lost to it. Re-read the "
+            "current state (relationships and attributes), then watch without a token (from now)."
+        )
+    return seq
 
 
 def unique(items: Iterable) -> list:

@@ -6,7 +6,8 @@ import orjson
 from aiohttp import web
 
 from watch_service.protocol import requests as rq
-from watch_service.protocol.errors import PayloadTooLarge, TopicNotFound
+from watch_service.protocol.authz import is_change_topic
+from watch_service.protocol.errors import Forbidden, PayloadTooLarge, TopicNotFound
 from watch_service.protocol.names import check_topic
 from watch_service.protocol.records import encode_list
 from watch_service.store import topics as store
@@ -25,6 +26,11 @@ def caller(request: web.Request, scope: str, topic: str | None = None):
         request.headers.get("Authorization"), request.query.get("token")
     )
     authorize(key, scope, topic)
+    if scope != "read" and topic is not None and is_change_topic(topic):
+        raise Forbidden(
+            f"topic {topic!r} is a tenant's authorization change topic: only the authorization "
+            "engine writes it (use the Permify or SpiceDB API); the topics API may read it"
+        )
     return key
 
 

@@ -96,10 +96,12 @@ class WriteResult:
     changes: int
     deleted: int = 0
     partial: bool = False  # delete_limit stopped the delete before every match was gone
+    epoch: str = ""  # the change topic's incarnation (protocol.authz.topic_epoch), for tokens
 
 
-LOCK_TOPIC = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
-             AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
+LOCK_TOPIC = """SELECT t.head_seq, t.created_at FROM topics t
+             WHERE t.name = %s AND t.deleted_at IS NULL
+               AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
 _UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
 
 
@@ -149,6 +151,23 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
     raise AuthzStoreError(f"could not create the change topic of tenant {tenant!r}")
 
 
+async def apply_history_window(conn: AsyncConnection, history_ms: int) -> int:
+    """Give every tenant's live change topic the history window ``history_ms`` (its ttl),
+    trimming at once what falls outside; returns how many topics changed. Run at start-up, so
+    a changed AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants, not only new ones."""
+    cur = await conn.execute("SELECT id FROM authz_tenants")
+    names = [pa.change_topic(tenant) for (tenant,) in await cur.fetchall()]
+    cur = await conn.execute(
+        "SELECT name FROM topics WHERE name = ANY(%s) AND deleted_at IS NULL "
+        "AND (ttl_ms IS DISTINCT FROM %s OR max_records IS NOT NULL) ORDER BY name",
+        (names, history_ms),
+    )
+    stale = [name for (name,) in await cur.fetchall()]
+    for name in stale:
+        await topics.put_topic(conn, name, TopicConfig(None, history_ms))
+    return len(stale)
+
+
 # -- the write transaction -------------------------------------------------------------------
 async def apply(
     conn: AsyncConnection, tenant: str, source: str, w: Write, history_ms: int
@@ -161,7 +180,8 @@ async def apply(
             cur = await conn.execute(LOCK_TOPIC, (topic, tenant))
             row = await cur.fetchone()
             if row is not None:
-                return await _apply_locked(conn, tenant, topic, row[0], source, w)
+                result = await _apply_locked(conn, tenant, topic, row[0], source, w)
+                return dataclasses.replace(result, epoch=pa.topic_epoch(row[1]))
         await ensure_topic(conn, tenant, history_ms)  # raises TenantNotFound
     raise AuthzStoreError(f"the change topic of tenant {tenant!r} vanished; retry")
 
@@ -265,6 +285,8 @@ async def _tuple_ops(
 async def _write_attributes(
     conn: AsyncConnection, tenant: str, attrs: list[pa.Attribute]
 ) -> list[pa.Change]:
+    """Upsert; a changed value is reported as DELETE(old) then CREATE(new), as Permify's watch
+    reports an overwrite, an unchanged one not at all."""
     if not attrs:
         return []
     cols = [
@@ -274,19 +296,30 @@ async def _write_attributes(
         [orjson.dumps(a.value).decode() for a in attrs],
     ]
     cur = await conn.execute(
-        "INSERT INTO authz_attributes (tenant, entity_type, entity_id, attribute, value) "
-        "SELECT %s, e, i, n, v::jsonb FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
-        "AS u(e, i, n, v) ON CONFLICT (tenant, entity_type, entity_id, attribute) DO UPDATE "
-        "SET value = EXCLUDED.value WHERE authz_attributes.value IS DISTINCT FROM EXCLUDED.value "
-        "RETURNING entity_type, entity_id, attribute",
-        [tenant, *cols],
+        "WITH u AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+        "AS u(e, i, n, v)), old AS (SELECT a.entity_type, a.entity_id, a.attribute, a.value "
+        "FROM authz_attributes a JOIN u ON (a.entity_type, a.entity_id, a.attribute) = "
+        "(u.e, u.i, u.n) WHERE a.tenant = %s), "
+        "ins AS (INSERT INTO authz_attributes (tenant, entity_type, entity_id, attribute, value) "
+        "SELECT %s, e, i, n, v::jsonb FROM u ON CONFLICT (tenant, entity_type, entity_id, "
+        "attribute) DO UPDATE SET value = EXCLUDED.value "
+        "WHERE authz_attributes.value IS DISTINCT FROM EXCLUDED.value "
+        "RETURNING entity_type, entity_id, attribute) "
+        "SELECT ins.entity_type, ins.entity_id, ins.attribute, old.value FROM ins LEFT JOIN old "
+        "USING (entity_type, entity_id, attribute)",
+        [*cols, tenant, tenant],
     )
-    changed = {tuple(r) for r in await cur.fetchall()}
-    return [
-        pa.Change("create", attribute=a)
-        for a in attrs
-        if (a.entity_type, a.entity_id, a.name) in changed
-    ]
+    changed = {tuple(r[:3]): r[3] for r in await cur.fetchall()}
+    changes = []
+    for a in attrs:
+        key = (a.entity_type, a.entity_id, a.name)
+        if key not in changed:
+            continue
+        if changed[key] is not None:
+            old = dataclasses.replace(a, value=changed[key])
+            changes.append(pa.Change("delete", attribute=old))
+        changes.append(pa.Change("create", attribute=a))
+    return changes
 
 
 async def _delete_tuples(
