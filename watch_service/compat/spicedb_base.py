@@ -26,6 +26,7 @@ from watch_service.protocol import authz as pa
 from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
 from watch_service.protocol.errors import AuditsyncError
+from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import SETTINGS
@@ -130,6 +131,7 @@ class Base:
         self.settings = app[SETTINGS]
         self.tenant = self.settings.spicedb_tenant
         self.topic = pa.change_topic(self.tenant)
+        self._schema: tuple[str, schema_lang.Schema] | None = None  # (version, parsed)
 
     async def call(self, context: grpc.aio.ServicerContext, coro):
         """Run one unary handler: auth first, every failure as a gRPC status."""
@@ -158,13 +160,22 @@ class Base:
         return hmac.compare_digest(key.encode(), expected.encode())
 
     async def schema(self, conn: psycopg.AsyncConnection) -> schema_lang.Schema | None:
-        """The tenant's current SpiceDB schema, None before the first WriteSchema."""
-        stored = await authz_schemas.read_schema(conn, self.tenant, DIALECT)
+        """The tenant's current SpiceDB schema, None before the first WriteSchema. The parsed
+        form of the latest version is kept (one entry), so a write reads only the version id."""
+        version = await reads.latest_schema_version(conn, self.tenant, DIALECT)
+        if version is None:
+            return None
+        if self._schema is not None and self._schema[0] == version:
+            return self._schema[1]
+        stored = await authz_schemas.read_schema(conn, self.tenant, DIALECT, version)
         if stored is None:
             return None
         if stored.definitions is None:
-            return checks.parse(stored.source)
-        return schema_lang.Schema.from_json(stored.definitions)
+            parsed = checks.parse(stored.source)
+        else:
+            parsed = schema_lang.Schema.from_json(stored.definitions)
+        self._schema = (version, parsed)
+        return parsed
 
     async def zed(self, conn: psycopg.AsyncConnection, seq: int) -> sp.core_pb2.ZedToken:
         """A ZedToken for ``seq`` of this incarnation of the tenant."""

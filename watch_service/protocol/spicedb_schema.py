@@ -14,6 +14,7 @@ declaration order survives jsonb.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from watch_service.protocol.errors import AuditsyncError
@@ -60,16 +61,24 @@ class Definition:
     members: tuple[Relation | Permission, ...]
     at: tuple[int, int] = dataclasses.field(default=(0, 0), compare=False)
 
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Relation | Permission]:
+        return dict(reversed([(m.name, m) for m in self.members]))  # the first of a name wins
+
     def member(self, name: str) -> Relation | Permission | None:
-        return next((m for m in self.members if m.name == name), None)
+        return self._by_name.get(name)
 
 
 @dataclasses.dataclass(frozen=True)
 class Schema:
     definitions: tuple[Definition, ...]
 
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Definition]:
+        return dict(reversed([(d.name, d) for d in self.definitions]))  # the first wins
+
     def get(self, name: str) -> Definition | None:
-        return next((d for d in self.definitions if d.name == name), None)
+        return self._by_name.get(name)
 
     def to_json(self) -> list[dict]:
         return [

@@ -50,6 +50,18 @@ async def topic_incarnation(conn: AsyncConnection, tenant: str) -> int | None:
     return None if row is None else row[0]
 
 
+async def latest_schema_version(conn: AsyncConnection, tenant: str, dialect: str) -> str | None:
+    """The version id of the tenant's current schema in ``dialect`` (what a cache of the
+    parsed schema is keyed by), without reading the schema itself."""
+    cur = await conn.execute(
+        "SELECT version FROM authz_schemas WHERE tenant = %s AND dialect = %s "
+        "ORDER BY created_at DESC, version DESC LIMIT 1",
+        (tenant, dialect),
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
 # -- filters ---------------------------------------------------------------------------------
 def tuple_where(f: pa.TupleFilter) -> tuple[sql.Composable, list]:
     """A SQL condition (no leading AND) and its parameters, equivalent to ``pa.matches``."""
