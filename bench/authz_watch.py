@@ -1,10 +1,11 @@
-"""Write → watch-receive latency of authorization changes on the three watch paths at once.
+"""Write → watch-receive latency of authorization changes on the four watch paths at once.
 
 One run: its own throwaway PostgreSQL (embedded, loopback, temp dir) and one ``auditsync serve``
-process with the SpiceDB gRPC surface on. A writer makes N sequential ``WriteRelationships``
-calls through the official ``authzed`` client; every change is received by
+process with the SpiceDB and Permify gRPC surfaces on. A writer makes N sequential
+``WriteRelationships`` calls through the official ``authzed`` client; every change is received by
   * a SpiceDB ``Watch`` (``authzed`` client, its own thread),
   * the Permify REST watch (``POST /v1/tenants/t1/watch``, newline-delimited JSON, aiohttp),
+  * the Permify gRPC ``base.v1.Watch/Watch`` (``grpc.aio``, the service's committed stubs),
   * the SSE watch of the change topic ``authz.t1`` (``POST /v0/watch`` + ``GET``, aiohttp),
 and latency = receive time − the moment the write call started (so it includes the write's
 own round trip and commit). The floor is the write's own acknowledged round trip. Each repeat
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import grpc
 import orjson
 from authzed.api.v1 import (
     InsecureClient,
@@ -45,6 +47,8 @@ from authzed.api.v1 import (
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from watch_service.compat.proto import permify_base_v1_pb2 as pb  # noqa: E402
+from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc  # noqa: E402
 from watch_service.protocol import authz as pa  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
@@ -61,13 +65,17 @@ SCHEMA = (
 PATHS = (
     ("spicedb", "SpiceDB Watch (gRPC)"),
     ("permify", "Permify REST watch"),
+    ("permify_grpc", "Permify gRPC Watch"),
     ("sse", "SSE watch"),
 )
 
 
-def start_service(db_url: str, port: int, grpc_port: int, home: Path) -> ServiceProcess:
+def start_service(
+    db_url: str, port: int, grpc_port: int, permify_port: int, home: Path
+) -> ServiceProcess:
     env = {
         "AUDITSYNC_GRPC_PORT": str(grpc_port),
+        "AUDITSYNC_PERMIFY_GRPC_PORT": str(permify_port),
         "AUDITSYNC_GRPC_KEY": KEY,
         "AUDITSYNC_HOME": str(home),
     }
@@ -94,7 +102,12 @@ class Received:
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
-        self.at: dict[str, dict[int, float]] = {"spicedb": {}, "permify": {}, "sse": {}}
+        self.at: dict[str, dict[int, float]] = {
+            "spicedb": {},
+            "permify": {},
+            "permify_grpc": {},
+            "sse": {},
+        }
         self.lock = threading.Lock()
 
     def mark(self, path: str, s: int) -> None:
@@ -125,6 +138,13 @@ async def permify_reader(http: aiohttp.ClientSession, url: str, token: str, got:
             got.mark("permify", seq(doc["result"]["changes"]["snap_token"]))
 
 
+async def permify_grpc_reader(target: str, token: str, got: Received) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = pb_grpc.WatchStub(channel).Watch(pb.WatchRequest(tenant_id="t1", snap_token=token))
+        async for resp in call:
+            got.mark("permify_grpc", seq(resp.changes.snap_token))
+
+
 async def sse_reader(http: aiohttp.ClientSession, url: str, from_seq: int, got: Received) -> None:
     async with http.post(f"{url}/v0/watch", json={"topics": {TOPIC: {"from_seq": from_seq}}}) as r:
         wid = (await r.json())["wid"]
@@ -144,7 +164,9 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def run(writes: int, url: str, target: str, repeat: int) -> dict[str, tuple[float, float]]:
+async def run(
+    writes: int, url: str, target: str, permify_target: str, repeat: int
+) -> dict[str, tuple[float, float]]:
     client = await asyncio.to_thread(InsecureClient, target, KEY)
     await asyncio.to_thread(client.WriteSchema, WriteSchemaRequest(schema=SCHEMA))
     first = await asyncio.to_thread(
@@ -159,9 +181,10 @@ async def run(writes: int, url: str, target: str, repeat: int) -> dict[str, tupl
     async with aiohttp.ClientSession() as http:
         readers = [
             asyncio.create_task(permify_reader(http, url, first.written_at.token, got)),
+            asyncio.create_task(permify_grpc_reader(permify_target, first.written_at.token, got)),
             asyncio.create_task(sse_reader(http, url, first_seq, got)),
         ]
-        await asyncio.sleep(0.5)  # let the three streams settle before timing starts
+        await asyncio.sleep(0.5)  # let the four streams settle before timing starts
 
         def write_all() -> None:
             for i in range(writes):
@@ -173,7 +196,7 @@ async def run(writes: int, url: str, target: str, repeat: int) -> dict[str, tupl
 
         deadline = time.monotonic() + BUDGET_S
         await asyncio.to_thread(write_all)
-        # three receivers on threads and loops of their own: poll their shared progress
+        # four receivers on threads and loops of their own: poll their shared progress
         while not got.done(first_seq) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for task in readers:
@@ -189,6 +212,7 @@ def report(
 ) -> dict[str, tuple[float, float]]:
     """Print one repeat's figures; returns (p50, p99) per path and for the ack floor."""
     print(f"writes: {len(started)} (one relationship each, sequential, loopback)")
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"{'path':<22}{'received':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     out = {"ack": (pct(acks, 50), pct(acks, 99))}
     for path, label in PATHS:
@@ -240,13 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         db_url = cluster.start()
         migrate(db_url)
-        port, grpc_port = free_port(), free_port()
-        proc = start_service(db_url, port, grpc_port, home)
+        port, grpc_port, permify_port = free_port(), free_port(), free_port()
+        proc = start_service(db_url, port, grpc_port, permify_port, home)
         runs = []
         for repeat in range(max(1, min(args.repeats, 9))):
             print(f"\nrepeat {repeat + 1}")
             url, target = f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
-            runs.append(asyncio.run(run(max(1, args.writes), url, target, repeat)))
+            permify_target = f"127.0.0.1:{permify_port}"
+            runs.append(asyncio.run(run(max(1, args.writes), url, target, permify_target, repeat)))
         summary(runs, load_before)
     finally:
         if proc is not None:

@@ -13,8 +13,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import psycopg
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from watch_service.compat import permify_grpc, permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
@@ -119,9 +120,15 @@ async def _end_streams(app: web.Application) -> None:
 
 
 async def _authz_history(app: web.Application) -> None:
-    """AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants too, not only to new ones."""
-    async with app[POOL].connection() as conn:
-        changed = await authz_writes.apply_history_window(conn, app[SETTINGS].authz_history_ms)
+    """AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants too, not only to new ones. Best
+    effort: a service whose database is down at start still starts (and says so)."""
+    try:
+        async with app[POOL].connection() as conn:
+            history_ms = app[SETTINGS].authz_history_ms
+            changed = await authz_writes.apply_history_window(conn, history_ms)
+    except (psycopg.Error, PoolTimeout) as exc:
+        log.warning("authz history window not applied to existing tenants (next start): %s", exc)
+        return
     if changed:
         log.info("authz history window applied to %d existing tenant(s)", changed)
 

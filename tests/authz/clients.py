@@ -10,12 +10,15 @@ the client's ``StreamResultOfWatchResponse`` model.
 from __future__ import annotations
 
 import asyncio
+import types
 import uuid
 
+import grpc
 import orjson
 import permify
 from permify.models.stream_result_of_watch_response import StreamResultOfWatchResponse
 
+from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
 from watch_service.protocol import authz as pa
 
 GRPC_KEY = "test-grpc-key"
@@ -125,3 +128,16 @@ async def sse_records(
 
     await asyncio.wait_for(read(), timeout)
     return records[:n]
+
+
+def permify_grpc_client(port: int, key: str | None = None) -> types.SimpleNamespace:
+    """Stubs of the Permify gRPC services on one channel, with ``md`` the auth metadata."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    return types.SimpleNamespace(
+        channel=channel,
+        tenancy=pb_grpc.TenancyStub(channel),
+        schema=pb_grpc.SchemaStub(channel),
+        data=pb_grpc.DataStub(channel),
+        watch=pb_grpc.WatchStub(channel),
+        md=(("authorization", f"Bearer {key}"),) if key else None,
+    )

@@ -208,3 +208,23 @@ async def test_nul_and_integer_schema_version_are_400s(authz_service, http):
     grpc_error(status, doc, 3, 400)
     async with http.get(f"{url}/v0/topics/{pa.change_topic(tenant)}") as r:
         assert (await r.json())["head_seq"] == head  # nothing written
+
+
+async def test_rest_matches_permifys_gateway(authz_service, http):
+    """Where the REST surface differed from Permify's gateway: unknown fields are ignored,
+    empty write lists are allowed, 1,000 items per write, ``a,b``-style tenant ids
+    (TenantCreateRequest ``[a-zA-Z0-9-,]+``) and one-letter relation names
+    (``^[a-zA-Z_]{1,64}$``)."""
+    url, tenant = authz_service.url, f"a,b-{uuid.uuid4().hex[:8]}"
+    status, body = await post(http, f"{url}/v1/tenants/create", {"id": tenant, "extra": 1})
+    assert status == 200, body
+    schema = {"schema": "entity user {}\nentity document { relation x @user }", "extra": True}
+    status, body = await post(http, f"{url}/v1/tenants/{tenant}/schemas/write", schema)
+    assert status == 200, body
+    status, empty = await post(http, f"{url}/v1/tenants/{tenant}/data/write", {"tuples": []})
+    assert status == 200 and empty["snap_token"]
+    many = [{**viewer(str(i)), "relation": "x"} for i in range(1000)]
+    status, body = await post(http, f"{url}/v1/tenants/{tenant}/data/write", {"tuples": many})
+    assert status == 200, body
+    status, page = await post(http, f"{url}/v1/tenants/{tenant}/data/relationships/read", {})
+    assert status == 200 and len(page["tuples"]) == 100 and page["continuous_token"]

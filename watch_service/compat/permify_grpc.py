@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 
 from watch_service.compat import permify_json as pj
 from watch_service.compat import permify_ops as ops
+from watch_service.compat import permify_stream as stream
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
@@ -56,7 +57,7 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, (db.TenantNotFound, TopicGone)):
         return grpc.StatusCode.NOT_FOUND, f"ERROR_CODE_TENANT_NOT_FOUND: {exc}"
     if isinstance(exc, HistoryLost):
-        return grpc.StatusCode.INVALID_ARGUMENT, ops.history_message(exc)
+        return grpc.StatusCode.INVALID_ARGUMENT, stream.history_message(exc)
     if isinstance(exc, json_format.Error | TypeError):  # e.g. an Any of an unknown type
         return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}"
     if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
@@ -156,10 +157,10 @@ class Watch(_Base, pb_grpc.WatchServicer):
         try:
             ctx = await self._ctx(context)
             doc = _doc(request)
-            start = await ops.watch_start(ctx, ops.tenant_of(doc.get("tenant_id")), doc)
+            start = await stream.watch_start(ctx, ops.tenant_of(doc.get("tenant_id")), doc)
             # Initial metadata now says "anchored": every change after this is streamed.
             await context.send_initial_metadata(())
-            async for item in ops.watch_changes(self.app[HUB], self.app[POOL], start, IDLE_S):
+            async for item in stream.watch_changes(self.app[HUB], self.app[POOL], start, IDLE_S):
                 if item is None:
                     continue  # a gone client cancels this task; nothing to check
                 token, changes = item

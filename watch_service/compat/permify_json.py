@@ -167,11 +167,13 @@ def parse_tuples(doc: dict, key: str, min_items: int = 0) -> list[pa.Tuple]:
 
 def parse_attributes(doc: dict) -> list[pa.Attribute]:
     items = _list(doc, "attributes", "body", MAX_DATA_PER_WRITE)
-    last = {}
+    first: dict[tuple, pa.Attribute] = {}
     for i, a in enumerate(items):
         attr = parse_attribute(a, f"attributes[{i}]")
-        last[(attr.entity_type, attr.entity_id, attr.name)] = attr  # the last write wins
-    return list(last.values())
+        # Permify keeps the first of repeated (entity, attribute) in one write and skips the
+        # rest (internal/servers/data_server.go Write, attributesMap).
+        first.setdefault((attr.entity_type, attr.entity_id, attr.name), attr)
+    return list(first.values())
 
 
 def parse_tuple_filter(doc: Any, field: str, require_type: bool) -> pa.TupleFilter:

@@ -1,7 +1,7 @@
 """The Permify Watch (seed 000) over REST: ``POST /v1/tenants/{tenant_id}/watch`` streams one
 grpc-gateway JSON line ``{"result": {"changes": {"snap_token", "data_changes"}}}`` per change
 record of the tenant's change topic, from ``snap_token`` (exclusive) or from now
-(``permify_ops.watch_start`` / ``watch_changes``, shared with the gRPC Watch).
+(``permify_stream.watch_start`` / ``watch_changes``, shared with the gRPC Watch).
 
 Once the stream has started, an error is a final ``{"error": {"code", "message", "details"}}``
 line (a history gap is never skipped silently).
@@ -17,6 +17,7 @@ from aiohttp import web
 
 from watch_service.compat import permify_json as pj
 from watch_service.compat import permify_ops as ops
+from watch_service.compat import permify_stream as stream
 from watch_service.compat.permify_rest import json_body, permify_handler
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
 from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
@@ -30,7 +31,7 @@ IDLE_S = 1.0  # how often an idle watch checks that its client is still there
 @permify_handler()
 async def watch(request: web.Request, ctx: ops.Ctx, tenant: str | None) -> web.StreamResponse:
     assert tenant is not None
-    start = await ops.watch_start(ctx, tenant, await json_body(request))
+    start = await stream.watch_start(ctx, tenant, await json_body(request))
     resp = web.StreamResponse(
         headers={
             "Content-Type": "application/json",
@@ -43,13 +44,13 @@ async def watch(request: web.Request, ctx: ops.Ctx, tenant: str | None) -> web.S
     return resp
 
 
-async def _stream(request: web.Request, resp: web.StreamResponse, start: ops.WatchStart) -> None:
+async def _stream(request: web.Request, resp: web.StreamResponse, start: stream.WatchStart) -> None:
     app = request.app
     timeout = app[SETTINGS].write_timeout_s
     task = asyncio.current_task()
     app[STREAM_TASKS].add(task)
     try:
-        async for item in ops.watch_changes(app[HUB], app[POOL], start, IDLE_S):
+        async for item in stream.watch_changes(app[HUB], app[POOL], start, IDLE_S):
             if item is None:
                 if request.transport is None or request.transport.is_closing():
                     return
@@ -58,7 +59,7 @@ async def _stream(request: web.Request, resp: web.StreamResponse, start: ops.Wat
     except pj.PermifyError as err:
         await _final(resp, err)
     except HistoryLost as exc:
-        await _final(resp, pj.invalid(ops.history_message(exc)))
+        await _final(resp, pj.invalid(stream.history_message(exc)))
     except TopicGone:
         await _final(resp, pj.PermifyError(pj.NOT_FOUND, "the tenant was deleted"))
     except (TimeoutError, ConnectionError):

@@ -198,7 +198,7 @@ def check_tenant(tenant: Any, field: str = "tenant_id") -> str:
     ):
         raise AuthzInputError(
             f"{field}: {tenant!r} does not match "
-            r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$ or ^[a-zA-Z0-9\-,]{1,64}$"
+            r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$"
         )
     return tenant
 

@@ -1,5 +1,6 @@
-"""Permify's schema language, pure: parse the definitions of a schema text and validate writes
-against them the way Permify does, with Permify's error codes.
+"""Permify's schema language, pure: parse the definitions of a schema text the way Permify
+does, with Permify's error codes (writes are checked against them by
+``protocol.permify_validation``).
 
 Parsed: ``entity NAME { … }`` with ``relation NAME @type @type#relation …``, ``attribute NAME
 TYPE`` (boolean, string, integer, double and their ``[]`` forms) and ``permission``/``action
@@ -16,7 +17,6 @@ INVALID_ARGUMENT, 4xxx NOT_FOUND, else INTERNAL).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from watch_service.protocol.errors import AuditsyncError
 
@@ -55,7 +55,6 @@ ERROR_CODES = {
     "ERROR_CODE_ATTRIBUTE_DEFINITION_NOT_FOUND": 4010,
     "ERROR_CODE_ATTRIBUTE_TYPE_MISMATCH": 4011,
 }
-_ELLIPSIS = "..."  # Permify's "no subject relation" (pkg/tuple ELLIPSIS)
 
 
 class SchemaError(AuditsyncError):
@@ -301,52 +300,3 @@ def _compile(defs: dict) -> None:
                         "ERROR_CODE_UNDEFINED_RELATION_REFERENCE",
                         f"{ename}#{pname}: {first}.{second} is not defined",
                     )
-
-
-# -- write validation ------------------------------------------------------------------------
-def _entity_def(defs: dict, entity_type: str) -> dict:
-    ent = defs["entities"].get(entity_type)
-    if ent is None:  # Permify reads one definition row per entity name: none is SCHEMA_NOT_FOUND
-        raise SchemaError(
-            "ERROR_CODE_SCHEMA_NOT_FOUND", f"entity {entity_type!r} is not in the schema"
-        )
-    return ent
-
-
-def validate_tuple(defs: dict, t: Any) -> None:
-    """Permify's internal/validation ValidateTuple: ``t`` is a ``protocol.authz.Tuple``."""
-    subject_relation = "" if t.subject_relation == _ELLIPSIS else t.subject_relation
-    if (t.entity_type, t.entity_id, t.relation) == (t.subject_type, t.subject_id, subject_relation):
-        raise SchemaError(
-            "ERROR_CODE_ENTITY_AND_SUBJECT_CANNOT_BE_EQUAL", "a tuple cannot relate to itself"
-        )
-    refs = _entity_def(defs, t.entity_type)["relations"].get(t.relation)
-    if refs is None:
-        raise SchemaError(
-            "ERROR_CODE_RELATION_DEFINITION_NOT_FOUND",
-            f"{t.entity_type}#{t.relation} is not a relation in the schema",
-        )
-    allowed = [f"{typ}#{rel}" if rel else typ for typ, rel in refs]
-    key = f"{t.subject_type}#{subject_relation}" if subject_relation else t.subject_type
-    if key not in allowed:
-        raise SchemaError(
-            "ERROR_CODE_SUBJECT_TYPE_NOT_FOUND",
-            f"{t.entity_type}#{t.relation} does not allow subject {key} (allowed: "
-            + ", ".join("@" + a for a in allowed)
-            + ")",
-        )
-
-
-def validate_attribute(defs: dict, a: Any) -> None:
-    """Permify's ValidateAttribute: ``a`` is a ``protocol.authz.Attribute`` (value checked)."""
-    typ = _entity_def(defs, a.entity_type)["attributes"].get(a.name)
-    if typ is None:
-        raise SchemaError(
-            "ERROR_CODE_ATTRIBUTE_DEFINITION_NOT_FOUND",
-            f"{a.entity_type}${a.name} is not an attribute in the schema",
-        )
-    if a.value.get("@type") != VALUE_TYPES[typ]:
-        raise SchemaError(
-            "ERROR_CODE_ATTRIBUTE_TYPE_MISMATCH",
-            f"{a.entity_type}${a.name} is {typ}; the value is {a.value.get('@type')}",
-        )
