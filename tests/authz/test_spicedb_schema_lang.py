@@ -30,6 +30,7 @@ def test_canonical_text_round_trips():
     text = checks.canonical(schema)
     assert text.startswith("definition org/doc {\n\trelation parent: org/doc\n")
     assert "\tpermission view = (viewer + owner) - parent->view & parent.any(view)\n" in text
+
     def by_name(s: lang.Schema) -> list:
         return sorted(s.definitions, key=lambda d: d.name)
 
