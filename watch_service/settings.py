@@ -57,6 +57,9 @@ class Settings:
     permify_grpc_port: int | None = None  # Permify gRPC surface (base.v1); None = off
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
+    grpc_tls_cert: Path | None = None  # PEM chain; with grpc_tls_key: TLS on the gRPC surfaces
+    grpc_tls_key: Path | None = None
+    spicedb_tenant: str = "t1"  # the one tenant the SpiceDB surface serves
     sink_key: str | None = None  # bearer key the sink presents to the service
     # Logging: "text" lines or one JSON object per line; an access log line per request.
     log_format: str = "text"
@@ -94,6 +97,9 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_PERMIFY_GRPC_PORT": ("permify_grpc_port", int),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
+    "AUDITSYNC_GRPC_TLS_CERT": ("grpc_tls_cert", Path),
+    "AUDITSYNC_GRPC_TLS_KEY": ("grpc_tls_key", Path),
+    "AUDITSYNC_SPICEDB_TENANT": ("spicedb_tenant", str),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
     "AUDITSYNC_LOG_FORMAT": ("log_format", str),
     "AUDITSYNC_ACCESS_LOG": ("access_log", bool),
@@ -206,6 +212,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     if values.get("log_format", "text") not in LOG_FORMATS:
         raise SettingsError(
             f"{source['log_format']}: expected text or json, got {values['log_format']!r}"
+        )
+    if (values.get("grpc_tls_cert") is None) != (values.get("grpc_tls_key") is None):
+        raise SettingsError(
+            "AUDITSYNC_GRPC_TLS_CERT and AUDITSYNC_GRPC_TLS_KEY: set both (TLS on) or neither"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()

@@ -255,6 +255,12 @@ class ChangeRecord:
     changes: list[Change]
     metadata: dict | None
     schema: SchemaChange | None = None  # set on a schema write's record (its changes are [])
+    part: tuple[int, int] | None = None  # (i, n): record i of the n one transaction appended
+
+    @property
+    def ends_revision(self) -> bool:
+        """The last (or only) record of its transaction."""
+        return self.part is None or self.part[0] == self.part[1]
 
 
 def _change_doc(c: Change) -> dict:
@@ -308,7 +314,12 @@ def parse_change_record(data: str | bytes) -> ChangeRecord:
         schema = doc.get("schema")
         if schema is not None:
             schema = SchemaChange(str(schema["dialect"]), str(schema["version"]))
-        return ChangeRecord(doc["tenant"], doc["source"], changes, doc.get("metadata"), schema)
+        part = doc.get("part")
+        if part is not None:
+            part = (int(part[0]), int(part[1]))
+        return ChangeRecord(
+            doc["tenant"], doc["source"], changes, doc.get("metadata"), schema, part
+        )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AuthzInputError(f"not a change record ({type(exc).__name__}: {exc})") from None
 

@@ -38,6 +38,30 @@ async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tu
     return await cur.fetchall()
 
 
+async def topic_incarnation(conn: AsyncConnection, tenant: str) -> int | None:
+    """The creation time (µs since the epoch) of the tenant's live change topic: a tenant's
+    delete and re-create changes it, which is how a token from before is told apart."""
+    cur = await conn.execute(
+        "SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM topics "
+        "WHERE name = %s AND deleted_at IS NULL",
+        (pa.change_topic(tenant),),
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def latest_schema_version(conn: AsyncConnection, tenant: str, dialect: str) -> str | None:
+    """The version id of the tenant's current schema in ``dialect`` (what a cache of the
+    parsed schema is keyed by), without reading the schema itself."""
+    cur = await conn.execute(
+        "SELECT version FROM authz_schemas WHERE tenant = %s AND dialect = %s "
+        "ORDER BY created_at DESC, version DESC LIMIT 1",
+        (tenant, dialect),
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
 # -- filters ---------------------------------------------------------------------------------
 def tuple_where(f: pa.TupleFilter) -> tuple[sql.Composable, list]:
     """A SQL condition (no leading AND) and its parameters, equivalent to ``pa.matches``."""

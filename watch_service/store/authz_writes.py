@@ -12,6 +12,7 @@ is created on first use with ``ttl_ms`` = the history window; its retention is t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 
 import orjson
 from psycopg import AsyncConnection, errors, sql
@@ -51,6 +52,18 @@ class PreconditionFailed(AuthzStoreError):
     pass
 
 
+class DeleteLimitExceeded(AuthzStoreError):
+    """More relationships match a limited delete than its limit, and partial deletion was not
+    requested (SpiceDB's INVALID_ARGUMENT)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"found more than {limit} relationships to be deleted and partial deletion was "
+            "not requested"
+        )
+        self.limit = limit
+
+
 @dataclasses.dataclass(frozen=True)
 class Precondition:
     must_match: bool
@@ -60,7 +73,8 @@ class Precondition:
 @dataclasses.dataclass(frozen=True)
 class Write:
     """One transaction's worth of changes. ``tuple_ops`` ops: create (fails if present),
-    touch (upsert, always reported), write (insert if absent, reported only if new),
+    touch (upsert, reported only if new: a touch that changes nothing is no change),
+    write (insert if absent, reported only if new),
     delete (reported only if present)."""
 
     tuple_ops: list[tuple[str, pa.Tuple]] = dataclasses.field(default_factory=list)
@@ -71,6 +85,9 @@ class Write:
     delete_attributes: pa.AttributeFilter | None = None
     preconditions: list[Precondition] = dataclasses.field(default_factory=list)
     metadata: dict | None = None
+    # run first, under the topic lock (so against a schema no concurrent write changes):
+    # raises to refuse the whole write
+    check: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +189,8 @@ async def apply(
 async def _apply_locked(
     conn: AsyncConnection, tenant: str, topic: str, head_seq: int, source: str, w: Write
 ) -> WriteResult:
+    if w.check is not None:
+        await w.check(conn)
     for i, p in enumerate(w.preconditions):
         where, params = tuple_where(p.filter)
         cur = await conn.execute(
@@ -192,10 +211,7 @@ async def _apply_locked(
         matching = await count_tuples(conn, tenant, w.delete_tuples, w.delete_limit + 1)
         partial = matching > w.delete_limit
         if partial and not w.allow_partial:
-            raise PreconditionFailed(
-                f"more than optional_limit={w.delete_limit} relationships "
-                "match and optional_allow_partial_deletions is false"
-            )
+            raise DeleteLimitExceeded(w.delete_limit)
     if w.delete_tuples is not None:
         gone = await _delete_tuples(conn, tenant, w.delete_tuples, w.delete_limit)
         deleted = len(gone)
@@ -259,8 +275,7 @@ async def _tuple_ops(
         if op == "create" and t.key() not in inserted:
             raise TupleExists(t)
         if (
-            op == "touch"
-            or (op in ("create", "write") and t.key() in inserted)
+            (op in ("create", "write", "touch") and t.key() in inserted)
             or (op == "delete" and t.key() in removed)
         ):
             changes.append(pa.Change("create" if op == "write" else op, tuple=t))
