@@ -130,9 +130,16 @@ async def sse_records(
     return records[:n]
 
 
-def permify_grpc_client(port: int, key: str | None = None) -> types.SimpleNamespace:
-    """Stubs of the Permify gRPC services on one channel, with ``md`` the auth metadata."""
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+def permify_grpc_client(
+    port: int, key: str | None = None, root_cert: bytes | None = None
+) -> types.SimpleNamespace:
+    """Stubs of the Permify gRPC services on one channel, with ``md`` the auth metadata;
+    over TLS when ``root_cert`` (the server's certificate) is given."""
+    if root_cert is None:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    else:
+        creds = grpc.ssl_channel_credentials(root_certificates=root_cert)
+        channel = grpc.aio.secure_channel(f"localhost:{port}", creds)
     return types.SimpleNamespace(
         channel=channel,
         tenancy=pb_grpc.TenancyStub(channel),

@@ -17,6 +17,7 @@ import ipaddress
 import threading
 from pathlib import Path
 
+import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,10 +25,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from watch_service import settings as settings_mod
+from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.settings import SettingsError
 
 from ..support import InProcessService, free_port
-from .clients import GRPC_KEY
+from .clients import GRPC_KEY, permify_grpc_client
 from .spicedb_support import Op, define, unique_type, update, write
 
 pytestmark = pytest.mark.service
@@ -72,6 +74,7 @@ async def tls_service(pg_url, base_settings, tmp_path_factory):
     settings = dataclasses.replace(
         base_settings,
         grpc_port=free_port(),
+        permify_grpc_port=free_port(),
         grpc_key=GRPC_KEY,
         grpc_tls_cert=cert,
         grpc_tls_key=key,
@@ -80,6 +83,7 @@ async def tls_service(pg_url, base_settings, tmp_path_factory):
     svc = await InProcessService(settings, pg_url).start()
     svc.grpc_target = f"localhost:{settings.grpc_port}"
     svc.cert = cert.read_bytes()
+    svc.permify_port = settings.permify_grpc_port
     yield svc
     await svc.stop()
 
@@ -234,3 +238,20 @@ async def test_tls_settings_fail_clearly(pg_url, base_settings, tmp_path):
             await svc.start()
     finally:
         await svc.stop()  # what start-up had opened (the pool) is closed again
+
+
+async def test_permify_grpc_over_tls(tls_service):
+    """The Permify surface shares the TLS settings: a TLS client works, a plaintext one cannot
+    even start a call."""
+    secure = permify_grpc_client(tls_service.permify_port, root_cert=tls_service.cert)
+    plain = permify_grpc_client(tls_service.permify_port)
+    try:
+        tenant = f"tls-{free_port()}"
+        created = await secure.tenancy.Create(pb.TenantCreateRequest(id=tenant, name="tls"))
+        assert created.tenant.id == tenant
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await plain.tenancy.List(pb.TenantListRequest(page_size=1), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await secure.channel.close()
+        await plain.channel.close()

@@ -28,6 +28,7 @@ from google.protobuf.message import Message
 from watch_service.compat import permify_json as pj
 from watch_service.compat import permify_ops as ops
 from watch_service.compat import permify_stream as stream
+from watch_service.compat import tls
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
@@ -214,7 +215,7 @@ async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     """The Permify gRPC server on ``settings.permify_grpc_port`` for the app's lifetime."""
     settings = app[SETTINGS]
     server = build_server(app)
-    server.add_insecure_port(f"{settings.host}:{settings.permify_grpc_port}")
+    tls.add_port(server, f"{settings.host}:{settings.permify_grpc_port}", settings)
     await server.start()
     log.info("Permify gRPC surface on %s:%d", settings.host, settings.permify_grpc_port)
     try:
