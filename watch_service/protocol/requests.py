@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from watch_service.protocol import payloads
 from watch_service.protocol.errors import InvalidRequest, PayloadTooLarge
 from watch_service.protocol.names import check_node
 
@@ -83,7 +84,7 @@ def topic_config(body: bytes) -> TopicConfig:
 
 @dataclasses.dataclass(frozen=True)
 class NewRecord:
-    """A validated record, its JSON already serialised compactly for storage."""
+    """A validated record, its JSON serialised compactly for storage (numbers as sent)."""
 
     data: str
     meta: str | None
@@ -92,7 +93,12 @@ class NewRecord:
 
 
 def new_records(body: bytes, max_record_bytes: int) -> list[NewRecord]:
-    doc = _object(parse_json(body), "body", {"records"})
+    """The records of an append body; ``data`` and ``meta`` keep every value exactly as sent
+    (``protocol/payloads``), only whitespace and string escapes are normalised."""
+    try:
+        doc = _object(payloads.loads_exact(body), "body", {"records"})
+    except payloads.PayloadError as exc:
+        raise InvalidRequest(f"body: {exc}") from None
     records = doc.get("records")
     if not isinstance(records, list):
         raise InvalidRequest(
