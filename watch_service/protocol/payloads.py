@@ -82,12 +82,13 @@ def loads_exact(text: bytes | str) -> Any:
     """JSON values whose ``orjson.dumps`` keeps every number as written; ``PayloadError`` when
     ``text`` is not JSON or holds an object with a duplicate key."""
     raw = text.encode() if isinstance(text, str) else text
+    refused: orjson.JSONDecodeError | None = None
     try:
         value = orjson.loads(raw)
         if orjson.dumps(value) == raw:
             return value
-    except orjson.JSONDecodeError:
-        pass  # orjson refuses some JSON (1e400); the exact parse decides
+    except orjson.JSONDecodeError as exc:
+        refused = exc  # orjson also refuses some JSON (1e400): the exact parse decides
     try:
         value = _EXACT.decode(raw.decode("utf-8"))
         orjson.dumps(value)  # what orjson refuses (a lone surrogate escape) is refused here
@@ -97,5 +98,5 @@ def loads_exact(text: bytes | str) -> Any:
             "so that the log keeps exactly what was written"
         ) from None
     except (ValueError, orjson.JSONEncodeError, RecursionError) as exc:
-        raise PayloadError(f"malformed JSON ({exc})") from None
+        raise PayloadError(f"malformed JSON ({refused or exc})") from None
     return value
