@@ -52,12 +52,16 @@ def _serve(args, settings: Settings) -> int:
     import uvloop
     from aiohttp import web
 
+    from watch_service import serve as serve_mod
     from watch_service.app import create_app
 
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
+    app = create_app(settings, url)  # with workers too: a bad setting fails here, once
+    workers = settings.workers or serve_mod.default_workers()
+    if workers > 1:
+        return serve_mod.supervise(workers, settings.host, settings.port, settings.grpc_port)
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
-    app = create_app(settings, url)
     log.info("serving on http://%s:%d", settings.host, settings.port)
     web.run_app(
         app,
@@ -116,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes on the one port (default: one per core; see watch_service/serve)",
+    )
+    serve.add_argument(
         "--no-migrate",
         action="store_true",
         help="do not start the embedded cluster or migrate before serving",
@@ -157,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             host=getattr(args, "host", None),
             port=getattr(args, "port", None),
             grpc_port=getattr(args, "grpc_port", None),
+            workers=getattr(args, "workers", None),
         )
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:
