@@ -30,7 +30,9 @@ class PayloadError(AuditsyncError, ValueError):
     """JSON text that cannot be kept exactly; the message says why."""
 
 
-class DuplicateKey(ValueError):
+class DuplicateKey(PayloadError):
+    """An object with ``key`` twice (raised by the parse, explained by ``loads_exact``)."""
+
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
