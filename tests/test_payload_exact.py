@@ -5,6 +5,7 @@ does gives the stored text (so the reconcile hash matches)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import orjson
@@ -12,8 +13,10 @@ import pytest
 
 from tests.support import call, unique
 from tests.watch import wire
-from watch_service.protocol.landing import payload_hash
+from watch_service.protocol.landing import COLUMN_NAMES, payload_hash
 from watch_service.protocol.payloads import PayloadError, loads_exact
+from watch_service.sink.client import watch
+from watch_service.sink.rows import FrameContext, frame_rows
 
 # Numbers that any float or 64-bit integer would change, and a string escape orjson re-spells.
 EXACT = (
@@ -120,3 +123,23 @@ async def test_duplicate_keys_are_400_and_nothing_is_written(service, http, reco
     assert "more than once" in doc["error"]["message"]
     status, info = await call(http, "GET", f"{service.url}/v0/topics/{topic}")
     assert (status, info["head_seq"]) == (200, 0)
+
+
+@pytest.mark.service
+@pytest.mark.pg
+async def test_the_sink_lands_the_stored_text_and_its_hash(service, http):
+    """The sink's client re-encodes a delivered payload to the stored text, so the landing
+    zone's data_sha256 is the hash reconcile computes over ``records.data``."""
+    topic = unique("exact")
+    assert (await call(http, "PUT", f"{service.url}/v0/topics/{topic}", json={}))[0] == 201
+    status, doc = await post_raw(http, service.url, topic, f'{{"records":[{{"data":{SENT}}}]}}')
+    assert status == 200, doc
+    async with asyncio.timeout(10):
+        async for frame in watch(service.url, [topic], http=http):
+            if frame.event == "record":
+                break
+    ctx = FrameContext("c", None, 1, frame.id, 0)
+    (row,) = frame_rows(frame.event, frame.data, ctx, {}).rows
+    columns = dict(zip(COLUMN_NAMES, row, strict=True))
+    assert columns["data"] == EXACT
+    assert columns["data_sha256"] == hashlib.sha256(EXACT.encode()).hexdigest()
