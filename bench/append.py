@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -68,6 +69,45 @@ def record(i: int) -> dict:
         "tag": "update",
         "node": f"node-{i % 4}",
     }
+
+
+class RawClient:
+    """One kept-alive HTTP/1.1 connection sending pre-encoded requests and reading each answer
+    (status line, Content-Length, body). A load generator that costs a fraction of a full
+    client's CPU, so the machine's cores go to the service and PostgreSQL being measured."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str):
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def open(cls, url: str) -> RawClient:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    def post_request(self, path: str, body: bytes) -> bytes:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    async def call(self, request: bytes) -> bytes:
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = _CONTENT_LENGTH.search(head)
+        if length is None:
+            raise RuntimeError(f"answer without Content-Length: {head!r}")
+        body = await self.reader.readexactly(int(length[1]))
+        if head[9:12] != b"200":
+            raise RuntimeError(f"append failed: {head[:12]!r} {body[:300]!r}")
+        return body
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+_CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *([0-9]+)")
 
 
 class CpuMeter:
@@ -130,52 +170,44 @@ class Bench:
     async def http_append(
         self, per_request: int, total_records: int, topics: int = 1, service: str = "sync"
     ) -> float:
-        """records/s with CLIENTS clients, each on its own connection, posting pre-encoded bodies
-        to one topic (or spread over ``topics`` topics)."""
+        """records/s with CLIENTS clients, each on its own kept-alive connection, posting
+        pre-encoded requests to one topic (or spread over ``topics`` topics)."""
         self.url, self.cpu.service = self.services[service], service
         requests_per_client = max(1, total_records // per_request // CLIENTS)
         bodies = [
             orjson.dumps({"records": [record(i * per_request + j) for j in range(per_request)]})
             for i in range(64)
         ]
-        sessions = [
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(CLIENTS)
-        ]
-        try:
-            names = [await self.new_topic(sessions[0]) for _ in range(topics)]
-            headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            names = [await self.new_topic(session) for _ in range(topics)]
+            # connected before the clock starts
+            clients = [await RawClient.open(self.url) for _ in range(CLIENTS)]
+            try:
+                requests = [
+                    [c.post_request(f"/v0/topics/{names[i % topics]}/records", b) for b in bodies]
+                    for i, c in enumerate(clients)
+                ]
 
-            async def client(session: aiohttp.ClientSession, c: int) -> None:
-                url = f"{self.url}/v0/topics/{names[c % topics]}/records"
-                for k in range(requests_per_client):
-                    async with session.post(
-                        url, data=bodies[(c + k) % len(bodies)], headers=headers
-                    ) as r:
-                        if r.status != 200:
-                            raise RuntimeError(f"append failed: {r.status} {await r.text()}")
-                        await r.read()
+                async def client(c: int) -> None:
+                    for k in range(requests_per_client):
+                        await clients[c].call(requests[c][(c + k) % len(bodies)])
 
-            async def touch(session: aiohttp.ClientSession) -> None:
-                async with session.get(f"{self.url}/healthz") as r:
-                    await r.read()
-
-            await asyncio.gather(*(touch(s) for s in sessions))  # connect before the clock starts
-            cpu_before = self.cpu.sample()
-            started = time.perf_counter()
-            await asyncio.gather(*(client(s, c) for c, s in enumerate(sessions)))
-            elapsed = time.perf_counter() - started
-            self.note_cpu(cpu_before, requests_per_client * CLIENTS * per_request)
+                cpu_before = self.cpu.sample()
+                started = time.perf_counter()
+                await asyncio.gather(*(client(c) for c in range(CLIENTS)))
+                elapsed = time.perf_counter() - started
+                self.note_cpu(cpu_before, requests_per_client * CLIENTS * per_request)
+            finally:
+                for c in clients:
+                    c.close()
             head = 0
             for name in names:
-                async with sessions[0].get(f"{self.url}/v0/topics/{name}") as r:
+                async with session.get(f"{self.url}/v0/topics/{name}") as r:
                     head += (await r.json())["head_seq"]
-            expected = requests_per_client * CLIENTS * per_request
-            if head != expected:
-                raise RuntimeError(f"{names}: {head} records appended, expected {expected}")
-            return expected / elapsed
-        finally:
-            for s in sessions:
-                await s.close()
+        expected = requests_per_client * CLIENTS * per_request
+        if head != expected:
+            raise RuntimeError(f"{names}: {head} records appended, expected {expected}")
+        return expected / elapsed
 
     async def copy(self, rows: int) -> float:
         """rows/s of one COPY (one transaction) into a fresh table shaped like ``records``."""
