@@ -3,15 +3,17 @@
 Each worker is its own interpreter running the whole app (``create_app``: its pool, its LISTEN
 connection and tailers) on a socket bound with ``SO_REUSEPORT``, so the kernel spreads new
 connections over the workers; sessions live in PostgreSQL, so any worker serves any stream.
-Every response carries ``X-Auditsync-Worker: <index>`` so an operator (and the tests) can see
-which worker answered. The SpiceDB gRPC surface, when enabled, is served by worker 0 alone.
+Every response of a worker carries ``X-Auditsync-Worker: <index>`` so an operator (and the
+tests) can see which worker answered; ``--workers 1`` runs the app in the one process, as
+before. The SpiceDB gRPC surface, when enabled, is served by worker 0 alone.
 
 The supervisor (``supervise``):
 
 * creates a fresh private folder for prometheus_client's multiprocess mode and passes it to
   the workers as ``PROMETHEUS_MULTIPROC_DIR`` in their environment, so it is set before they
   import anything; the folder is removed when the supervisor exits. This is the one place
-  that variable is set (:func:`worker_environment`).
+  that variable is set (:func:`worker_environment`). No worker is ever replaced, so no dead
+  worker's metric files need marking: they go with the folder.
 * starts the workers and waits until each says it listens (a line on a pipe); a worker that
   exits or stays silent for ``START_TIMEOUT_S`` fails the start: the others are stopped and the
   supervisor exits 2.
