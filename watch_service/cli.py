@@ -70,6 +70,7 @@ def _serve(args, settings: Settings) -> int:
     import uvloop
     from aiohttp import web
 
+    from watch_service import serve as serve_mod
     from watch_service.app import create_app
     from watch_service.web import logs
 
@@ -77,9 +78,17 @@ def _serve(args, settings: Settings) -> int:
     # Every listener is had before the database starts; the HTTP socket is bound now and
     # listens once the application (the pool, the gRPC server) has started.
     check_grpc(settings)
-    sock = bind_http(settings.host, settings.port, listen=False, what=HTTP_SETTING)
+    workers = settings.workers or serve_mod.default_workers()
+    sock = bind_http(
+        settings.host, settings.port, listen=False, what=HTTP_SETTING, reuse_port=workers > 1
+    )
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
-    app = create_app(settings, url)
+    app = create_app(settings, url)  # with workers too: a bad setting fails here, once
+    if workers > 1:
+        sock.close()  # each worker binds its own socket to the port (SO_REUSEPORT)
+        code = serve_mod.supervise(workers, settings, url)
+        print(_stopped_message(settings, url), file=sys.stderr)
+        return code
     try:
         web.run_app(
             app,
@@ -224,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, metavar="P", help="HTTP port (default: $AUDITSYNC_PORT, else 8400)"
     )
     serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes on the one port (default: one per core; see watch_service/serve)",
+    )
+    serve.add_argument(
         "--no-migrate",
         action="store_true",
         help="do not start the embedded cluster or migrate before serving (default: off)",
@@ -294,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             log_format=getattr(args, "log_format", None),
             access_log=getattr(args, "access_log", None),
             permify_grpc_port=getattr(args, "permify_grpc_port", None),
+            workers=getattr(args, "workers", None),
         )
         if settings.database_url:
             check_url(settings.database_url)

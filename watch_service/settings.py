@@ -39,6 +39,8 @@ class Settings:
     pool_min: int = 2
     pool_max: int = 10
     pool_timeout_s: float = 5.0
+    # `serve` worker processes on one port; None: one per core the process may run on.
+    workers: int | None = None
     retention_interval_s: float = 5.0
     # SSE watch (seed 002)
     session_ttl_ms: int = 300_000
@@ -83,6 +85,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_RECORD_BYTES": ("max_record_bytes", int),
     "AUDITSYNC_POOL_MAX": ("pool_max", int),
     "AUDITSYNC_POOL_TIMEOUT_S": ("pool_timeout_s", float),
+    "AUDITSYNC_WORKERS": ("workers", int),
     "AUDITSYNC_RETENTION_INTERVAL_S": ("retention_interval_s", float),
     "AUDITSYNC_SESSION_TTL_MS": ("session_ttl_ms", int),
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
@@ -113,6 +116,7 @@ _POSITIVE = {
     "max_record_bytes",
     "pool_max",
     "pool_timeout_s",
+    "workers",
     "retention_interval_s",
     "session_ttl_ms",
     "max_streams",

@@ -34,12 +34,31 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-def configure(log_format: str, level: int = logging.INFO) -> None:
-    """Install the root handler once, in the process's entry point."""
+class _Worker(logging.Filter):
+    """Stamps every record with its worker's index (``serve --workers N``)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
+def configure(log_format: str, level: int = logging.INFO, worker: int | None = None) -> None:
+    """Install the root handler once, in the process's entry point; a worker's lines say
+    which worker wrote them."""
     handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    elif worker is None:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    else:
+        text = TEXT_FORMAT.replace("%(name)s", "%(name)s[worker %(worker)s]")
+        handler.setFormatter(logging.Formatter(text))
+    if worker is not None:
+        handler.addFilter(_Worker(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
