@@ -274,9 +274,8 @@ async def _tuple_ops(
     for op, t in ops:
         if op == "create" and t.key() not in inserted:
             raise TupleExists(t)
-        if (
-            (op in ("create", "write", "touch") and t.key() in inserted)
-            or (op == "delete" and t.key() in removed)
+        if (op in ("create", "write", "touch") and t.key() in inserted) or (
+            op == "delete" and t.key() in removed
         ):
             changes.append(pa.Change("create" if op == "write" else op, tuple=t))
     return changes
