@@ -20,6 +20,7 @@ from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
 from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
+from watch_service.server.watch_stream import sweeper
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
@@ -77,6 +78,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def retention_loop(app: web.Application) -> None:
     settings, metrics = app[SETTINGS], app[METRICS]
+    metrics.tail_cache_limit_bytes.set(settings.tail_cache_bytes)
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
@@ -97,8 +99,13 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     """The LISTEN hub, its safety poll and the cursor flusher; open streams end on exit."""
-    hub = app[HUB] = Hub(app[POOL], app[DB_URL])
+    settings, metrics = app[SETTINGS], app[METRICS]
+    metrics.tail_cache_limit_bytes.set(settings.tail_cache_bytes)
+    hub = app[HUB] = Hub(
+        app[POOL], app[DB_URL], settings.tail_cache_bytes, metrics.tail_cache_bytes.set
+    )
     tasks = [
+        asyncio.create_task(sweeper(app[STREAMS], settings.write_timeout_s), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
         asyncio.create_task(hub.safety_poll(), name="safety-poll"),
         asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
@@ -109,6 +116,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    await hub.aclose()
 
 
 async def _end_streams(app: web.Application) -> None:

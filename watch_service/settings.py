@@ -42,6 +42,7 @@ class Settings:
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
+    tail_cache_bytes: int = 64 * 1024 * 1024  # all shared tailers' record caches together
     # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"
@@ -74,6 +75,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
+    "AUDITSYNC_TAIL_CACHE_BYTES": ("tail_cache_bytes", int),
     "AUDITSYNC_SYNCHRONOUS_COMMIT": ("synchronous_commit", str),
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
@@ -95,6 +97,7 @@ _POSITIVE = {
     "max_streams",
     "write_timeout_s",
     "cursor_flush_ms",
+    "tail_cache_bytes",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
 }

@@ -1,10 +1,14 @@
 """One shared tailer per topic per process, woken by ``NOTIFY``, fanning out to its streams.
 
 The ``Hub`` owns the LISTEN connection (outside the pool) and the tailers. A ``Tailer`` reads
-new records once into a bounded, contiguous cache of pre-encoded records and wakes every
-subscriber; subscribers at the tail take pages from the cache, subscribers behind it page
-through PostgreSQL themselves. ``durable_head`` trails ``head`` until the WAL holding those
-commits is flushed, which is what ``consistency: strong`` delivers up to.
+new records once into a contiguous cache of pre-encoded records, bounded in bytes across the
+process (``cache_limit``), pushes them to the streams live at its tail (``engine.fanout``) and
+wakes every other subscriber: those take pages from the cache, or page through PostgreSQL when
+they are behind it. ``durable_head`` trails ``head`` until the WAL holding those commits is
+flushed, which is what ``consistency: strong`` delivers up to.
+
+Every task here has an owner: a tailer's refresh task is cancelled when its last subscriber
+leaves, and ``Hub.aclose`` cancels and awaits whatever is left.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.engine.fanout import Flags, LiveSet, LiveSink
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import Record, encode
 from watch_service.protocol.tombstones import missed_range
@@ -26,12 +31,13 @@ from watch_service.store.topics import CHANNEL
 log = logging.getLogger("auditsync.tailer")
 
 CACHE_RECORDS = 8192
+CACHE_BYTES = 64 * 1024 * 1024  # the default byte bound of all tailers' caches together
 REFRESH_PAGE = 2000
 SAFETY_POLL_S = 2.0
+RECONNECT_S = (0.1, 30.0)  # the LISTEN reconnect backoff: first delay, ceiling
+ITEM_OVERHEAD = 200  # bytes an item costs besides its strings (objects, dict, list slot)
+STR_OVERHEAD = 49  # bytes of a str object besides its characters (ASCII)
 Wake = Callable[[str], None]
-
-
-Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 
 
 class CachedRecord:
@@ -39,15 +45,23 @@ class CachedRecord:
     from the cache carry these items themselves (``seq`` and ``node`` as a record's), not
     copies: a page is built once per subscriber per wake-up."""
 
-    __slots__ = ("encodings", "node", "rec", "seq")
+    __slots__ = ("encodings", "node", "rec", "seq", "size")
 
     def __init__(self, rec: Record) -> None:
         self.rec, self.seq, self.node = rec, rec.seq, rec.node
         self.encodings: dict[Flags, str] = {}
+        # What the item holds, in bytes (characters: the payloads are ASCII-escaped JSON text
+        # as often as not); it grows with each encoding made.
+        self.size = ITEM_OVERHEAD + sum(
+            len(v) + STR_OVERHEAD for v in (rec.data, rec.meta, rec.tag, rec.node) if v
+        )
 
 
-def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
-    """The encoding of a cached record under ``flags``, made on first use and kept."""
+def cache_encoder(
+    flags: Flags, grew: Callable[[int], None] | None = None
+) -> Callable[[CachedRecord], str]:
+    """The encoding of a cached record under ``flags``, made on first use and kept; ``grew``
+    is told the bytes each new encoding adds."""
     meta, tags, data = flags
 
     def encoded(item: CachedRecord) -> str:
@@ -56,6 +70,10 @@ def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
             enc = item.encodings[flags] = encode(
                 item.rec, include_meta=meta, include_tags=tags, include_data=data
             )
+            added = len(enc) + STR_OVERHEAD
+            item.size += added
+            if grew is not None:
+                grew(added)
         return enc
 
     return encoded
@@ -70,10 +88,13 @@ class Tailer:
         self.deleted = False
         self.cache: list[CachedRecord] = []
         self.cache_after: int | None = None  # cache holds seqs cache_after+1 .. cache_end
+        self.cache_bytes = 0  # what the cache holds (``CachedRecord.size`` summed)
         self.subs: set[Wake] = set()
         self.strong_subs = 0  # subscribers with consistency "strong"
+        self.live = LiveSet()  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
+        self.reads = 0  # refresh reads made (a test counts them to catch a spinning tailer)
 
     @property
     def cache_end(self) -> int | None:
@@ -93,13 +114,51 @@ class Tailer:
         ):
             return None
         start = after - self.cache_after
-        return build_page(
+        page = build_page(
             self.cache[start : start + limit],
-            cache_encoder(flags),
+            self.encoder(flags),
             limit=limit,
             max_bytes=max_bytes,
             upto=upto,
         )
+        self._bound()
+        return page
+
+    def encoder(self, flags: Flags) -> Callable[[CachedRecord], str]:
+        """``cache_encoder`` whose new encodings count in the cache's bytes."""
+        return cache_encoder(flags, self._grew)
+
+    def _grew(self, added: int) -> None:
+        self.cache_bytes += added
+        if self.hub is not None:
+            self.hub.cache_grew(added)
+
+    def _bound(self) -> None:
+        """Drop the oldest cached records while the caches hold more than their byte bound (or
+        this one more than ``CACHE_RECORDS``): only this cache grew, so only it shrinks."""
+        limit = self.hub.cache_limit if self.hub is not None else CACHE_BYTES
+        over = self.hub.cache_total - limit if self.hub is not None else self.cache_bytes - limit
+        drop, freed = max(0, len(self.cache) - CACHE_RECORDS), 0
+        for item in self.cache[:drop]:
+            freed += item.size
+        while drop < len(self.cache) and freed < over:
+            freed += self.cache[drop].size
+            drop += 1
+        if drop:
+            del self.cache[:drop]
+            assert self.cache_after is not None
+            self.cache_after += drop
+            self._grew(-freed)
+
+    def join(self, sink: LiveSink) -> bool:
+        """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
+        if self.deleted or self.cache_after is None:
+            return False
+        self.live.join(sink)
+        return True
+
+    def leave(self, sink: LiveSink) -> None:
+        self.live.leave(sink)
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
@@ -111,8 +170,25 @@ class Tailer:
 
     def on_deleted(self, head: int) -> None:
         self.deleted, self.head, self.durable_head = True, head, head
-        self.cache, self.cache_after = [], head
+        self._reset(head)
         self._wake()
+
+    def _reset(self, cache_after: int) -> None:
+        """Restart the cache empty after ``cache_after``; live streams page on their own (a
+        tombstone or a deletion frame comes first)."""
+        self._grew(-self.cache_bytes)
+        self.cache, self.cache_after = [], cache_after
+        self.live.drop_all(self.topic)
+
+    def close(self) -> asyncio.Task | None:
+        """The last subscriber left: stop refreshing. Returns the cancelled task, if any."""
+        self._grew(-self.cache_bytes)
+        self.cache, self.cache_after = [], None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            return task
+        return None
 
     def on_created(self) -> None:
         self.deleted = False
@@ -135,27 +211,32 @@ class Tailer:
             log.warning("tailer %s refresh failed: %s", self.topic, exc)
 
     async def _refresh_once(self) -> bool:
+        self.reads += 1
         async with self.hub.pool.connection() as conn:
             if self.cache_after is None:
                 page = await tail.read_tail(conn, self.topic, 2**62, 1)
                 if page is None:
                     return False
-                cache_after = page.head_seq
+                self.cache_after = page.head_seq
+                fresh: list[CachedRecord] = []
             else:
                 after = self.cache_after + len(self.cache)
                 page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
                 if page is None:
                     return False
-                cache_after = self.cache_after
-                if page.records and page.records[0].seq != after + 1:
+                fresh = [CachedRecord(r) for r in page.records]
+                if fresh and fresh[0].seq != after + 1:
                     # Trimmed or recreated past the cache: restart the cache at the new records.
-                    self.cache, cache_after = [], page.records[0].seq - 1
-                self.cache.extend(CachedRecord(r) for r in page.records)
-                if len(self.cache) > CACHE_RECORDS:
-                    drop = len(self.cache) - CACHE_RECORDS
-                    del self.cache[:drop]
-                    cache_after += drop
-            self.cache_after = cache_after  # with the cache, before any await: readers see both
+                    self._reset(fresh[0].seq - 1)
+                elif not fresh and page.head_seq > after:
+                    # Every record after the cache was trimmed: the cache restarts at the head
+                    # (re-reading the same empty range would spin).
+                    self._reset(page.head_seq)
+                after = self.cache_after + len(self.cache)
+                self.cache.extend(fresh)  # with cache_after, before any await: readers see both
+                added = sum(item.size for item in fresh)
+                self.cache_bytes += added
+                self.hub.cache_grew(added)
         self.earliest = page.earliest_seq
         was_deleted, self.deleted = self.deleted, page.deleted
         seen = self.cache_after + len(self.cache)
@@ -164,7 +245,12 @@ class Tailer:
             self.durable_head = self.head
         else:
             self.hub.await_flush(self, page.insert_lsn, self.head)
-        if page.records or was_deleted != self.deleted or self.durable_head == self.head:
+        if page.deleted:
+            self.live.drop_all(self.topic)
+        elif fresh and self.live.groups:
+            self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
+        self._bound()
+        if fresh or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()
         return len(page.records) >= REFRESH_PAGE or page.head_seq > seen
 
@@ -177,11 +263,26 @@ class Tailer:
 class Hub:
     """The LISTEN connection and the per-topic tailers of this process."""
 
-    def __init__(self, pool: AsyncConnectionPool, db_url: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        db_url: str,
+        cache_limit: int = CACHE_BYTES,
+        on_cache_bytes: Callable[[float], None] | None = None,
+    ) -> None:
         self.pool, self.db_url = pool, db_url
         self.tailers: dict[str, Tailer] = {}
+        self.cache_limit = cache_limit  # bytes all tailers' caches may hold together
+        self.cache_total = 0
+        self._on_cache_bytes = on_cache_bytes
         self._flush_waits: list[tuple[Tailer, int, int]] = []
         self._flush_task: asyncio.Task | None = None
+        self._retired: set[asyncio.Task] = set()  # cancelled tailer tasks not yet finished
+
+    def cache_grew(self, added: int) -> None:
+        self.cache_total += added
+        if self._on_cache_bytes is not None:
+            self._on_cache_bytes(self.cache_total)
 
     def subscribe(self, topic: str, wake: Wake, strong: bool = False) -> Tailer:
         tailer = self.tailers.get(topic)
@@ -200,6 +301,20 @@ class Hub:
             tailer.subs.discard(wake)
             if not tailer.subs:
                 del self.tailers[topic]
+                task = tailer.close()
+                if task is not None:
+                    self._retired.add(task)
+                    task.add_done_callback(self._retired.discard)
+
+    async def aclose(self) -> None:
+        """Cancel and await every task the hub started (its owner calls this on exit)."""
+        tasks = [t._task for t in self.tailers.values() if t._task is not None]
+        tasks += [*self._retired, *([self._flush_task] if self._flush_task else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def dispatch(self, payload: str) -> None:
         kind, head, topic = payload.split(" ", 2)
@@ -236,13 +351,16 @@ class Hub:
             self._flush_waits = pending
 
     async def run(self) -> None:
-        """LISTEN forever, reconnecting; after any reconnect every tailer re-reads."""
+        """LISTEN forever, reconnecting with a bounded exponential backoff (one log line per
+        attempt); after any reconnect every tailer re-reads."""
+        delay = RECONNECT_S[0]
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.db_url, autocommit=True
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    delay = RECONNECT_S[0]
                     for tailer in self.tailers.values():
                         tailer.kick()
                     async for note in conn.notifies():
@@ -250,8 +368,10 @@ class Hub:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting", exc)
-                await asyncio.sleep(0.5)
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_S[1])
 
     async def safety_poll(self) -> None:
         """Re-check heads periodically, in case a notification was lost with a connection."""

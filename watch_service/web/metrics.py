@@ -60,6 +60,14 @@ class Metrics:
             "gauge",
             "append commit to first write of the newest delivered record",
         )
+        self.tail_cache_limit_bytes = Metric(
+            "auditsync_tail_cache_limit_bytes",
+            "gauge",
+            "bytes the tailers' record caches may hold together (AUDITSYNC_TAIL_CACHE_BYTES)",
+        )
+        self.tail_cache_bytes = Metric(
+            "auditsync_tail_cache_bytes", "gauge", "bytes the shared tailers' record caches hold"
+        )
 
     def render(self) -> str:
         out: list[str] = []
