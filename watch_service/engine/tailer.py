@@ -149,6 +149,8 @@ class Tailer:
             assert self.cache_after is not None
             self.cache_after += drop
             self._grew(-freed)
+        if self.hub is not None:
+            self.hub.cache_bounded()
 
     def join(self, sink: LiveSink) -> bool:
         """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
@@ -221,7 +223,7 @@ class Tailer:
                 fresh: list[CachedRecord] = []
             else:
                 after = self.cache_after + len(self.cache)
-                page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
+                page = await tail.read_tail(conn, self.topic, after, self._page_limit())
                 if page is None:
                     return False
                 fresh = [CachedRecord(r) for r in page.records]
@@ -252,7 +254,15 @@ class Tailer:
         self._bound()
         if fresh or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()
-        return len(page.records) >= REFRESH_PAGE or page.head_seq > seen
+        return bool(fresh) and page.head_seq > seen
+
+    def _page_limit(self) -> int:
+        """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one
+        read holds at most about an eighth of the cache bound."""
+        if not self.cache:
+            return REFRESH_PAGE
+        last = self.cache[-1].size
+        return max(1, min(REFRESH_PAGE, self.hub.cache_limit // 8 // max(last, 1)))
 
     def mark_durable(self, head: int) -> None:
         if head > self.durable_head:
@@ -274,6 +284,7 @@ class Hub:
         self.tailers: dict[str, Tailer] = {}
         self.cache_limit = cache_limit  # bytes all tailers' caches may hold together
         self.cache_total = 0
+        self.cache_peak = 0  # the most the caches held once bounded (tests and benchmarks)
         self._on_cache_bytes = on_cache_bytes
         self._flush_waits: list[tuple[Tailer, int, int]] = []
         self._flush_task: asyncio.Task | None = None
@@ -281,6 +292,10 @@ class Hub:
 
     def cache_grew(self, added: int) -> None:
         self.cache_total += added
+
+    def cache_bounded(self) -> None:
+        """A tailer has trimmed its cache back under the bound: report the bytes held."""
+        self.cache_peak = max(self.cache_peak, self.cache_total)
         if self._on_cache_bytes is not None:
             self._on_cache_bytes(self.cache_total)
 

@@ -129,6 +129,11 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
     definition = WatchDefinition.from_json(row.definition)
     server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
+    for older in [s for s in app[STREAMS] if s.wid == wid]:
+        # One wid, one stream: the older one here ends now (its writes are fenced off below)
+        # and its cursors, newer than the row's (write-behind), are where this one starts.
+        older.end("taken over")
+        server_cursors = dict(older.state.cursors)
     cursors = cursor_codec.rewind(
         server_cursors, cursor_codec.decode(request.headers.get("Last-Event-ID"))
     )
@@ -136,8 +141,6 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         gen = await sessions.open_stream(conn, wid, cursors, LEASE_S)
     if gen is None:
         raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
-    for older in [s for s in app[STREAMS] if s.wid == wid]:
-        older.end("taken over")  # one wid, one stream: its writes are fenced off already
 
     resp = web.StreamResponse(
         headers={
