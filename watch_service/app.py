@@ -20,7 +20,7 @@ from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
 from watch_service.engine.tailer import Hub
 from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
-from watch_service.server.watch_stream import sweeper
+from watch_service.server.stream_upkeep import cursor_flusher, sweeper
 from watch_service.settings import Settings
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
@@ -105,10 +105,10 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
         app[POOL], app[DB_URL], settings.tail_cache_bytes, metrics.tail_cache_bytes.set
     )
     tasks = [
-        asyncio.create_task(sweeper(app[STREAMS], settings.write_timeout_s), name="stream-sweep"),
+        asyncio.create_task(sweeper(app), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
         asyncio.create_task(hub.safety_poll(), name="safety-poll"),
-        asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
+        asyncio.create_task(cursor_flusher(app), name="cursor-flusher"),
     ]
     yield
     for task in tasks:

@@ -221,19 +221,19 @@ class Tailer:
                     return False
                 self.cache_after = page.head_seq
                 fresh: list[CachedRecord] = []
+                lost = False
             else:
                 after = self.cache_after + len(self.cache)
                 page = await tail.read_tail(conn, self.topic, after, self._page_limit())
                 if page is None:
                     return False
                 fresh = [CachedRecord(r) for r in page.records]
-                if fresh and fresh[0].seq != after + 1:
-                    # Trimmed or recreated past the cache: restart the cache at the new records.
-                    self._reset(fresh[0].seq - 1)
-                elif not fresh and page.head_seq > after:
-                    # Every record after the cache was trimmed: the cache restarts at the head
-                    # (re-reading the same empty range would spin).
-                    self._reset(page.head_seq)
+                # Records after the cache are gone: trimmed or recreated past it (the cache
+                # restarts at the next record), or every one of them trimmed (it restarts at
+                # the head: re-reading the same empty range would spin).
+                lost = fresh[0].seq != after + 1 if fresh else page.head_seq > after
+                if lost:
+                    self._reset(fresh[0].seq - 1 if fresh else page.head_seq)
                 after = self.cache_after + len(self.cache)
                 self.cache.extend(fresh)  # with cache_after, before any await: readers see both
                 added = sum(item.size for item in fresh)
@@ -252,7 +252,7 @@ class Tailer:
         elif fresh and self.live.groups:
             self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
         self._bound()
-        if fresh or was_deleted != self.deleted or self.durable_head == self.head:
+        if fresh or lost or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()
         return bool(fresh) and page.head_seq > seen
 

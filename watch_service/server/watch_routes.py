@@ -23,6 +23,7 @@ from watch_service.protocol.errors import (
     Unauthorized,
 )
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
+from watch_service.server.stream_upkeep import LEASE_S
 from watch_service.server.topic_routes import json_response, read_body
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
@@ -31,7 +32,6 @@ from watch_service.web.auth import authorize, hash_secret
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
-LEASE_S = 30.0
 
 
 def new_wid() -> str:
@@ -129,11 +129,11 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
     definition = WatchDefinition.from_json(row.definition)
     server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
-    for older in [s for s in app[STREAMS] if s.wid == wid]:
-        # One wid, one stream: the older one here ends now (its writes are fenced off below)
-        # and its cursors, newer than the row's (write-behind), are where this one starts.
-        older.end("taken over")
-        server_cursors = dict(older.state.cursors)
+    older = [s for s in app[STREAMS] if s.wid == wid]
+    for stream in older:
+        stream.end("taken over")  # one wid, one stream: its writes are fenced off below
+    if older:  # the newest one's cursors are newer than the row's (write-behind)
+        server_cursors = dict(max(older, key=lambda s: s.gen).state.cursors)
     cursors = cursor_codec.rewind(
         server_cursors, cursor_codec.decode(request.headers.get("Last-Event-ID"))
     )
@@ -183,42 +183,6 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
     finally:
-        app[STREAMS].discard(stream)
         app[STREAM_TASKS].discard(task)
-        app[METRICS].open_streams.set(len(app[STREAMS]))
-        stream.closed = True
-        with contextlib.suppress(Exception):
-            async with app[POOL].connection() as conn:
-                await sessions.close_stream(conn, wid, gen, stream.state.cursors)
+        stream.closed = True  # the cursor flusher stores its cursors and releases its lease
     return resp
-
-
-async def cursor_flusher(app: web.Application) -> None:
-    """Write-behind: persist changed cursor maps of open streams and renew their leases."""
-    interval = app[SETTINGS].cursor_flush_ms / 1000
-    last_lease = 0.0
-    while True:
-        await asyncio.sleep(interval)
-        renew = time.monotonic() - last_lease > LEASE_S / 3
-        batch, streams = [], []
-        for stream in list(app[STREAMS]):
-            if stream.state.dirty or renew:
-                stream.state.dirty = False
-                batch.append((stream.wid, stream.gen, dict(stream.state.cursors)))
-                streams.append(stream)
-        if not batch:
-            continue
-        try:
-            async with app[POOL].connection() as conn:
-                written = await sessions.save_cursors(conn, batch, LEASE_S)
-            for stream in streams:
-                if (stream.wid, stream.gen) not in written:
-                    stream.end("taken over")  # by a stream elsewhere, or the session is gone
-            if renew:
-                last_lease = time.monotonic()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("cursor flush failed (will retry): %s", exc)
-            for stream in app[STREAMS]:
-                stream.state.dirty = True

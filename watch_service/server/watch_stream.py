@@ -7,10 +7,10 @@ socket's transport synchronously and its cursor moves at once, so frames of diff
 never carry ids out of order; the paging task then waits for the buffer to drain. A stream whose
 buffer is above ``HIGH_WATER`` is not pushed to: it pages on its own until it catches up.
 
-Nothing here arms a timer per write: ``sweep`` (one periodic task for all streams) ends streams
-whose client went away and cuts off a client whose buffer has not drained for
-``write_timeout_s``. Cursors are flushed to the session row write-behind by the cursor flusher,
-fenced by the stream's generation (``gen``): a stream taken over by a newer GET ends.
+Nothing here arms a timer per write: ``check`` (run for every stream by one periodic sweep)
+ends streams whose client went away and cuts off a client whose buffer has not drained for
+``write_timeout_s``. Cursors are written to the session row write-behind, fenced by the
+stream's generation (``gen``), by ``server.stream_upkeep``: a stream taken over ends.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from aiohttp import web
 
@@ -80,6 +80,7 @@ class WatchStream:
         self._swept = (0, 0)  # (sent, buffered) at the last sweep
         self._stalled_since: float | None = None
         self._draining = False
+        self.flushed_at = 0.0  # when the cursor flusher last wrote this stream's cursors
 
     # -- wiring ----------------------------------------------------------------------------
     def wake(self, topic: str) -> None:
@@ -296,17 +297,3 @@ class WatchStream:
                 await self.writer.drain()
             finally:
                 self._draining = False
-
-
-def sweep(streams: Iterable[WatchStream], write_timeout_s: float) -> None:
-    now = time.monotonic()
-    for stream in list(streams):
-        stream.check(now, write_timeout_s)
-
-
-async def sweeper(streams: set[WatchStream], write_timeout_s: float) -> None:
-    """The one periodic task that notices gone and stalled clients of every open stream."""
-    interval = min(SWEEP_S, write_timeout_s / 4)
-    while True:
-        await asyncio.sleep(interval)
-        sweep(streams, write_timeout_s)

@@ -115,12 +115,22 @@ async def save_cursors(
     return {(w, int(g)) for w, g in await cur.fetchall()}
 
 
-async def close_stream(conn: AsyncConnection, wid: str, gen: int, cursors: dict[str, int]) -> bool:
-    """The last write of stream ``gen``: its cursors, and the lease released. A no-op (False)
-    once a newer stream took the session over: the lease is then that stream's."""
-    cur = await conn.execute(
-        "UPDATE watch_sessions SET cursors = %s, last_active_at = now(), "
-        "stream_lease_until = NULL WHERE wid = %s AND stream_gen = %s",
-        (Jsonb(cursors), wid, gen),
+async def close_streams(
+    conn: AsyncConnection, ended: list[tuple[str, int, dict[str, int]]]
+) -> None:
+    """The last write of ended streams, as (wid, generation, cursors): their cursors, and their
+    leases released, in one round trip. A stream taken over by a newer one writes nothing: the
+    session's cursors and lease are the newer stream's."""
+    if not ended:
+        return
+    await conn.execute(
+        """UPDATE watch_sessions AS s
+              SET cursors = u.cursors::jsonb, last_active_at = now(), stream_lease_until = NULL
+             FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(wid, gen, cursors)
+            WHERE s.wid = u.wid AND s.stream_gen = u.gen""",
+        (
+            [w for w, _, _ in ended],
+            [g for _, g, _ in ended],
+            [orjson.dumps(c).decode() for _, _, c in ended],
+        ),
     )
-    return cur.rowcount > 0
