@@ -10,6 +10,7 @@ leaves the live set and pages on its own until it is at the tail again.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol, TypeVar
 
@@ -18,6 +19,7 @@ from watch_service.protocol.stream_state import Delivered, SharedFrame, record_b
 
 Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
+YIELD_EVERY = 500  # streams pushed to between two turns of the event loop
 
 
 class Item(Sequenced, Delivered, Protocol):
@@ -68,7 +70,7 @@ def shared_frames(
         if not page:
             break
         last = page[-1][0].seq
-        out.append(SharedFrame(last, record_body(topic, page, node, cursor, head)))
+        out.append(SharedFrame(topic, last, record_body(topic, page, node, cursor, head)))
         start, cursor = start + len(page), last
     return out
 
@@ -99,7 +101,7 @@ class LiveSet:
             for sink in sinks:
                 sink.left(topic)
 
-    def push(
+    async def push(
         self,
         topic: str,
         items: Sequence[T],
@@ -108,13 +110,21 @@ class LiveSet:
         head: int,
         encoder: Callable[[Flags], Callable[[T], str]],
     ) -> None:
-        """Push the records after ``after`` to every live stream, frames built once a group."""
+        """Push the records after ``after`` to every live stream, frames built once a group.
+        Every ``YIELD_EVERY`` streams the loop lets other work run (an append must not wait
+        for a push to ten thousand streams); a stream that left meanwhile is skipped."""
+        done = 0
         for group, sinks in list(self.groups.items()):
             shared = shared_frames(topic, items, after, upto, head, group, encoder)  # type: ignore[arg-type]
             if not shared:
                 continue
             for sink in list(sinks):
-                if not sink.push(topic, after, shared, upto, head):
+                if sink in sinks and not sink.push(topic, after, shared, upto, head):
                     sinks.discard(sink)
-            if not sinks:
+                done += 1
+                if done % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                    if self.groups.get(group) is not sinks:
+                        break  # every stream was dropped meanwhile (a tombstone is due)
+            if not sinks and self.groups.get(group) is sinks:
                 del self.groups[group]

@@ -250,7 +250,7 @@ class Tailer:
         if page.deleted:
             self.live.drop_all(self.topic)
         elif fresh and self.live.groups:
-            self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
+            await self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
         self._bound()
         if fresh or lost or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()

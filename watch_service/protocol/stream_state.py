@@ -53,14 +53,29 @@ class Outgoing:
     data: bytes
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+def frame_id_of(cursors: dict[str, int]) -> str:
+    """THE frame id of a cursor map: every id a stream sends is made here."""
+    return cursor_codec.encode(cursors)
+
+
 class SharedFrame:
     """A record frame built once for every stream at one cursor with one set of options:
     ``body`` is the frame without its id line (None: the node filter dropped every record),
-    ``cursor`` the topic's cursor once it is written."""
+    ``cursor`` the topic's cursor once it is written. Streams of one-topic sessions share the
+    whole frame, id included (``solo``), made on first use."""
 
-    cursor: int
-    body: bytes | None
+    __slots__ = ("_solo", "body", "cursor", "topic")
+
+    def __init__(self, topic: str, cursor: int, body: bytes | None) -> None:
+        self.topic, self.cursor, self.body = topic, cursor, body
+        self._solo: bytes | None = None
+
+    def solo(self) -> bytes:
+        if self._solo is None:
+            assert self.body is not None
+            frame_id = frame_id_of({self.topic: self.cursor})
+            self._solo = frames.with_id(frame_id, self.body)
+        return self._solo
 
 
 def record_body(
@@ -119,7 +134,7 @@ class StreamState:
     def frame_id(self, topic: str, cursor: int) -> str:
         """The id of a frame of ``topic`` that moves its cursor to ``cursor``: the map with the
         other topics' cursors as they stand."""
-        return cursor_codec.encode({**self.cursors, topic: cursor})
+        return frame_id_of({**self.cursors, topic: cursor})
 
     def frame(self, topic: str, event: str, data: str, cursor: int) -> Outgoing:
         """A frame of ``topic`` whose id carries ``cursor`` for it and the others' cursors."""
@@ -183,9 +198,13 @@ class StreamState:
         if self.cursors.get(topic) != after:
             return None
         out = []
+        solo = len(self.cursors) == 1
         for item in shared:
             if item.body is not None:
-                frame = frames.with_id(self.frame_id(topic, item.cursor), item.body)
+                if solo:
+                    frame = item.solo()
+                else:
+                    frame = frames.with_id(self.frame_id(topic, item.cursor), item.body)
                 out.append(Outgoing(topic, "record", item.cursor, frame))
             self.cursors[topic] = item.cursor
             if item.cursor < upto:

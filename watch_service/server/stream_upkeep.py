@@ -4,8 +4,9 @@
 fenced by each stream's generation (a stream whose write matched no row was taken over, maybe
 by another worker, and ends), plus the final write of streams that ended (cursors stored, lease
 released) — batched too, so thousands of clients leaving at once cost a few statements, not a
-pool connection each. At most ``FLUSH_ROWS`` cursor maps a round (those flushed longest ago
-first): a crash re-delivers a little more, never skips.
+pool connection each. At most ``FLUSH_ROWS_PER_S`` cursor maps a second, those flushed longest
+ago first, so the write load on PostgreSQL does not grow with the number of streams: with many
+streams a crash re-delivers a few seconds more, never skips.
 
 ``sweeper``: notices gone clients and clients whose socket buffer has not drained for
 ``write_timeout_s`` (``WatchStream.check``), with no timer per write.
@@ -27,12 +28,12 @@ from watch_service.web.app_keys import METRICS, POOL, SETTINGS, STREAMS
 
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
-FLUSH_ROWS = 2000  # cursor maps written per round at most (leases renew all of them)
+FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
 
 
-async def flush(app: web.Application, renew: bool) -> None:
-    """One round: final writes of ended streams, then changed (or, with ``renew``, all)
-    cursor maps of open ones."""
+async def flush(app: web.Application, renew: bool, rows: int) -> None:
+    """One round: final writes of ended streams, then changed cursor maps of open ones (at
+    most ``rows`` of them), or with ``renew`` all of them, leases renewed."""
     streams: set[WatchStream] = app[STREAMS]
     ended = [s for s in streams if s.closed]
     if ended:
@@ -47,8 +48,8 @@ async def flush(app: web.Application, renew: bool) -> None:
             streams.update(ended)  # retried next round
             raise
     due = [s for s in streams if not s.closed and (renew or s.state.dirty)]
-    if not renew and len(due) > FLUSH_ROWS:
-        due = heapq.nsmallest(FLUSH_ROWS, due, key=lambda s: s.flushed_at)
+    if not renew and len(due) > rows:
+        due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)
     if not due:
         return
     now = time.monotonic()
@@ -72,20 +73,21 @@ async def cursor_flusher(app: web.Application) -> None:
     """Flush every ``cursor_flush_ms``; renew leases every third of ``LEASE_S``. Cancelled
     (on shutdown), it makes the final writes of the streams that ended."""
     interval = app[SETTINGS].cursor_flush_ms / 1000
+    rows = max(1, int(FLUSH_ROWS_PER_S * interval))
     last_lease = 0.0
     try:
         while True:
             await asyncio.sleep(interval)
             renew = time.monotonic() - last_lease > LEASE_S / 3
             try:
-                await flush(app, renew)
+                await flush(app, renew, rows)
                 if renew:
                     last_lease = time.monotonic()
             except Exception as exc:
                 log.warning("cursor flush failed (will retry): %s", exc)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
-            await flush(app, False)
+            await flush(app, False, rows)
         raise
 
 

@@ -106,7 +106,7 @@ class WatchStream:
             self.left(topic)
             return False
         if out:
-            self._emit(b"".join(o.data for o in out))
+            self._emit(out[0].data if len(out) == 1 else b"".join([o.data for o in out]))
             for o in out:
                 self.metrics.frames.inc(1, o.event)
         return True
