@@ -12,7 +12,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from tests.support import call, unique, wait_for
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.store.retention import current_ms, trim
 
 pytestmark = [pytest.mark.pg]

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
 from watch_service.engine.appender import Appender
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
 from watch_service.server.stream_upkeep import cursor_flusher, sweeper
 from watch_service.settings import Settings

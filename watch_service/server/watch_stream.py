@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from watch_service.engine.fanout import Group
-from watch_service.engine.tailer import Hub, Tailer
+from watch_service.engine.hub import Hub
+from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import encode
