@@ -109,3 +109,20 @@ async def test_a_stream_whose_buffer_fills_pages_on_its_own_and_rejoins(make_ser
     )
     slow.close()
     await asyncio.sleep(0)
+
+
+async def test_an_http_1_0_client_gets_the_same_frames_unchunked(api, service):
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+    writer.write(f"GET /v0/watch/{wid} HTTP/1.0\r\nAccept: text/event-stream\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"chunked" not in head, head
+    first = RETRY + caught_up_frame(topic, 0, {topic: 0})
+    assert await asyncio.wait_for(reader.readexactly(len(first)), 10) == first
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    await api.append(topic, 1)
+    pushed = record_frame(topic, await api.records(topic), 0, 1, {topic: 0})
+    assert await asyncio.wait_for(reader.readexactly(len(pushed)), 10) == pushed
+    writer.close()

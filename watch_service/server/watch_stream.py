@@ -78,6 +78,7 @@ class WatchStream:
         self.ending: str | None = None  # why the stream ends, once it must
         self.closed = False
         self.sent = 0  # bytes handed to the transport
+        self.chunked = True  # Transfer-Encoding: chunked (HTTP/1.1)
         self._swept = (0, 0)  # (sent, buffered) at the last sweep
         self._stalled_since: float | None = None
         self._draining = False
@@ -147,6 +148,7 @@ class WatchStream:
 
     async def run(self) -> None:
         await self.resp.write(frames.retry(frames.RETRY_MS))  # sends the headers too
+        self.chunked = bool(getattr(self.writer, "chunked", True))
         self.sent += len(frames.retry(frames.RETRY_MS))
         for topic in self.state.cursors:
             self.active[topic] = self.hub.subscribe(topic, self.wake, self.strong)
@@ -276,12 +278,12 @@ class WatchStream:
         await self._flow()
 
     def _emit(self, payload: bytes) -> None:
-        """Hand ``payload`` to the transport now, as one HTTP/1.1 chunk (the response is
-        chunked: its headers went out with the ``retry`` frame)."""
+        """Hand ``payload`` to the transport now, as one HTTP/1.1 chunk (an HTTP/1.0 response
+        is not chunked). The headers went out with the ``retry`` frame."""
         t = self.transport
         if self.ending is not None or t is None or t.is_closing():
             raise StreamEnded(self.ending or "disconnected")
-        data = b"%x\r\n%b\r\n" % (len(payload), payload)
+        data = b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload
         t.write(data)
         self.sent += len(data)
         self.last_write = time.monotonic()
