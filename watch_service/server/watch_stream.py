@@ -26,6 +26,7 @@ from watch_service.engine.fanout import Group
 from watch_service.engine.hub import Hub
 from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import encode
 from watch_service.protocol.stream_state import Delivered, Outgoing, SharedFrame, StreamState
@@ -42,7 +43,7 @@ SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (disconnects noticed
 Page = Sequence[tuple[Delivered, str]]
 
 
-class StreamEnded(ConnectionResetError):
+class StreamEnded(AuditsyncError, ConnectionResetError):
     """The stream ends: its client went away, stopped reading, or a newer stream took over."""
 
 
