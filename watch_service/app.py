@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.server import (
     health_routes,
     openapi_routes,
@@ -29,6 +29,7 @@ from watch_service.server import (
     topic_routes,
     watch_routes,
 )
+from watch_service.server.stream_upkeep import cursor_flusher, sweeper
 from watch_service.settings import Settings
 from watch_service.store import authz_writes
 from watch_service.store.database import database_url
@@ -116,11 +117,20 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     """The LISTEN hub, its safety poll and the cursor flusher; open streams end on exit."""
-    hub = app[HUB] = Hub(app[POOL], app[DB_URL])
+    settings, metrics = app[SETTINGS], app[METRICS]
+    metrics.tail_cache_limit_bytes.set(settings.tail_cache_bytes)
+    hub = app[HUB] = Hub(
+        app[POOL],
+        app[DB_URL],
+        settings.tail_cache_bytes,
+        metrics.tail_cache_bytes.set,
+        metrics.delivery_lag.observe,
+    )
     tasks = [
+        asyncio.create_task(sweeper(app), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
         asyncio.create_task(hub.safety_poll(), name="safety-poll"),
-        asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
+        asyncio.create_task(cursor_flusher(app), name="cursor-flusher"),
         asyncio.create_task(session_gc.session_gc_loop(app), name="session-gc"),
     ]
     yield
@@ -129,6 +139,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    await hub.aclose()
 
 
 async def _end_streams(app: web.Application) -> None:

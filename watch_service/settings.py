@@ -49,6 +49,7 @@ class Settings:
     cursor_flush_ms: int = 200
     max_sessions_per_key: int = 1_000  # live watch sessions one bearer key may hold (429 above)
     session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
+    tail_cache_bytes: int = 64 * 1024 * 1024  # all shared tailers' record caches together
     # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"
@@ -93,6 +94,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
     "AUDITSYNC_MAX_SESSIONS_PER_KEY": ("max_sessions_per_key", int),
     "AUDITSYNC_SESSION_GC_INTERVAL_S": ("session_gc_interval_s", float),
+    "AUDITSYNC_TAIL_CACHE_BYTES": ("tail_cache_bytes", int),
     "AUDITSYNC_SYNCHRONOUS_COMMIT": ("synchronous_commit", str),
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
@@ -124,6 +126,7 @@ _POSITIVE = {
     "cursor_flush_ms",
     "max_sessions_per_key",
     "session_gc_interval_s",
+    "tail_cache_bytes",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
 }

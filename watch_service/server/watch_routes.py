@@ -26,6 +26,7 @@ from watch_service.protocol.errors import (
 )
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
 from watch_service.server import session_gc
+from watch_service.server.stream_upkeep import LEASE_S
 from watch_service.server.topic_routes import json_response, read_body
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
@@ -34,7 +35,6 @@ from watch_service.web.auth import Key, authorize
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
-LEASE_S = 30.0
 WID_RE = re.compile(r"wid_[A-Za-z0-9_-]{22}")
 
 
@@ -153,9 +153,16 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     client = cursor_codec.parse_last_event_id(
         request.headers.get("Last-Event-ID"), list(definition.topics)
     )
+    older = [s for s in app[STREAMS] if s.wid == wid]
+    for stream in older:
+        stream.end("taken over")  # one wid, one stream: its writes are fenced off below
+    if older:  # the newest one's cursors are newer than the row's (write-behind)
+        server_cursors = dict(max(older, key=lambda s: s.gen).state.cursors)
     cursors = cursor_codec.rewind(server_cursors, client)
     async with app[POOL].connection() as conn:
-        await sessions.open_stream(conn, wid, LEASE_S)
+        gen = await sessions.open_stream(conn, wid, cursors, LEASE_S)
+    if gen is None:
+        raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
 
     resp = web.StreamResponse(
         headers={
@@ -174,14 +181,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     initial = {t: s.from_seq for t, s in definition.topics.items()}
     stream = WatchStream(
-        wid,
-        definition,
-        cursors,
-        initial,
-        app[HUB],
-        resp,
-        app[METRICS],
-        app[SETTINGS].write_timeout_s,
+        wid, gen, definition, cursors, initial, app[HUB], request, resp, app[METRICS]
     )
     app[STREAMS].add(stream)
     task = asyncio.current_task()
@@ -190,16 +190,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     try:
         await stream.run()
     except ConnectionError as exc:
-        log.info("stream %s ended: %s", wid, type(exc).__name__)
-    except TimeoutError:
-        # The client stopped reading: drop it. Its cursor never moved past the unwritten frame.
-        log.info(
-            "stream %s: write timed out after %.1fs; disconnecting",
-            wid,
-            app[SETTINGS].write_timeout_s,
-        )
-        if request.transport is not None:
-            request.transport.abort()
+        log.info("stream %s ended: %s", wid, exc or type(exc).__name__)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
@@ -214,38 +205,6 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
     finally:
-        app[STREAMS].discard(stream)
         app[STREAM_TASKS].discard(task)
-        app[METRICS].open_streams.set(len(app[STREAMS]))
-        stream.closed = True
-        with contextlib.suppress(Exception):
-            async with app[POOL].connection() as conn:
-                await sessions.close_stream(conn, wid, stream.state.cursors)
+        stream.closed = True  # the cursor flusher stores its cursors and releases its lease
     return resp
-
-
-async def cursor_flusher(app: web.Application) -> None:
-    """Write-behind: persist changed cursor maps of open streams and renew their leases."""
-    interval = app[SETTINGS].cursor_flush_ms / 1000
-    last_lease = 0.0
-    while True:
-        await asyncio.sleep(interval)
-        renew = time.monotonic() - last_lease > LEASE_S / 3
-        batch = []
-        for stream in list(app[STREAMS]):
-            if stream.state.dirty or renew:
-                stream.state.dirty = False
-                batch.append((stream.wid, dict(stream.state.cursors)))
-        if not batch:
-            continue
-        try:
-            async with app[POOL].connection() as conn:
-                await sessions.save_cursors(conn, batch, LEASE_S)
-            if renew:
-                last_lease = time.monotonic()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("cursor flush failed (will retry): %s", exc)
-            for stream in app[STREAMS]:
-                stream.state.dirty = True

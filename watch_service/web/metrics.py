@@ -108,6 +108,18 @@ class Metrics:
             registry=r,
         )
         self.build_info.labels(version(), platform.python_version()).set(1)
+        self.tail_cache_limit_bytes = Gauge(
+            "auditsync_tail_cache_limit_bytes",
+            "bytes the tailers' record caches may hold together (AUDITSYNC_TAIL_CACHE_BYTES)",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.tail_cache_bytes = Gauge(
+            "auditsync_tail_cache_bytes",
+            "bytes the shared tailers' record caches hold",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
 
     def observe_pool(self, stats: dict[str, int]) -> None:
         """Copy ``AsyncConnectionPool.get_stats()`` into the pool gauges (called per scrape)."""
