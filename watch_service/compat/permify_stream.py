@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from watch_service.compat import permify_json as pj
 from watch_service.compat.permify_ops import Ctx, allow
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.engine.topic_follower import HistoryLost, ensure_retained, follow
 from watch_service.protocol import authz as pa
 from watch_service.store import authz_writes as db
