@@ -123,7 +123,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     )
     app[SETTINGS] = settings
     app[DB_URL] = db_url or database_url(settings)
-    app[KEYS] = KeyRing.load(settings.keys_file)
+    app[KEYS] = KeyRing.load(settings.keys_file, settings.grpc_key)
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
     app.cleanup_ctx.append(_pool_ctx)

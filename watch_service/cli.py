@@ -50,24 +50,17 @@ def _migrate(args, settings: Settings) -> int:
 
 def _serve(args, settings: Settings) -> int:
     import uvloop
-    from aiohttp import web
 
     from watch_service.app import create_app
+    from watch_service.web.serving import serve
 
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
     app = create_app(settings, url)
     log.info("serving on http://%s:%d", settings.host, settings.port)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        loop=uvloop.new_event_loop(),
-        shutdown_timeout=5,
-        access_log=None,
-    )
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(app, settings))
     return 0
 
 

@@ -52,6 +52,12 @@ class Settings:
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
     sink_key: str | None = None  # bearer key the sink presents to the service
+    # Client read timeouts: a request's header must be complete within header_timeout_s of
+    # its first byte, its body read within body_timeout_s; an idle kept-alive connection is
+    # closed after keepalive_timeout_s.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
 
     @property
     def embedded(self) -> bool:
@@ -81,6 +87,9 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
+    "AUDITSYNC_HEADER_TIMEOUT_S": ("header_timeout_s", float),
+    "AUDITSYNC_BODY_TIMEOUT_S": ("body_timeout_s", float),
+    "AUDITSYNC_KEEPALIVE_TIMEOUT_S": ("keepalive_timeout_s", float),
 }
 
 _POSITIVE = {
@@ -97,6 +106,9 @@ _POSITIVE = {
     "cursor_flush_ms",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
+    "header_timeout_s",
+    "body_timeout_s",
+    "keepalive_timeout_s",
 }
 _BOOLS = {
     "1": True,

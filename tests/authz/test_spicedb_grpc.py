@@ -227,9 +227,14 @@ async def test_history_window_error(spicedb, authz_service):
     assert "ReadRelationships" in err.details()
 
 
-async def test_bad_credentials_and_bad_input(spicedb, authz_service):
+async def test_bad_credentials_and_bad_input(spicedb, authz_service, make_service):
+    from ..support import free_port
+    from .clients import GRPC_KEY
+
+    port = free_port()  # a service with a key: the shared authz_service is in dev mode
+    await make_service(grpc_port=port, grpc_key=GRPC_KEY)
     doc = unique_type()
-    for client in (InsecureClient(authz_service.grpc_target, "wrong"),):
+    for client in (InsecureClient(f"127.0.0.1:{port}", "wrong"),):
         with pytest.raises(grpc.RpcError) as err:
             await write(client, update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"))
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED

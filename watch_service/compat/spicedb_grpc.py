@@ -2,8 +2,10 @@
 ImportBulkRelationships and ``WatchService.Watch``, served by a ``grpc.aio`` server in the
 service's own event loop on ``settings.grpc_port``, over tenant ``spicedb_proto.TENANT``.
 
-Auth: with ``settings.grpc_key`` set, every call must carry metadata
-``authorization: Bearer <key>`` (UNAUTHENTICATED otherwise). Writes go through
+Auth: the service's keys (``web.auth.KeyRing``, the same as every surface): with keys
+configured every call carries metadata ``authorization: Bearer <key>`` (UNAUTHENTICATED
+otherwise) of a key with the ``write`` (Write/Delete/Import) or ``read`` (Read/Watch) scope
+whose prefixes cover the tenant's change topic (PERMISSION_DENIED otherwise). Writes go through
 ``store.authz_writes.apply`` (one transaction, one change record); Watch follows the tenant's change
 topic, so a ZedToken is a position in it and ``changes_through`` is always resumable.
 """
@@ -11,7 +13,6 @@ topic, so a ZedToken is a position in it and ``changes_through`` is always resum
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,9 +30,10 @@ from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 from watch_service.compat import spicedb_proto as sp
 from watch_service.engine.topic_follower import HistoryLost, TopicGone, ensure_retained, follow
 from watch_service.protocol import authz as pa
+from watch_service.protocol.errors import Forbidden, Unauthorized
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
-from watch_service.web.app_keys import HUB, POOL, SETTINGS
+from watch_service.web.app_keys import HUB, KEYS, POOL, SETTINGS
 
 log = logging.getLogger("auditsync.spicedb")
 TOPIC = pa.change_topic(sp.TENANT)
@@ -69,10 +71,10 @@ class _Service:
         self.app = app
         self.settings = app[SETTINGS]
 
-    async def _call(self, context: grpc.aio.ServicerContext, coro):
+    async def _call(self, context: grpc.aio.ServicerContext, coro, scope: str = "write"):
         """Run one unary handler: auth first, every failure as a gRPC status."""
         try:
-            self._auth(context)
+            self._auth(context, scope)
             return await coro
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
@@ -80,16 +82,15 @@ class _Service:
             coro.close()
             await context.abort(*_status(exc))
 
-    def _auth(self, context: grpc.aio.ServicerContext) -> None:
-        key = self.settings.grpc_key
-        if key is None:
-            return
-        got = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not hmac.compare_digest(str(got).encode(), f"Bearer {key}".encode()):
+    def _auth(self, context: grpc.aio.ServicerContext, scope: str) -> None:
+        try:
+            self.app[KEYS].check(context.invocation_metadata(), scope, TOPIC)
+        except Unauthorized as err:
             raise sp.SpiceDBError(
-                _Code.UNAUTHENTICATED,
-                "missing or wrong bearer key (metadata authorization: Bearer <key>)",
-            )
+                _Code.UNAUTHENTICATED, f"{err.message} (metadata authorization: Bearer <key>)"
+            ) from None
+        except Forbidden as err:
+            raise sp.SpiceDBError(_Code.PERMISSION_DENIED, err.message) from None
 
     async def _apply(self, w: db.Write) -> db.WriteResult:
         async with self.app[POOL].connection() as conn:
@@ -133,7 +134,7 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
 
     async def ReadRelationships(self, request, context) -> AsyncIterator:
         try:
-            self._auth(context)
+            self._auth(context, "read")
             f = sp.to_filter(request.relationship_filter, "relationship_filter")
             after = (
                 _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
@@ -206,7 +207,7 @@ def _cursor(token: str) -> tuple[str, ...]:
 class Watch(_Service, ws_grpc.WatchServiceServicer):
     async def Watch(self, request, context) -> AsyncIterator[ws.WatchResponse]:
         try:
-            self._auth(context)
+            self._auth(context, "read")
             async for resp in self._watch(request):
                 yield resp
         except (grpc.aio.AbortError, asyncio.CancelledError):

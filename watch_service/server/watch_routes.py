@@ -22,12 +22,15 @@ from watch_service.protocol.errors import (
     TopicNotFound,
     Unauthorized,
 )
+from watch_service.protocol.names import check_wid
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
-from watch_service.server.topic_routes import json_response, read_body
+from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from watch_service.web.auth import authorize, hash_secret
+from watch_service.web.errors import as_api_error
+from watch_service.web.json_body import read_json_body
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
@@ -52,7 +55,7 @@ async def create_watch(request: web.Request) -> web.Response:
         request.headers.get("Authorization"), request.query.get("token")
     )
     authorize(key, "read")
-    definition = watch_definition(await read_body(request))
+    definition = watch_definition(await read_json_body(request))
     for topic in definition.topics:
         authorize(key, "read", topic)
     async with request.app[POOL].connection() as conn:
@@ -113,7 +116,7 @@ def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
 @routes.get("/v0/watch/{wid}")
 async def open_watch(request: web.Request) -> web.StreamResponse:
     app = request.app
-    wid = request.match_info["wid"]
+    wid = check_wid(request.match_info["wid"])
     await _gc(request)
     async with app[POOL].connection() as conn:
         row = await sessions.load(conn, wid)
@@ -190,7 +193,8 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     except Exception as exc:  # once streaming, errors become a terminal error frame
         log.exception("stream %s failed", wid)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
+            err = as_api_error(exc)
+            await asyncio.wait_for(resp.write(frames.error_frame(err.code, err.message)), 1.0)
     finally:
         app[STREAMS].discard(stream)
         app[STREAM_TASKS].discard(task)
