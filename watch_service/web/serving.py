@@ -139,6 +139,9 @@ class ContractRunner(web.AppRunner):
 
     def __init__(self, app: web.Application, settings: Settings, **kwargs: Any) -> None:
         kwargs.setdefault("keepalive_timeout", settings.keepalive_timeout_s)
+        # After a response, aiohttp reads what is left of an unread body for lingering_time
+        # (default 10 s): no longer than the body read timeout.
+        kwargs.setdefault("lingering_time", min(10.0, settings.body_timeout_s))
         super().__init__(app, **kwargs)
         self.header_timeout = settings.header_timeout_s
 
