@@ -93,9 +93,9 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except ConnectionResetError:
         raise
     except Exception as exc:
-        err = as_api_error(exc)
-        if isinstance(err, Unavailable):
+        mapped = as_api_error(exc)
+        if isinstance(mapped, Unavailable):
             log.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
-        elif err.status >= 500:
+        elif mapped.status >= 500:
             log.exception("internal error on %s %s", request.method, request.path)
-        return error_response(err)
+        return error_response(mapped)
