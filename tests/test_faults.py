@@ -175,12 +175,12 @@ async def test_kill_9_of_the_service(pg_url, tmp_path):
             async with http.put(f"{svc.url}/v0/topics/{topic}", json={}) as r:
                 assert r.status == 201
         load.start()
-        await wait_for(lambda: len(load.acked) >= 150, timeout=20, what="appends before the kill")
+        await wait_for(lambda: len(load.acked) >= 80, timeout=20, what="appends before the kill")
         await asyncio.to_thread(svc.stop, signal.SIGKILL)
         before = len(load.acked)
         await wait_for(lambda: load.refused.get(0, 0) >= WRITERS, what="writers see the outage")
         await asyncio.to_thread(svc.start)
-        await wait_for(lambda: len(load.acked) >= before + 150, timeout=20, what="appends after")
+        await wait_for(lambda: len(load.acked) >= before + 80, timeout=20, what="appends after")
         await load.close()
         head = await verify(load, pg_url)
     finally:
@@ -264,13 +264,13 @@ async def test_postgres_immediate_stop(own_cluster, base_settings):
                 assert r.status == 201
             backlog = await open_backlog(http, svc.url)
             load.start()
-            await wait_for(lambda: len(load.acked) >= 100, timeout=20, what="appends before")
+            await wait_for(lambda: len(load.acked) >= 80, timeout=20, what="appends before")
             await asyncio.to_thread(stop_immediate, own_cluster)
             backlog_codes = await error_codes(backlog)
         await wait_for(lambda: sum(load.refused.values()) >= WRITERS, what="writers see it")
         before = len(load.acked)
         await asyncio.to_thread(own_cluster.start)
-        await wait_for(lambda: len(load.acked) >= before + 150, timeout=30, what="recovery")
+        await wait_for(lambda: len(load.acked) >= before + 80, timeout=30, what="recovery")
         await load.close()
         head = await verify(load, own_cluster.url)
         await load.close_watchers()
