@@ -14,7 +14,7 @@ import pytest
 
 from watch_service.web.auth import hash_secret
 
-from .test_fuzz import MARKER, dechunk, send_raw
+from .fuzz_requests import MARKER, dechunk, send_raw
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
