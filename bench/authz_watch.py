@@ -178,7 +178,8 @@ async def run(
     spice.start()
     started: dict[int, float] = {}
     acks: list[float] = []
-    async with aiohttp.ClientSession() as http:
+    # AUDITSYNC_GRPC_KEY is a key of every surface: the HTTP readers present it too.
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
         readers = [
             asyncio.create_task(permify_reader(http, url, first.written_at.token, got)),
             asyncio.create_task(permify_grpc_reader(permify_target, first.written_at.token, got)),

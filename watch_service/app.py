@@ -169,7 +169,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     )
     app[SETTINGS] = settings
     app[DB_URL] = db_url or database_url(settings)
-    app[KEYS] = KeyRing.load(settings.keys_file)
+    app[KEYS] = KeyRing.load(settings.keys_file, settings.grpc_key)
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
     cors.install(app, settings.cors_origins)

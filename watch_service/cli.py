@@ -68,11 +68,11 @@ def _migrate(args, settings: Settings) -> int:
 
 def _serve(args, settings: Settings) -> int:
     import uvloop
-    from aiohttp import web
 
     from watch_service import serve as serve_mod
     from watch_service.app import create_app
     from watch_service.web import logs
+    from watch_service.web.serving import serve
 
     logs.configure(settings.log_format)
     # Every listener is had before the database starts; the HTTP socket is bound now and
@@ -90,16 +90,9 @@ def _serve(args, settings: Settings) -> int:
         print(_stopped_message(settings, url), file=sys.stderr)
         return code
     try:
-        web.run_app(
-            app,
-            sock=sock,
-            # run_app calls this once every site listens: the one "serving on" line
-            print=lambda _banner: _log_serving(settings),
-            loop=uvloop.new_event_loop(),
-            shutdown_timeout=5,
-            access_log=logging.getLogger("auditsync.access") if settings.access_log else None,
-            access_log_class=logs.AccessLogger,
-        )
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            # on_listening runs once every listener is up: the one "serving on" line
+            runner.run(serve(app, settings, sock=sock, on_listening=lambda: _log_serving(settings)))
     except RuntimeError as exc:  # grpc's bind failure, when the port was taken after the check
         if "Failed to bind" not in str(exc):
             raise

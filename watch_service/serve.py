@@ -220,37 +220,23 @@ def supervise(workers: int, settings: Settings, db_url: str) -> int:
 
 
 # -- the worker ------------------------------------------------------------------------------
-async def _worker(index: int, ready_fd: int, settings, db_url: str) -> None:
+async def _worker(index: int, ready_fd: int, settings: Settings, db_url: str) -> None:
     from aiohttp import web
 
     from watch_service.app import create_app
-    from watch_service.web import logs
+    from watch_service.web.serving import serve
 
     app = create_app(settings, db_url)
 
     async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers[WORKER_HEADER] = str(index)
 
-    app.on_response_prepare.append(name_worker)
-    runner = web.AppRunner(
-        app,
-        access_log=logging.getLogger("auditsync.access") if settings.access_log else None,
-        access_log_class=logs.AccessLogger,
-        shutdown_timeout=5,
-    )
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True)
-        await site.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    def listening() -> None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+
+    app.on_response_prepare.append(name_worker)
+    await serve(app, settings, reuse_port=True, on_listening=listening)
 
 
 def worker_main(argv: list[str] | None = None) -> int:

@@ -69,6 +69,12 @@ class Settings:
     access_log: bool = False
     # Browser origins (scheme://host[:port]) allowed cross-origin; empty = CORS off; "*" = any.
     cors_origins: tuple[str, ...] = ()
+    # Client read timeouts: a request's header must be complete within header_timeout_s of
+    # its first byte, its body read within body_timeout_s; an idle kept-alive connection is
+    # closed after keepalive_timeout_s.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
 
     @property
     def embedded(self) -> bool:
@@ -109,6 +115,9 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_LOG_FORMAT": ("log_format", str),
     "AUDITSYNC_ACCESS_LOG": ("access_log", bool),
     "AUDITSYNC_CORS_ORIGINS": ("cors_origins", tuple),
+    "AUDITSYNC_HEADER_TIMEOUT_S": ("header_timeout_s", float),
+    "AUDITSYNC_BODY_TIMEOUT_S": ("body_timeout_s", float),
+    "AUDITSYNC_KEEPALIVE_TIMEOUT_S": ("keepalive_timeout_s", float),
 }
 
 _POSITIVE = {
@@ -129,6 +138,9 @@ _POSITIVE = {
     "tail_cache_bytes",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
+    "header_timeout_s",
+    "body_timeout_s",
+    "keepalive_timeout_s",
 }
 _BOOLS = {
     "1": True,

@@ -18,10 +18,9 @@ from .clients import GRPC_KEY, permify_grpc_client
 
 @pytest.fixture(scope="session")
 async def authz_service(pg_url, base_settings: Settings):
-    """A dev-mode HTTP service (Permify REST open) with gRPC on, key ``GRPC_KEY``."""
-    settings = dataclasses.replace(
-        base_settings, grpc_port=free_port(), grpc_key=GRPC_KEY, spicedb_checkpoint_ms=200
-    )
+    """A dev-mode service (Permify REST and gRPC open) with gRPC on; the gRPC client still
+    sends ``GRPC_KEY``, which dev mode ignores."""
+    settings = dataclasses.replace(base_settings, grpc_port=free_port(), spicedb_checkpoint_ms=200)
     svc = await InProcessService(settings, pg_url).start()
     svc.grpc_target = f"127.0.0.1:{settings.grpc_port}"
     yield svc

@@ -236,12 +236,18 @@ async def test_history_window_error(spicedb, authz_service):
     assert "ReadRelationships" in err.details()
 
 
-async def test_bad_credentials_and_bad_input(spicedb, authz_service):
+async def test_bad_credentials_and_bad_input(spicedb, authz_service, make_service):
+    from ..support import free_port
+    from .clients import GRPC_KEY
+
     doc = await defined_type(spicedb)
+    port = free_port()  # a service with a key: the shared authz_service is in dev mode
+    await make_service(grpc_port=port, grpc_key=GRPC_KEY)
+    target = f"127.0.0.1:{port}"
     # as SpiceDB: no key is UNAUTHENTICATED, a wrong key PERMISSION_DENIED (parity, 12.4)
     for client, code in (
-        (InsecureClient(authz_service.grpc_target, "wrong"), grpc.StatusCode.PERMISSION_DENIED),
-        (no_key_client(authz_service.grpc_target), grpc.StatusCode.UNAUTHENTICATED),
+        (InsecureClient(target, "wrong"), grpc.StatusCode.PERMISSION_DENIED),
+        (no_key_client(target), grpc.StatusCode.UNAUTHENTICATED),
     ):
         with pytest.raises(grpc.RpcError) as err:
             await write(client, update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"))

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 async def post_watch(http, url: str, body, headers: dict | None = None) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **(headers or {})}
     async with http.post(f"{url}/v0/watch", data=data, headers=headers) as r:
         return r.status, await r.read()
 

@@ -23,6 +23,7 @@ from watch_service.compat import permify_ops as ops
 from watch_service.protocol.errors import ApiError
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import KEYS, POOL, SETTINGS
+from watch_service.web.json_body import read_json_body
 
 log = logging.getLogger("auditsync.permify")
 routes = web.RouteTableDef()
@@ -44,9 +45,8 @@ def permify_handler(tenant_param: str | None = "tenant_id") -> Callable[[Handler
                 return await fn(request, ctx, tenant)
             except pj.PermifyError as err:
                 return _error(err)
-            except ApiError as err:  # from the key ring: 401 / 403
-                code = pj.UNAUTHENTICATED if err.status == 401 else pj.PERMISSION_DENIED
-                return _error(pj.PermifyError(code, err.message))
+            except ApiError as err:  # the key ring (401 / 403) or the body reader (408/413/415)
+                return _api_error(err)
             except db.TenantNotFound as exc:
                 return _error(pj.PermifyError(pj.NOT_FOUND, str(exc)))
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
@@ -69,21 +69,34 @@ def _error(err: pj.PermifyError) -> web.Response:
     )
 
 
+def _api_error(err: ApiError) -> web.Response:
+    """A service-wide error with its own HTTP status, in the grpc-gateway body."""
+    code = _GRPC_CODE.get(err.status, pj.INVALID_ARGUMENT)
+    body = pj.PermifyError(code, err.message).body()
+    return web.Response(
+        status=err.status,
+        body=orjson.dumps(body),
+        content_type="application/json",
+        headers=dict(err.headers),
+    )
+
+
+# grpc-gateway has no status for 408 / 413 / 415: the HTTP status stays the service's.
+_GRPC_CODE = {
+    401: pj.UNAUTHENTICATED,
+    403: pj.PERMISSION_DENIED,
+    408: 4,  # DEADLINE_EXCEEDED
+    413: 8,  # RESOURCE_EXHAUSTED
+    503: pj.UNAVAILABLE,
+}
+
+
 def _ok(doc: dict) -> web.Response:
     return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
 
 async def json_body(request: web.Request) -> dict:
-    limit = request.app[SETTINGS].max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise pj.invalid(
-            f"body of {request.content_length} bytes is over the limit of {limit} bytes"
-        )
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise pj.invalid(f"body is over the limit of {limit} bytes") from None
-    return pj.parse_body(raw)
+    return pj.parse_body(await read_json_body(request))
 
 
 def _route(path: str, op: Callable[..., Awaitable[dict]], tenant_param: str | None) -> None:

@@ -2,15 +2,15 @@
 of failures to gRPC statuses with SpiceDB's ``ErrorInfo`` details, the tenant's current schema,
 and ZedTokens that carry the tenant's incarnation.
 
-Auth follows SpiceDB's preshared-key check: metadata ``authorization: <scheme> <key>`` with the
-scheme ``bearer`` in any case; none (or another scheme) is UNAUTHENTICATED, a wrong key
-PERMISSION_DENIED. :func:`bearer_token` does the parsing and :meth:`Base.key_ok` the comparison,
-so the key check can move to the shared keys file without touching the parsing.
+Auth uses the service's keys (``AUDITSYNC_KEYS_FILE``, the same keys and scopes as every
+surface) with SpiceDB's answers: metadata ``authorization: <scheme> <key>`` with the scheme
+``bearer`` in any case; none (or another scheme) is UNAUTHENTICATED; an unknown key, a missing
+scope (``write`` for writes, ``read`` for reads and Watch, ``admin`` for WriteSchema) or a key
+whose prefixes miss the tenant's change topic is PERMISSION_DENIED.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Iterable
 
@@ -25,11 +25,12 @@ from watch_service.engine.topic_follower import HistoryLost, TopicGone
 from watch_service.protocol import authz as pa
 from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
-from watch_service.protocol.errors import AuditsyncError
+from watch_service.protocol.errors import AuditsyncError, Forbidden, Unauthorized
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
 from watch_service.store import authz_writes as db
-from watch_service.web.app_keys import SETTINGS
+from watch_service.web.app_keys import KEYS, SETTINGS
+from watch_service.web.auth import authorize
 
 log = logging.getLogger("auditsync.spicedb")
 DIALECT = "spicedb"
@@ -133,10 +134,11 @@ class Base:
         self.topic = pa.change_topic(self.tenant)
         self._schema: tuple[str, schema_lang.Schema] | None = None  # (version, parsed)
 
-    async def call(self, context: grpc.aio.ServicerContext, coro):
-        """Run one unary handler: auth first, every failure as a gRPC status."""
+    async def call(self, context: grpc.aio.ServicerContext, coro, scope: str = "write"):
+        """Run one unary handler: auth (``scope`` on the tenant's change topic) first, every
+        failure as a gRPC status."""
         try:
-            self.auth(context)
+            self.auth(context, scope)
             return await coro
         except grpc.aio.AbortError:
             raise
@@ -146,18 +148,26 @@ class Base:
                 raise
             await abort(context, exc)
 
-    def auth(self, context: grpc.aio.ServicerContext) -> None:
-        if self.settings.grpc_key is None:
-            return
-        key = bearer_token(context.invocation_metadata())
-        if key is None:
+    def auth(self, context: grpc.aio.ServicerContext, scope: str) -> None:
+        """The service's keys, as on every surface (``web.auth.KeyRing``), answered as SpiceDB
+        answers: no bearer key is UNAUTHENTICATED; an unknown key, a missing scope or a key
+        whose prefixes do not cover the tenant's change topic is PERMISSION_DENIED."""
+        keys = self.app[KEYS]
+        if not keys.enabled:
+            return  # dev mode: no keys configured
+        token = bearer_token(context.invocation_metadata())
+        if token is None:
             raise sp.SpiceDBError(_Code.UNAUTHENTICATED, "Request unauthenticated with bearer")
-        if not self.key_ok(key):
-            raise sp.SpiceDBError(_Code.PERMISSION_DENIED, "invalid preshared key: invalid token")
-
-    def key_ok(self, key: str) -> bool:
-        expected = self.settings.grpc_key or ""
-        return hmac.compare_digest(key.encode(), expected.encode())
+        try:
+            key = keys.authenticate(f"Bearer {token}")
+        except Unauthorized:
+            raise sp.SpiceDBError(
+                _Code.PERMISSION_DENIED, "invalid preshared key: invalid token"
+            ) from None
+        try:
+            authorize(key, scope, self.topic)
+        except Forbidden as err:
+            raise sp.SpiceDBError(_Code.PERMISSION_DENIED, err.message) from None
 
     async def schema(self, conn: psycopg.AsyncConnection) -> schema_lang.Schema | None:
         """The tenant's current SpiceDB schema, None before the first WriteSchema. The parsed

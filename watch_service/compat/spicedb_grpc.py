@@ -94,7 +94,7 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
 
     async def ReadRelationships(self, request, context) -> AsyncIterator:
         try:
-            self.auth(context)
+            self.auth(context, "read")
             async for resp in self._read(request):
                 yield resp
         except grpc.aio.AbortError:

@@ -49,7 +49,7 @@ def unimplemented(method: str, streaming: bool = False):
 
 class Schema(Base, ss_grpc.SchemaServiceServicer):
     async def WriteSchema(self, request, context):
-        return await self.call(context, self._write(request))
+        return await self.call(context, self._write(request), "admin")
 
     async def _write(self, request: ss.WriteSchemaRequest) -> ss.WriteSchemaResponse:
         new = checks.parse(request.schema)
@@ -78,7 +78,7 @@ class Schema(Base, ss_grpc.SchemaServiceServicer):
             return ss.WriteSchemaResponse(written_at=await self.zed(conn, stored.seq))
 
     async def ReadSchema(self, request, context):
-        return await self.call(context, self._read())
+        return await self.call(context, self._read(), "read")
 
     async def _read(self) -> ss.ReadSchemaResponse:
         async with self.app[POOL].connection() as conn:

@@ -27,7 +27,7 @@ from watch_service.web.app_keys import HUB, POOL
 class Watch(Base, ws_grpc.WatchServiceServicer):
     async def Watch(self, request, context) -> AsyncIterator[ws.WatchResponse]:
         try:
-            self.auth(context)
+            self.auth(context, "read")
             async for resp in self._watch(request):
                 yield resp
         except grpc.aio.AbortError:

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import re
 import secrets
 import socket
 import time
@@ -24,18 +23,20 @@ from watch_service.protocol.errors import (
     TopicNotFound,
     Unauthorized,
 )
+from watch_service.protocol.names import check_wid
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
 from watch_service.server import session_gc
 from watch_service.server.stream_upkeep import LEASE_S
-from watch_service.server.topic_routes import json_response, read_body
+from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
 from watch_service.web.auth import Key, authorize
+from watch_service.web.errors import as_api_error
+from watch_service.web.json_body import read_json_body
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
-WID_RE = re.compile(r"wid_[A-Za-z0-9_-]{22}")
 
 
 def new_wid() -> str:
@@ -60,7 +61,7 @@ async def create_watch(request: web.Request) -> web.Response:
         request.headers.get("Authorization"), request.query.get("token")
     )
     authorize(key, "read")
-    definition = watch_definition(await read_body(request))
+    definition = watch_definition(await read_json_body(request))
     for topic in definition.topics:
         authorize(key, "read", topic)
     # The GC first, so the key's expired sessions do not count against its cap.
@@ -131,15 +132,12 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     key = app[KEYS].authenticate(
         request.headers.get("Authorization"), request.query.get("token"), allow_query_token=True
     )
-    wid = request.match_info["wid"]
-    not_found = NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
-    if not WID_RE.fullmatch(wid):
-        raise not_found
+    wid = check_wid(request.match_info["wid"])
     await session_gc.collect(app)
     async with app[POOL].connection() as conn:
         row = await sessions.load(conn, wid)
     if row is None:
-        raise not_found
+        raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
     _check_stream_auth(key, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise NotAcceptable("Accept must be text/event-stream")
@@ -203,7 +201,8 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     except Exception as exc:  # once streaming, errors become a terminal error frame
         log.exception("stream %s failed", wid)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
+            err = as_api_error(exc)
+            await asyncio.wait_for(resp.write(frames.error_frame(err.code, err.message)), 1.0)
     finally:
         app[STREAM_TASKS].discard(task)
         stream.closed = True  # the cursor flusher stores its cursors and releases its lease
