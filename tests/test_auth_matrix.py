@@ -1,11 +1,10 @@
-"""One keys file, every surface: the HTTP topic and watch routes, Permify REST and the SpiceDB
-gRPC surface (the official ``authzed`` client) accept exactly the keys whose scope and prefixes
-cover what they touch, and refuse the rest the same way (401 / UNAUTHENTICATED for no or an
-unknown key, 403 / PERMISSION_DENIED for a key without the scope or the prefix). The expected
-outcome of each of the cases is computed from the keys file by ``Key.can``, not written out.
-
-TODO(lead): the Permify gRPC surface (helper "permify") joins this matrix once merged: add its
-Write/Read calls to ``SURFACE_CALLS`` with the same ``(scope, topic)`` pairs.
+"""One keys file, every surface: the HTTP topic and watch routes, Permify REST, Permify gRPC
+(stubs of our ``base.v1`` proto) and the SpiceDB gRPC surface (the official ``authzed`` client)
+accept exactly the keys whose scope and prefixes cover what they touch, and refuse the rest the
+same way (401 / UNAUTHENTICATED for no or an unknown key, 403 / PERMISSION_DENIED for a key
+without the scope or the prefix; SpiceDB, like the real server, answers an unknown key with
+PERMISSION_DENIED). The expected outcome of each case is computed from the keys file by
+``Key.can``, not written out.
 """
 
 from __future__ import annotations
@@ -22,10 +21,12 @@ from authzed.api.v1 import (
     WriteRelationshipsRequest,
 )
 
+from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.protocol import authz as pa
 from watch_service.settings import Settings
 from watch_service.web.auth import KeyRing, hash_secret
 
+from .authz.clients import permify_grpc_client
 from .authz.spicedb_support import Op, define, update
 from .support import free_port, unique
 
@@ -69,10 +70,13 @@ async def keyed(pg_url, base_settings, tmp_path_factory, http):
 
     path = tmp_path_factory.mktemp("matrix") / "keys.toml"
     path.write_text(keys_toml())
-    settings = dataclasses.replace(base_settings, keys_file=path, grpc_port=free_port())
+    settings = dataclasses.replace(
+        base_settings, keys_file=path, grpc_port=free_port(), permify_grpc_port=free_port()
+    )
     svc = await InProcessService(settings, pg_url).start()
     svc.ring = KeyRing.load(path)
     svc.grpc_target = f"127.0.0.1:{settings.grpc_port}"
+    svc.permify_port = settings.permify_grpc_port
     admin = {"Authorization": "Bearer s-admin"}
     for team in (A, B):  # what the cases touch exists, so only auth decides the outcome
         async with http.put(f"{svc.url}/v0/topics/{team}", json={}, headers=admin) as r:
@@ -236,3 +240,51 @@ async def test_legacy_grpc_key_is_one_more_key_of_the_ring(make_service, http, t
     alone = await make_service(grpc_key="legacy")
     async with http.get(f"{alone.url}/v0/topics") as r:
         assert r.status == 401
+
+
+async def test_permify_grpc_uses_the_same_keys(keyed):
+    """Data.Write (write scope) and Data.ReadRelationships (read scope) on each team's tenant,
+    with no key, an unknown key and each key of the file."""
+    codes = {
+        200: grpc.StatusCode.OK,
+        401: grpc.StatusCode.UNAUTHENTICATED,
+        403: grpc.StatusCode.PERMISSION_DENIED,
+    }
+    seen = 0
+    tuple_ = pb.Tuple(
+        entity=pb.Entity(type="doc", id="d1"),
+        relation="viewer",
+        subject=pb.Subject(type="user", id="u1"),
+    )
+    for team in (A, B):
+        calls = {
+            "write": lambda c, t=team: c.data.Write(
+                pb.DataWriteRequest(
+                    tenant_id=t, metadata=pb.DataWriteRequestMetadata(), tuples=[tuple_]
+                ),
+                metadata=c.md,
+            ),
+            "read": lambda c, t=team: c.data.ReadRelationships(
+                pb.RelationshipReadRequest(
+                    tenant_id=t,
+                    metadata=pb.RelationshipReadRequestMetadata(),
+                    filter=pb.TupleFilter(entity=pb.EntityFilter(type="doc")),
+                ),
+                metadata=c.md,
+            ),
+        }
+        for scope, call in calls.items():
+            case = Case("permify-grpc", f"{scope} {team}", scope, pa.change_topic(team))
+            for secret in CREDENTIALS:
+                client = permify_grpc_client(keyed.permify_port, secret)
+                try:
+                    await call(client)
+                    got = grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as err:
+                    got = err.code()
+                finally:
+                    await client.channel.close()
+                want = codes[expected(keyed.ring, secret, case)]
+                assert got == want, (case, secret, got)
+                seen += 1
+    assert seen == 2 * 2 * len(CREDENTIALS)
