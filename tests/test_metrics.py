@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from watch_service.sink.metrics import serving
-from watch_service.web.logs import AccessLogger, JsonFormatter
+from watch_service.web.logs import AccessLogger, JsonFormatter, OneLine
 from watch_service.web.metrics import version, worker_exited
 
 from .sink.harness import config, running, state
@@ -201,3 +201,25 @@ async def test_access_log_fields(http) -> None:
     rec = records[0]
     assert (rec.method, rec.path, rec.status) == ("GET", "/x", 200)  # type: ignore[attr-defined]
     assert "\n" not in rec.getMessage()
+
+
+def test_repeated_warnings_are_one_line_and_throttled() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(OneLine(window_s=30, clock=lambda: now[0]))
+    log = logging.getLogger(unique("pool"))
+    log.addHandler(handler)
+    log.propagate = False
+    refused = "connection failed: Connection refused\n\tIs the server running on that host?"
+    for second in range(0, 60, 2):  # two a second would be 120 lines; one every 2 s is 30
+        now[0] = float(second)
+        log.warning("error connecting in %r: %s", "auditsync", refused)
+    log.error("a different, worse thing")
+    lines = out.getvalue().splitlines()
+    one = "error connecting in 'auditsync': connection failed: Connection refused "
+    assert lines == [
+        one + "Is the server running on that host?",
+        one + "Is the server running on that host? (and 14 more like it in 30 s)",
+        "a different, worse thing",
+    ]

@@ -34,6 +34,37 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class OneLine(logging.Filter):
+    """A message on one line (libpq's errors carry a newline and a tab), and the same warning
+    from the same logger at most once per ``window_s``: a reconnect loop against an unreachable
+    database says so once, then how many times it repeated, not twice a second."""
+
+    def __init__(self, window_s: float = 30.0, clock=time.monotonic) -> None:
+        super().__init__()
+        self.window_s, self.clock = window_s, clock
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\n" in message:
+            message = " ".join(part.strip() for part in message.splitlines() if part.strip())
+            record.msg, record.args = message, None
+        if record.levelno < logging.WARNING or record.levelno >= logging.ERROR:
+            return True
+        key, now = (record.name, message), self.clock()
+        seen = self._last.get(key)
+        if seen is not None and now - seen[0] < self.window_s:
+            self._last[key] = (seen[0], seen[1] + 1)
+            return False
+        if seen is not None and seen[1]:
+            record.msg = f"{message} (and {seen[1]} more like it in {now - seen[0]:.0f} s)"
+        self._last[key] = (now, 0)
+        if len(self._last) > 1000:  # bounded: forget the oldest half
+            for old in sorted(self._last, key=lambda k: self._last[k][0])[:500]:
+                del self._last[old]
+        return True
+
+
 class _Worker(logging.Filter):
     """Stamps every record with its worker's index (``serve --workers N``)."""
 
@@ -57,6 +88,7 @@ def configure(log_format: str, level: int = logging.INFO, worker: int | None = N
     else:
         text = TEXT_FORMAT.replace("%(name)s", "%(name)s[worker %(worker)s]")
         handler.setFormatter(logging.Formatter(text))
+    handler.addFilter(OneLine())
     if worker is not None:
         handler.addFilter(_Worker(worker))
     root = logging.getLogger()
