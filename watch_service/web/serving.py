@@ -193,6 +193,8 @@ async def serve(
             on_listening()
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        # The handlers stay until the loop closes: removing them restores Python's
+        # KeyboardInterrupt handler while the signal may still be pending at the Python level
+        # (uvloop), which would end a clean shutdown in a traceback. A second signal during
+        # the shutdown only sets the event again.
         await runner.cleanup()
