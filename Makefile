@@ -11,9 +11,9 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 
-.PHONY: setup system-deps venv demo lint format test bench airflow clean
+.PHONY: setup system-deps venv ui-assets demo lint format test bench airflow clean
 
-setup: system-deps venv
+setup: system-deps venv ui-assets
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps
@@ -40,6 +40,11 @@ $(VENV)/.synced: uv.lock pyproject.toml
 	@echo "==> syncing $(VENV) from uv.lock"
 	@$$(command -v uv || echo $(UV)) sync --frozen --all-extras --python python3.11 -q
 	@touch $@
+
+# The Data Docs' browser assets (bootstrap, jQuery, vega, fonts…) the Airflow plugin serves
+# instead of public CDNs: `npm pack`ed into the plugin's git-ignored static/vendor when missing.
+ui-assets: venv
+	@$(PY) plugins/auditsync_plugin/ui/assets.py
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
 lint: setup

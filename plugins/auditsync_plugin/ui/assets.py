@@ -82,11 +82,17 @@ CDN: Mapping[str, str] = {
         "bootstrap-table-filter-control.min.css"
     ),
     "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/"
-    "bootstrap-datepicker.min.css": "bootstrap-datepicker@1.9.0/dist/css/bootstrap-datepicker.min.css",
+    "bootstrap-datepicker.min.css": (
+        "bootstrap-datepicker@1.9.0/dist/css/bootstrap-datepicker.min.css"
+    ),
     "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/"
-    "bootstrap-datepicker.min.js": "bootstrap-datepicker@1.9.0/dist/js/bootstrap-datepicker.min.js",
+    "bootstrap-datepicker.min.js": (
+        "bootstrap-datepicker@1.9.0/dist/js/bootstrap-datepicker.min.js"
+    ),
     "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/"
-    "bootstrap-prefers-dark.css": "@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css",
+    "bootstrap-prefers-dark.css": (
+        "@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css"
+    ),
     "https://code.jquery.com/jquery-3.7.1.min.js": "jquery@3.7.1/dist/jquery.min.js",
     "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js": (
         "popper.js@1.12.9/dist/umd/popper.min.js"
@@ -152,6 +158,8 @@ def _unpack(tarball: Path, dest: Path, keep: tuple[str, ...]) -> None:
 def fetch(vendor: Path = DEFAULT_DIR, npm: str = "npm") -> list[str]:
     """``npm pack`` every missing package into ``vendor``; returns what it fetched."""
     todo = missing(vendor)
+    if todo and shutil.which(npm) is None:
+        raise RuntimeError(f"npm is needed to fetch the Data Docs assets ({', '.join(todo)})")
     for spec in todo:
         with tempfile.TemporaryDirectory() as tmp:
             out = subprocess.run(
@@ -177,8 +185,8 @@ def fetch(vendor: Path = DEFAULT_DIR, npm: str = "npm") -> list[str]:
 def main(argv: list[str]) -> int:
     vendor = Path(argv[0]) if argv else DEFAULT_DIR
     fetched = fetch(vendor)
-    done = f"fetched {', '.join(fetched)}" if fetched else "up to date"
-    print(f"Data Docs assets in {vendor}: {done}")
+    if fetched:
+        print(f"==> Data Docs assets fetched into {vendor}: {', '.join(fetched)}")
     return 0
 
 

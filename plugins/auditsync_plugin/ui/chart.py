@@ -23,12 +23,13 @@ SERIES = (  # (attribute, css class, legend)
 
 
 def _nice_max(value: int) -> int:
-    """The smallest 1/2/5 × 10^k at or above ``value`` (at least 1): the axis top."""
+    """The smallest 1/1.5/2/2.5/3/4/5/6/8 × 10^k at or above ``value`` (at least 1): the
+    axis top, so the tallest bar fills most of its panel."""
     step = 1
     while True:
-        for factor in (1, 2, 5):
+        for factor in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8):
             if step * factor >= value:
-                return max(1, step * factor)
+                return max(1, int(step * factor))
         step *= 10
 
 
@@ -67,16 +68,17 @@ def render(points: Sequence[RunPoint]) -> str:
         parts.append(_bar("bar-delivered", point, point.delivered, x, bar_w, top1, delivered_max))
         half = bar_w / 2
         parts.append(_bar("bar-found", point, point.defects_found, x, half, top2, defects_max))
-        parts.append(
-            _bar("bar-left", point, point.defects_left, x + half, half, top2, defects_max)
-        )
+        parts.append(_bar("bar-left", point, point.defects_left, x + half, half, top2, defects_max))
         parts.append(
             f'<text class="tick run-{html.escape(point.run_status, quote=True)}" '
             f'x="{x + bar_w / 2:.1f}" y="{height - 6}" text-anchor="middle">#{i + 1}</text>'
         )
-    legend = "".join(
-        f'<span class="key"><i class="swatch {css}"></i>{html.escape(text)}</span>'
-        for _, css, text in SERIES
+    legend = (
+        '<span class="muted">runs oldest → newest; a bar\'s tooltip names its run</span>'
+        + "".join(
+            f'<span class="key"><i class="swatch {css}"></i>{html.escape(text)}</span>'
+            for _, css, text in SERIES
+        )
     )
     return (
         f'<svg id="chart" role="img" viewBox="0 0 {WIDTH} {height:.0f}" '

@@ -49,7 +49,9 @@ def _options(name: str, label: str, values: list[str], chosen: str) -> str:
         f'<option value="{_e(v)}"{" selected" if v == chosen else ""}>{_e(v)}</option>'
         for v in values
     ]
-    return f'<label>{label} <select name="{name}" id="filter-{name}">{"".join(opts)}</select></label>'
+    return (
+        f'<label>{label} <select name="{name}" id="filter-{name}">{"".join(opts)}</select></label>'
+    )
 
 
 def _filters(lines: Sequence[TopicLine], filters: Filters) -> str:
@@ -70,7 +72,8 @@ def _glance(states: Sequence[TopicState]) -> str:
         line = s.line
         cards.append(
             f'<li class="card v-{_e(s.verdict)}" data-verdict="{_e(s.verdict)}">'
-            f'<div class="card-head"><b>{_e(s.topic)}</b> {_badge(s.verdict, VERDICT_TEXT[s.verdict])}'
+            f'<div class="card-head"><b>{_e(s.topic)}</b> '
+            f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
             f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
             f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
             f"{line.defects_left} left</div></li>"
@@ -90,7 +93,7 @@ def _lags(lags: Sequence[Lag]) -> str:
         behind = lag.sink_behind
         cls = ' class="warn"' if behind else ""
         rows.append(
-            f"<tr><td>{_e(lag.consumer)}</td><td>{_e(lag.topic)}</td>"
+            f'<tr><td>{_e(lag.consumer)}<div class="muted">{_e(lag.topic)}</div></td>'
             f"<td>{_num(lag.head)}</td><td>{_num(lag.sink_cursor)}</td>"
             f"<td{cls}>{_num(behind)}</td><td>{lag.reconciled_through}</td>"
             f"<td>{_num(lag.unreconciled)}</td></tr>"
@@ -98,13 +101,12 @@ def _lags(lags: Sequence[Lag]) -> str:
     head = "".join(
         f"<th>{h}</th>"
         for h in (
-            "consumer",
-            "topic",
-            "head seq",
-            "sink cursor",
+            "consumer / topic",
+            "head",
+            "sink at",
             "sink behind",
-            "reconciled to",
-            "not yet reconciled",
+            "reconciled",
+            "unreconciled",
         )
     )
     return (
