@@ -101,7 +101,12 @@ def api_server(airflow_home, fault_run, phantom_run):
 
 def test_anonymous_access_is_refused(api_server):
     base, token = api_server
-    for path in ("/auditsync/", "/auditsync/runs.json", "/auditsync/docs/index.html"):
+    for path in (
+        "/auditsync/",
+        "/auditsync/runs.json",
+        "/auditsync/docs/index.html",
+        "/auditsync/static/report.css",
+    ):
         assert _status(base + path) == 401, path
         # A token that does not verify is refused too (Airflow answers 403 for those).
         assert _status(base + path, {"Authorization": "Bearer not-a-token"}) in (401, 403)
@@ -250,6 +255,10 @@ def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_r
             page.goto(f"{base}/plugin/auditsync")
             frame = page.frame_locator("iframe").first
             frame.locator("#runs").wait_for(timeout=30_000)
+            inner = page.locator("iframe").first.element_handle().content_frame()
+            assert inner is not None and inner.url == f"{base}/auditsync/"
+            inner.wait_for_load_state("load")  # its style sheet applied before the picture
+            assert assert_within_the_window(frame, "#runs thead th") == 9
             page.screenshot(path=str(ARTIFACTS / "auditsync-in-airflow.png"))
             assert refused == [], refused
         finally:

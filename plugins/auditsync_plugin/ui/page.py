@@ -27,7 +27,7 @@ NUMBERS = (
     ("defects_left", "defects left"),
 )
 VERDICT_TEXT = {
-    "failed": "failed",
+    "failed": "run failed",
     "defects": "defects left",
     "repaired": "repaired",
     "ok": "clean",
