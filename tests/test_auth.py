@@ -295,3 +295,44 @@ async def test_serve_refuses_a_malformed_keys_file(tmp_path):
     assert err.strip().splitlines()[-1] == (
         f"auditsync: AUDITSYNC_KEYS_FILE: {path}: keys[0]: secret_sha256 must be 64 hex digits"
     )
+
+
+@pytest.mark.unit
+def test_one_check_for_the_grpc_surfaces(tmp_path):
+    """``KeyRing.check``: gRPC metadata through the same keys, scopes and prefixes as HTTP."""
+    from watch_service.protocol.errors import Forbidden, Unauthorized
+
+    path = tmp_path / "keys.toml"
+    path.write_text(key_entry("r", "rs", ["read"], ["authz.t1"]))
+    ring = KeyRing.load(path)
+    assert ring.check([("authorization", "Bearer rs")], "read", "authz.t1").id == "r"
+    assert ring.check([("authorization", b"Bearer rs")], "read", None).id == "r"
+    for metadata, scope, topic, err in [
+        (None, "read", "authz.t1", Unauthorized),
+        ([("authorization", "Bearer nope")], "read", "authz.t1", Unauthorized),
+        ([("authorization", b"Bearer \xff")], "read", "authz.t1", Unauthorized),
+        ([("authorization", "Bearer rs")], "write", "authz.t1", Forbidden),
+        ([("authorization", "Bearer rs")], "read", "authz.t2", Forbidden),
+    ]:
+        with pytest.raises(err):
+            ring.check(metadata, scope, topic)
+    assert KeyRing.load(None).check(None, "write", "authz.t1") is None  # dev mode
+
+
+@pytest.mark.unit
+def test_legacy_grpc_key_joins_the_ring(tmp_path):
+    path = tmp_path / "keys.toml"
+    path.write_text(key_entry("r", "rs", ["read"], ["a-"]))
+    ring = KeyRing.load(path, legacy_grpc_key="old")
+    legacy = ring.authenticate("Bearer old")
+    assert legacy.id == "grpc-key" and legacy.can("admin", "anything")
+    assert ring.authenticate("Bearer rs").can("read", "a-1")
+    assert KeyRing.load(None, legacy_grpc_key="old").enabled  # alone, it turns auth on
+
+
+@pytest.mark.unit
+def test_non_utf8_secret_is_401_not_a_crash():
+    from watch_service.protocol.errors import Unauthorized
+
+    with pytest.raises(Unauthorized):
+        hash_secret("\udcff\udcfe")  # how aiohttp hands on undecodable header bytes

@@ -35,6 +35,7 @@ async def state(db, name: str):
 
 
 async def expect_refused(http, method: str, url: str, status: int, message: str, **kw) -> None:
+    kw.setdefault("headers", {"Content-Type": "application/json"})  # JSON routes need it (415)
     async with http.request(method, url, **kw) as r:
         assert r.content_type == "application/json"
         body = await r.json()

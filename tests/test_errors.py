@@ -51,6 +51,9 @@ async def keyed_service(make_service, tmp_path):
     return await make_service(keys_file=keys)
 
 
+JSON_TYPE = {"Content-Type": "application/json"}
+
+
 async def test_400_invalid_request(service, http, topic_name):
     assert await call(
         http, "PUT", f"{service.url}/v0/topics/{topic_name}", json={"max_records": "ten"}
@@ -61,7 +64,9 @@ async def test_400_invalid_request(service, http, topic_name):
     except orjson.JSONDecodeError as exc:
         detail = str(exc)
     await call(http, "PUT", f"{service.url}/v0/topics/{topic_name}", json={})
-    assert await call(http, "POST", f"{service.url}/v0/topics/{topic_name}/records", data=raw) == (
+    assert await call(
+        http, "POST", f"{service.url}/v0/topics/{topic_name}/records", data=raw, headers=JSON_TYPE
+    ) == (
         400,
         error("invalid_request", f"body: malformed JSON ({detail})"),
     )
@@ -126,7 +131,9 @@ async def test_413_payload_too_large(make_service, http, topic_name):
     svc = await make_service(max_body_bytes=1024)
     await call(http, "PUT", f"{svc.url}/v0/topics/{topic_name}", json={})
     body = orjson.dumps({"records": [{"data": "x" * 2000}]})
-    assert await call(http, "POST", f"{svc.url}/v0/topics/{topic_name}/records", data=body) == (
+    assert await call(
+        http, "POST", f"{svc.url}/v0/topics/{topic_name}/records", data=body, headers=JSON_TYPE
+    ) == (
         413,
         error("payload_too_large", f"body of {len(body)} bytes is over the limit of 1024 bytes"),
     )

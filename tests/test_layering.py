@@ -45,6 +45,7 @@ WS_LAYERS = {
     "sink": "sink",
     "app": "app",
     "cli": "cli",
+    "serve": "cli",  # the `serve --workers` supervisor and its workers
     "tools": "tools",
     "watch_client": "client",
     "": "package",

@@ -11,18 +11,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
+import psycopg
 from aiohttp import web
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from watch_service.compat import permify_rest, permify_watch, spicedb_grpc
+from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
-from watch_service.engine.tailer import Hub
-from watch_service.server import health_routes, openapi_routes, topic_routes, watch_routes
+from watch_service.engine.hub import Hub
+from watch_service.server import (
+    health_routes,
+    openapi_routes,
+    search_routes,
+    session_gc,
+    topic_routes,
+    watch_routes,
+)
+from watch_service.server.stream_upkeep import cursor_flusher, sweeper
 from watch_service.settings import Settings
+from watch_service.store import authz_writes
 from watch_service.store.database import database_url
 from watch_service.store.retention import run_retention
+from watch_service.web import cors
 from watch_service.web.app_keys import (
     APPENDER,
     DB_URL,
@@ -35,6 +47,7 @@ from watch_service.web.app_keys import (
     STREAMS,
 )
 from watch_service.web.auth import KeyRing
+from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
 
@@ -43,10 +56,15 @@ log = logging.getLogger("auditsync.server")
 
 @web.middleware
 async def count_requests(request: web.Request, handler) -> web.StreamResponse:
+    """Counts every request and times it to its response head (a stream: to its first byte).
+    Errors are counted with the status the error middleware inside this one rendered."""
+    started = time.perf_counter()
     response = await handler(request)
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
-    request.app[METRICS].http_requests.inc(1, name, str(response.status))
+    metrics = request.app[METRICS]
+    metrics.http_requests.labels(name, request.method, str(response.status)).inc()
+    metrics.http_duration.labels(name, request.method).observe(time.perf_counter() - started)
     return response
 
 
@@ -80,7 +98,9 @@ async def retention_loop(app: web.Application) -> None:
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
-            await run_retention(app[POOL], lambda _topic, gap: metrics.trimmed.inc(1, gap.reason))
+            await run_retention(
+                app[POOL], lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc()
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass is retried next interval, never fatal
@@ -97,11 +117,21 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     """The LISTEN hub, its safety poll and the cursor flusher; open streams end on exit."""
-    hub = app[HUB] = Hub(app[POOL], app[DB_URL])
+    settings, metrics = app[SETTINGS], app[METRICS]
+    metrics.tail_cache_limit_bytes.set(settings.tail_cache_bytes)
+    hub = app[HUB] = Hub(
+        app[POOL],
+        app[DB_URL],
+        settings.tail_cache_bytes,
+        metrics.tail_cache_bytes.set,
+        metrics.delivery_lag.observe,
+    )
     tasks = [
+        asyncio.create_task(sweeper(app), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
         asyncio.create_task(hub.safety_poll(), name="safety-poll"),
-        asyncio.create_task(watch_routes.cursor_flusher(app), name="cursor-flusher"),
+        asyncio.create_task(cursor_flusher(app), name="cursor-flusher"),
+        asyncio.create_task(session_gc.session_gc_loop(app), name="session-gc"),
     ]
     yield
     for task in tasks:
@@ -109,6 +139,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    await hub.aclose()
 
 
 async def _end_streams(app: web.Application) -> None:
@@ -117,15 +148,31 @@ async def _end_streams(app: web.Application) -> None:
         task.cancel()
 
 
+async def _authz_history(app: web.Application) -> None:
+    """AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants too, not only to new ones. Best
+    effort: a service whose database is down at start still starts (and says so)."""
+    try:
+        async with app[POOL].connection() as conn:
+            history_ms = app[SETTINGS].authz_history_ms
+            changed = await authz_writes.apply_history_window(conn, history_ms)
+    except (psycopg.Error, PoolTimeout) as exc:
+        log.warning("authz history window not applied to existing tenants (next start): %s", exc)
+        return
+    if changed:
+        log.info("authz history window applied to %d existing tenant(s)", changed)
+
+
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[count_requests, error_middleware], client_max_size=settings.max_body_bytes
+        middlewares=[count_requests, error_middleware, authenticate_first],
+        client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[DB_URL] = db_url or database_url(settings)
-    app[KEYS] = KeyRing.load(settings.keys_file)
+    app[KEYS] = KeyRing.load(settings.keys_file, settings.grpc_key)
     app[METRICS] = Metrics()
     app[MAX_BODY] = settings.max_body_bytes
+    cors.install(app, settings.cors_origins)
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
     app[STREAM_TASKS] = set()
@@ -136,8 +183,17 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     app.add_routes(health_routes.routes)
     app.add_routes(openapi_routes.routes)
     app.add_routes(watch_routes.routes)
+    app.add_routes(search_routes.routes)
     app.add_routes(permify_rest.routes)
     app.add_routes(permify_watch.routes)
     if settings.grpc_port is not None:
+        # Imported only when enabled: grpc and authzed come with the `authz` extra.
+        from watch_service.compat import spicedb_grpc
+
         app.cleanup_ctx.append(spicedb_grpc.grpc_ctx)
+    if settings.permify_grpc_port is not None:
+        from watch_service.compat import permify_grpc
+
+        app.cleanup_ctx.append(permify_grpc.grpc_ctx)
+    app.on_startup.append(_authz_history)
     return app

@@ -4,17 +4,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import sys
 
 import psycopg
 
 from watch_service import settings as settings_mod
-from watch_service.settings import Settings, SettingsError
+from watch_service.settings import LOG_FORMATS, Settings, SettingsError
 from watch_service.store.cluster import EmbeddedPgError
-from watch_service.store.database import database_url, embedded_cluster, ensure_database
+from watch_service.store.database import (
+    check_url,
+    database_url,
+    embedded_cluster,
+    ensure_database,
+    mask_url,
+)
 from watch_service.store.migrate import MigrationError, migrate
 from watch_service.web.auth import KeyFileError
+from watch_service.web.listeners import (
+    GRPC_SETTING,
+    HTTP_SETTING,
+    PERMIFY_GRPC_SETTING,
+    StartupError,
+    bind_http,
+    check_grpc,
+    reason,
+)
 
 log = logging.getLogger("auditsync")
 
@@ -36,7 +52,9 @@ def _db(args, settings: Settings) -> int:
         print("stopped" if cluster.stop() else "not running")
     elif args.action == "status":
         print(
-            cluster.status() if not settings.database_url else f"external: {settings.database_url}"
+            cluster.status()
+            if not settings.database_url
+            else f"external: {mask_url(settings.database_url)}"
         )
     return 0
 
@@ -50,25 +68,65 @@ def _migrate(args, settings: Settings) -> int:
 
 def _serve(args, settings: Settings) -> int:
     import uvloop
-    from aiohttp import web
 
+    from watch_service import serve as serve_mod
     from watch_service.app import create_app
+    from watch_service.web import logs
+    from watch_service.web.serving import serve
 
+    logs.configure(settings.log_format)
+    # Every listener is had before the database starts; the HTTP socket is bound now and
+    # listens once the application (the pool, the gRPC server) has started.
+    check_grpc(settings)
+    workers = settings.workers or serve_mod.default_workers()
+    sock = bind_http(
+        settings.host, settings.port, listen=False, what=HTTP_SETTING, reuse_port=workers > 1
+    )
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
+    app = create_app(settings, url)  # with workers too: a bad setting fails here, once
+    if workers > 1:
+        sock.close()  # each worker binds its own socket to the port (SO_REUSEPORT)
+        code = serve_mod.supervise(workers, settings, url)
+        print(_stopped_message(settings, url), file=sys.stderr)
+        return code
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            # on_listening runs once every listener is up: the one "serving on" line
+            runner.run(serve(app, settings, sock=sock, on_listening=lambda: _log_serving(settings)))
+    except RuntimeError as exc:  # grpc's bind failure, when the port was taken after the check
+        if "Failed to bind" not in str(exc):
+            raise
+        raise StartupError(
+            f"cannot listen on a gRPC port of {settings.host} ({GRPC_SETTING}, "
+            f"{PERMIFY_GRPC_SETTING}): {exc}"
+        ) from None
+    except OSError as exc:  # the HTTP port taken between the bind and the listen
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise StartupError(
+            f"cannot listen on {settings.host}:{settings.port} ({HTTP_SETTING}): {reason(exc)}"
+        ) from None
+    print(_stopped_message(settings, url), file=sys.stderr)
+    return 0
+
+
+def _log_serving(settings: Settings) -> None:
     if settings.grpc_port is not None:
         log.info("SpiceDB-compatible gRPC on %s:%d", settings.host, settings.grpc_port)
-    app = create_app(settings, url)
+    if settings.permify_grpc_port is not None:
+        log.info("Permify-compatible gRPC on %s:%d", settings.host, settings.permify_grpc_port)
     log.info("serving on http://%s:%d", settings.host, settings.port)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        loop=uvloop.new_event_loop(),
-        shutdown_timeout=5,
-        access_log=None,
-    )
-    return 0
+
+
+def _stopped_message(settings: Settings, url: str) -> str:
+    """What Ctrl-C (or SIGTERM) stopped, and what it left running."""
+    stopped = f"auditsync: stopped the service on http://{settings.host}:{settings.port}"
+    if settings.embedded and embedded_cluster(settings).status() == "running":
+        return (
+            f"{stopped}; the embedded PostgreSQL at {mask_url(url)} is still running: "
+            "`auditsync db stop` stops it"
+        )
+    return f"{stopped}; PostgreSQL at {mask_url(url)} was not started by it and is left as it was"
 
 
 def _retention(args, settings: Settings) -> int:
@@ -89,6 +147,10 @@ def _retention(args, settings: Settings) -> int:
     return 0
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's paragraphs as written."""
+
+
 _DELEGATED = (
     ("watch", "watch_service.sink.watch_command", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
@@ -101,24 +163,77 @@ _DELEGATED = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="auditsync", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """\
+auditsync: audit-log sync over PostgreSQL. Writers append records to gap-free topic logs; the
+watch service streams every change (SSE, Permify and SpiceDB watch shapes); a sink lands what
+it receives as Parquet; a Spark pipeline reconciles deliveries and proves nothing was lost.
 
-    db = sub.add_parser("db", help="the embedded PostgreSQL cluster")
-    db.add_argument("action", choices=["start", "stop", "status", "url"])
+Start with `auditsync serve` (it starts the embedded PostgreSQL in $AUDITSYNC_HOME/pg, migrates
+and serves on 127.0.0.1:8400); stop the database afterwards with `auditsync db stop`. Settings
+come from the environment (AUDITSYNC_*, DATABASE_URL; see the README) and a few flags."""
+
+
+def version() -> str:
+    """The installed package's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("auditsync")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="auditsync", description=DESCRIPTION, formatter_class=_Formatter
+    )
+    parser.add_argument("--version", action="version", version=f"auditsync {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    db = sub.add_parser(
+        "db",
+        help="the embedded PostgreSQL cluster",
+        description="The embedded PostgreSQL cluster in $AUDITSYNC_HOME/pg "
+        "(port AUDITSYNC_PG_PORT, default 54329, loopback only).",
+    )
+    db.add_argument(
+        "action",
+        choices=["start", "stop", "status", "url"],
+        help="start (initialise the first time; prints its URL), stop, status "
+        "(running / stopped / absent, or external: URL with DATABASE_URL), url (the URL in use)",
+    )
     db.set_defaults(func=_db)
 
-    mig = sub.add_parser("migrate", help="apply pending schema migrations")
+    mig = sub.add_parser(
+        "migrate",
+        help="apply pending schema migrations",
+        description="Apply pending numbered migrations to the database in use.",
+    )
     mig.set_defaults(func=_migrate)
 
-    serve = sub.add_parser("serve", help="run the watch service")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve = sub.add_parser(
+        "serve",
+        help="run the watch service",
+        description="Start the embedded PostgreSQL when it is the one in use, migrate, and "
+        "serve the HTTP API (and the SpiceDB gRPC API with --grpc-port). Ctrl-C stops the "
+        "service and leaves the database running.",
+    )
+    serve.add_argument(
+        "--host", metavar="H", help="listen address (default: $AUDITSYNC_HOST, else 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, metavar="P", help="HTTP port (default: $AUDITSYNC_PORT, else 8400)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes on the one port (default: one per core; see watch_service/serve)",
+    )
     serve.add_argument(
         "--no-migrate",
         action="store_true",
-        help="do not start the embedded cluster or migrate before serving",
+        help="do not start the embedded cluster or migrate before serving (default: off)",
     )
     serve.add_argument(
         "--grpc-port",
@@ -126,7 +241,29 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const=50051,
         default=None,
-        help="also serve the SpiceDB-compatible gRPC API (default port 50051)",
+        metavar="P",
+        help="also serve the SpiceDB-compatible gRPC API, on P or 50051 when given bare "
+        "(default: $AUDITSYNC_GRPC_PORT, else off; needs the authz extra)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="log lines as text or one JSON object per line "
+        "(default: $AUDITSYNC_LOG_FORMAT, else text)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_const",
+        const=True,
+        help="log one line per HTTP request (default: $AUDITSYNC_ACCESS_LOG, else off)",
+    )
+    serve.add_argument(
+        "--permify-grpc-port",
+        type=int,
+        nargs="?",
+        const=3478,
+        default=None,
+        help="also serve Permify's gRPC API, package base.v1 (default port 3478)",
     )
     serve.set_defaults(func=_serve)
 
@@ -135,8 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, _, help_text in _DELEGATED:
         sub.add_parser(name, help=help_text, add_help=False)
 
-    ret = sub.add_parser("retention", help="apply topic retention (cap / ttl)")
-    ret.add_argument("action", choices=["run"])
+    ret = sub.add_parser(
+        "retention",
+        help="apply topic retention (cap / ttl)",
+        description="One retention pass over every topic with a cap or ttl.",
+    )
+    ret.add_argument("action", choices=["run"], help="run: one pass; prints each gap written")
     ret.set_defaults(func=_retention)
     return parser
 
@@ -157,9 +298,15 @@ def main(argv: list[str] | None = None) -> int:
             host=getattr(args, "host", None),
             port=getattr(args, "port", None),
             grpc_port=getattr(args, "grpc_port", None),
+            log_format=getattr(args, "log_format", None),
+            access_log=getattr(args, "access_log", None),
+            permify_grpc_port=getattr(args, "permify_grpc_port", None),
+            workers=getattr(args, "workers", None),
         )
+        if settings.database_url:
+            check_url(settings.database_url)
         return args.func(args, settings)
-    except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError) as exc:
+    except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError, StartupError) as exc:
         print(f"auditsync: {exc}", file=sys.stderr)
         return 2
     except psycopg.OperationalError as exc:

@@ -7,7 +7,9 @@ missing or malformed value fails at start with the variable's name in the messag
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 from watch_service.protocol.errors import AuditsyncError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOG_FORMATS = ("text", "json")
 
 
 class SettingsError(AuditsyncError, ValueError):
@@ -36,12 +39,17 @@ class Settings:
     pool_min: int = 2
     pool_max: int = 10
     pool_timeout_s: float = 5.0
+    # `serve` worker processes on one port; None: one per core the process may run on.
+    workers: int | None = None
     retention_interval_s: float = 5.0
     # SSE watch (seed 002)
     session_ttl_ms: int = 300_000
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
+    max_sessions_per_key: int = 1_000  # live watch sessions one bearer key may hold (429 above)
+    session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
+    tail_cache_bytes: int = 64 * 1024 * 1024  # all shared tailers' record caches together
     # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"
@@ -49,9 +57,24 @@ class Settings:
     grpc_port: int | None = None  # SpiceDB gRPC surface; None = off
     grpc_key: str | None = None  # preshared bearer key for gRPC; None = open (dev)
     permify_watch_enabled: bool = True
+    permify_grpc_port: int | None = None  # Permify gRPC surface (base.v1); None = off
     authz_history_ms: int = 24 * 3600 * 1000
     spicedb_checkpoint_ms: int = 1000
+    grpc_tls_cert: Path | None = None  # PEM chain; with grpc_tls_key: TLS on the gRPC surfaces
+    grpc_tls_key: Path | None = None
+    spicedb_tenant: str = "t1"  # the one tenant the SpiceDB surface serves
     sink_key: str | None = None  # bearer key the sink presents to the service
+    # Logging: "text" lines or one JSON object per line; an access log line per request.
+    log_format: str = "text"
+    access_log: bool = False
+    # Browser origins (scheme://host[:port]) allowed cross-origin; empty = CORS off; "*" = any.
+    cors_origins: tuple[str, ...] = ()
+    # Client read timeouts: a request's header must be complete within header_timeout_s of
+    # its first byte, its body read within body_timeout_s; an idle kept-alive connection is
+    # closed after keepalive_timeout_s.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
 
     @property
     def embedded(self) -> bool:
@@ -69,18 +92,32 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_RECORD_BYTES": ("max_record_bytes", int),
     "AUDITSYNC_POOL_MAX": ("pool_max", int),
     "AUDITSYNC_POOL_TIMEOUT_S": ("pool_timeout_s", float),
+    "AUDITSYNC_WORKERS": ("workers", int),
     "AUDITSYNC_RETENTION_INTERVAL_S": ("retention_interval_s", float),
     "AUDITSYNC_SESSION_TTL_MS": ("session_ttl_ms", int),
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
+    "AUDITSYNC_MAX_SESSIONS_PER_KEY": ("max_sessions_per_key", int),
+    "AUDITSYNC_SESSION_GC_INTERVAL_S": ("session_gc_interval_s", float),
+    "AUDITSYNC_TAIL_CACHE_BYTES": ("tail_cache_bytes", int),
     "AUDITSYNC_SYNCHRONOUS_COMMIT": ("synchronous_commit", str),
     "AUDITSYNC_GRPC_PORT": ("grpc_port", int),
     "AUDITSYNC_GRPC_KEY": ("grpc_key", str),
     "AUDITSYNC_PERMIFY_WATCH": ("permify_watch_enabled", bool),
+    "AUDITSYNC_PERMIFY_GRPC_PORT": ("permify_grpc_port", int),
     "AUDITSYNC_AUTHZ_HISTORY_MS": ("authz_history_ms", int),
     "AUDITSYNC_SPICEDB_CHECKPOINT_MS": ("spicedb_checkpoint_ms", int),
+    "AUDITSYNC_GRPC_TLS_CERT": ("grpc_tls_cert", Path),
+    "AUDITSYNC_GRPC_TLS_KEY": ("grpc_tls_key", Path),
+    "AUDITSYNC_SPICEDB_TENANT": ("spicedb_tenant", str),
     "AUDITSYNC_SINK_KEY": ("sink_key", str),
+    "AUDITSYNC_LOG_FORMAT": ("log_format", str),
+    "AUDITSYNC_ACCESS_LOG": ("access_log", bool),
+    "AUDITSYNC_CORS_ORIGINS": ("cors_origins", tuple),
+    "AUDITSYNC_HEADER_TIMEOUT_S": ("header_timeout_s", float),
+    "AUDITSYNC_BODY_TIMEOUT_S": ("body_timeout_s", float),
+    "AUDITSYNC_KEEPALIVE_TIMEOUT_S": ("keepalive_timeout_s", float),
 }
 
 _POSITIVE = {
@@ -90,13 +127,20 @@ _POSITIVE = {
     "max_record_bytes",
     "pool_max",
     "pool_timeout_s",
+    "workers",
     "retention_interval_s",
     "session_ttl_ms",
     "max_streams",
     "write_timeout_s",
     "cursor_flush_ms",
+    "max_sessions_per_key",
+    "session_gc_interval_s",
+    "tail_cache_bytes",
     "authz_history_ms",
     "spicedb_checkpoint_ms",
+    "header_timeout_s",
+    "body_timeout_s",
+    "keepalive_timeout_s",
 }
 _BOOLS = {
     "1": True,
@@ -116,14 +160,48 @@ def _parse(env_name: str, kind: type, raw: str) -> Any:
             return _BOOLS[raw.strip().lower()]
         except KeyError:
             raise SettingsError(f"{env_name}: expected true/false, got {raw!r}") from None
+    if kind is tuple:
+        return _origins(env_name, raw)
     if kind is str:
         if not raw.strip():
             raise SettingsError(f"{env_name}: must not be empty")
         return raw
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise SettingsError(f"{env_name}: expected {kind.__name__}, got {raw!r}") from None
+    if kind is float and not math.isfinite(value):  # float() accepts "nan" and "inf"
+        raise SettingsError(f"{env_name}: expected a finite number, got {raw!r}")
+    return value
+
+
+_ORIGIN = re.compile(r"https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+
+
+def _origins(env_name: str, raw: str) -> tuple[str, ...]:
+    """A comma-separated list of browser origins, exactly as browsers send ``Origin``."""
+    origins = tuple(o.strip() for o in raw.split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not _ORIGIN.fullmatch(origin):
+            raise SettingsError(
+                f"{env_name}: {origin!r} is not an origin (scheme://host[:port], no path) or *"
+            )
+    return origins
+
+
+_PORTS = {"pg_port", "port", "grpc_port"}
+
+
+def _check_ranges(values: dict[str, Any], source: dict[str, str]) -> None:
+    """Ports within 1..65535, the other numbers > 0 and finite; the message names the source."""
+    for field, value in values.items():
+        where = source[field]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingsError(f"{where}: expected a finite number, got {value!r}")
+        if field in _PORTS and not 1 <= value <= 65535:
+            raise SettingsError(f"{where}: a port must be within 1..65535, got {value!r}")
+        if field in _POSITIVE and value <= 0:
+            raise SettingsError(f"{where}: must be > 0, got {value!r}")
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -133,17 +211,30 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    # Where each value came from, so a message names what the user wrote: the variable or flag.
+    source: dict[str, str] = {}
     for env_name, (field, kind) in _ENV.items():
         raw = env.get(env_name)
         if raw is not None and raw != "":
             values[field] = _parse(env_name, kind, raw)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for field in _POSITIVE:
-        if field in values and values[field] <= 0:
-            raise SettingsError(f"{field}: must be > 0, got {values[field]!r}")
+            source[field] = env_name
+    for field, value in overrides.items():
+        if value is not None:
+            values[field] = value
+            source[field] = "--" + field.replace("_", "-")
+    _check_ranges(values, source)
     if values.get("synchronous_commit", "on") not in ("on", "off"):
         raise SettingsError(
-            f"synchronous_commit: expected on or off, got {values['synchronous_commit']!r}"
+            f"{source['synchronous_commit']}: expected on or off, "
+            f"got {values['synchronous_commit']!r}"
+        )
+    if values.get("log_format", "text") not in LOG_FORMATS:
+        raise SettingsError(
+            f"{source['log_format']}: expected text or json, got {values['log_format']!r}"
+        )
+    if (values.get("grpc_tls_cert") is None) != (values.get("grpc_tls_key") is None):
+        raise SettingsError(
+            "AUDITSYNC_GRPC_TLS_CERT and AUDITSYNC_GRPC_TLS_KEY: set both (TLS on) or neither"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()

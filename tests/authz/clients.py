@@ -10,20 +10,29 @@ the client's ``StreamResultOfWatchResponse`` model.
 from __future__ import annotations
 
 import asyncio
+import types
 import uuid
 
+import grpc
 import orjson
 import permify
 from permify.models.stream_result_of_watch_response import StreamResultOfWatchResponse
 
+from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
 from watch_service.protocol import authz as pa
 
 GRPC_KEY = "test-grpc-key"
 
 
 def unique_type(prefix: str = "doc") -> str:
-    """A SpiceDB/Permify object type no other test uses."""
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+    """A SpiceDB/Permify object type no other test uses: letters and ``_`` only, a name both
+    dialects accept (Permify's types have no digits)."""
+    return f"{prefix}_{uuid.uuid4().hex[:10].translate(str.maketrans('0123456789', 'ghijklmnop'))}"
+
+
+def permify_schema_for(doc: str) -> str:
+    """A Permify schema with ``user`` and ``doc`` (owner, viewer: users) for writes to t1."""
+    return f"entity user {{}}\nentity {doc} {{\n relation owner @user\n relation viewer @user\n}}"
 
 
 def seq_of(tenant: str, token: str) -> int:
@@ -119,3 +128,23 @@ async def sse_records(
 
     await asyncio.wait_for(read(), timeout)
     return records[:n]
+
+
+def permify_grpc_client(
+    port: int, key: str | None = None, root_cert: bytes | None = None
+) -> types.SimpleNamespace:
+    """Stubs of the Permify gRPC services on one channel, with ``md`` the auth metadata;
+    over TLS when ``root_cert`` (the server's certificate) is given."""
+    if root_cert is None:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    else:
+        creds = grpc.ssl_channel_credentials(root_certificates=root_cert)
+        channel = grpc.aio.secure_channel(f"localhost:{port}", creds)
+    return types.SimpleNamespace(
+        channel=channel,
+        tenancy=pb_grpc.TenancyStub(channel),
+        schema=pb_grpc.SchemaStub(channel),
+        data=pb_grpc.DataStub(channel),
+        watch=pb_grpc.WatchStub(channel),
+        md=(("authorization", f"Bearer {key}"),) if key else None,
+    )

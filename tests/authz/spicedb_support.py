@@ -5,18 +5,25 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from types import SimpleNamespace
 
 import grpc
 from authzed.api.v1 import (
     InsecureClient,
     ObjectReference,
+    ReadSchemaRequest,
     Relationship,
     RelationshipUpdate,
     SubjectReference,
     WatchRequest,
     WriteRelationshipsRequest,
+    WriteSchemaRequest,
 )
+from authzed.api.v1.permission_service_pb2_grpc import PermissionsServiceStub
+from authzed.api.v1.watch_service_pb2_grpc import WatchServiceStub
 from google.protobuf.struct_pb2 import Struct
+
+from .clients import unique_type
 
 Op = RelationshipUpdate.Operation
 
@@ -96,3 +103,49 @@ class WatchReader:
     def close(self) -> None:
         self.call.cancel()
         self.thread.join(5)
+
+
+BASE_SCHEMA = "definition user {}\n\ndefinition group {\n\trelation member: user\n}"
+
+
+def doc_definition(name: str) -> str:
+    """A definition the tests' relationships fit: owner / viewer / editor of users and
+    group members (viewer also ``user:*``), and a permission to refuse writes to."""
+    return (
+        f"definition {name} {{\n\trelation owner: user | group#member\n"
+        f"\trelation viewer: user | group#member | user:*\n\trelation editor: user\n"
+        f"\tpermission view = viewer + owner\n}}"
+    )
+
+
+def _define(client, names: tuple[str, ...]):
+    try:
+        current = client.ReadSchema(ReadSchemaRequest()).schema_text
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+        current = BASE_SCHEMA
+    text = "\n\n".join([current, *(doc_definition(n) for n in names)])
+    return client.WriteSchema(WriteSchemaRequest(schema=text))
+
+
+async def define(client, *names: str):
+    """Add a test definition per name to the surface's SpiceDB schema (the tenant is shared
+    by the session, so a test extends the schema rather than replacing it)."""
+    return await asyncio.to_thread(_define, client, names)
+
+
+async def defined_type(client, prefix: str = "doc") -> str:
+    """A fresh object type no other test uses, defined in the schema."""
+    name = unique_type(prefix)
+    await define(client, name)
+    return name
+
+
+def no_key_client(target: str) -> SimpleNamespace:
+    """The ``authzed`` stubs on a plaintext channel that sends no ``authorization``."""
+    channel = grpc.insecure_channel(target)
+    return SimpleNamespace(
+        WriteRelationships=PermissionsServiceStub(channel).WriteRelationships,
+        Watch=WatchServiceStub(channel).Watch,
+    )

@@ -10,15 +10,18 @@ from authzed.api.v1 import WatchRequest, ZedToken
 
 from watch_service.protocol import authz as pa
 
-from .clients import PermifyWatch, seq_of, sse_records, unique_type
-from .spicedb_support import Op, WatchReader, update, write
+from .clients import PermifyWatch, permify_schema_for, seq_of, sse_records
+from .spicedb_support import Op, WatchReader, defined_type, update, write
 
 pytestmark = pytest.mark.service
 REST_WRITERS, GRPC_WRITERS, WRITES = 4, 2, 10
 
 
 async def test_concurrent_writers_one_tenant(permify_api, spicedb, authz_service, http):
-    doc, url = unique_type(), authz_service.url
+    doc, url = await defined_type(spicedb), authz_service.url
+    schema = {"schema": permify_schema_for(doc)}
+    async with http.post(f"{url}/v1/tenants/t1/schemas/write", json=schema) as r:
+        assert r.status == 200, await r.text()
     start = await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:start", "owner", "user:s"))
     token = start.written_at.token
     first_seq = seq_of("t1", token)

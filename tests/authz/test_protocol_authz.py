@@ -9,6 +9,7 @@ import pytest
 
 from watch_service.compat import permify_json as pj
 from watch_service.protocol import authz as pa
+from watch_service.protocol import permify_schema
 from watch_service.protocol.names import TOPIC_RE
 
 pytestmark = pytest.mark.unit
@@ -172,11 +173,12 @@ def test_schema_definition_names():
         "entity user {}\nentity doc {\n relation owner @user\n attribute tags string[]\n"
         " permission edit = owner\n}"
     )
-    d = pj.schema_definition(pj.check_schema(text))
+    d = pj.schema_body(permify_schema.parse(text))
     assert d["references"] == {"user": "REFERENCE_ENTITY", "doc": "REFERENCE_ENTITY"}
     assert (
-        d["entityDefinitions"]["doc"]["attributes"]["tags"]["type"] == "ATTRIBUTE_TYPE_STRING_ARRAY"
+        d["entity_definitions"]["doc"]["attributes"]["tags"]["type"]
+        == "ATTRIBUTE_TYPE_STRING_ARRAY"
     )
     for bad in ["", "entity x {", "no entities here"]:
-        with pytest.raises(pj.PermifyError):
-            pj.check_schema(bad)
+        with pytest.raises(permify_schema.SchemaError):
+            permify_schema.parse(bad)

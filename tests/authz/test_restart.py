@@ -12,8 +12,8 @@ from authzed.api.v1 import InsecureClient, WatchRequest
 from authzed.api.v1.watch_service_pb2 import WATCH_KIND_INCLUDE_CHECKPOINTS
 
 from ..support import ServiceProcess, free_port, wait_for
-from .clients import GRPC_KEY, unique_type
-from .spicedb_support import Op, text, update, write
+from .clients import GRPC_KEY
+from .spicedb_support import Op, defined_type, text, update, write
 
 pytestmark = pytest.mark.e2e
 
@@ -73,8 +73,8 @@ async def test_reconnect_loop_survives_restart(pg_url, tmp_path):
     )
     target = f"127.0.0.1:{grpc_port}"
     client = InsecureClient(target, GRPC_KEY)
-    doc = unique_type()
     try:
+        doc = await defined_type(client)
         start = await write(client, update(Op.OPERATION_TOUCH, f"{doc}:start", "owner", "user:s"))
         watcher = ReconnectingWatcher(target, doc, start.written_at)
         watcher.thread.start()

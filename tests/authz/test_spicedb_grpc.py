@@ -24,14 +24,23 @@ from watch_service.protocol import authz as pa
 from watch_service.store import retention
 from watch_service.web.app_keys import POOL
 
-from .clients import unique_type
-from .spicedb_support import Op, WatchReader, rel, struct, text, update, write
+from .spicedb_support import (
+    Op,
+    WatchReader,
+    defined_type,
+    no_key_client,
+    rel,
+    struct,
+    text,
+    update,
+    write,
+)
 
 pytestmark = pytest.mark.service
 
 
 async def test_write_delete_watch_with_metadata(spicedb):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     start = await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:0", "owner", "user:zero"))
     watch = WatchReader(
         spicedb, WatchRequest(optional_start_cursor=start.written_at, optional_object_types=[doc])
@@ -80,7 +89,7 @@ async def test_write_delete_watch_with_metadata(spicedb):
 
 
 async def test_preconditions_and_create_conflicts_write_nothing(spicedb):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     await write(spicedb, update(Op.OPERATION_CREATE, f"{doc}:1", "owner", "user:a"))
     must_match = Precondition(
         operation=Precondition.OPERATION_MUST_MATCH,
@@ -126,7 +135,7 @@ async def read_all(client, f: RelationshipFilter, limit: int = 0) -> list[str]:
 
 
 async def test_read_relationships_filters_limit_cursor(spicedb):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     await write(
         spicedb,
         *[update(Op.OPERATION_TOUCH, f"{doc}:{i}", "viewer", f"user:u{i % 2}") for i in range(5)],
@@ -163,7 +172,7 @@ async def test_read_relationships_filters_limit_cursor(spicedb):
 
 
 async def test_checkpoints_on_an_idle_stream(spicedb):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     start = await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"))
     watch = WatchReader(
         spicedb,
@@ -187,7 +196,7 @@ async def test_checkpoints_on_an_idle_stream(spicedb):
 
 
 async def test_import_bulk_produces_watch_events(spicedb):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     start = await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:start", "owner", "user:a"))
     watch = WatchReader(
         spicedb, WatchRequest(optional_start_cursor=start.written_at, optional_object_types=[doc])
@@ -201,16 +210,16 @@ async def test_import_bulk_produces_watch_events(spicedb):
     try:
         resp = await asyncio.to_thread(spicedb.ImportBulkRelationships, iter(batches))
         assert resp.num_loaded == 1800
-        got = await watch.take(2)  # 1800 changes in one transaction: records of <= 1000
+        got = await watch.take(1)  # 1800 changes in one transaction: one revision
     finally:
         watch.close()
-    assert [len(r.updates) for r in got] == [1000, 800]
+    assert [len(r.updates) for r in got] == [1800]  # stored as records of <= 1000
     assert {u.operation for r in got for u in r.updates} == {Op.OPERATION_CREATE}
     assert len({text(u) for r in got for u in r.updates}) == 1800
 
 
 async def test_history_window_error(spicedb, authz_service):
-    doc = unique_type()
+    doc = await defined_type(spicedb)
     old = await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"))
     await write(spicedb, update(Op.OPERATION_TOUCH, f"{doc}:2", "owner", "user:a"))
     pool = authz_service.app[POOL]
@@ -227,15 +236,25 @@ async def test_history_window_error(spicedb, authz_service):
     assert "ReadRelationships" in err.details()
 
 
-async def test_bad_credentials_and_bad_input(spicedb, authz_service):
-    doc = unique_type()
-    for client in (InsecureClient(authz_service.grpc_target, "wrong"),):
+async def test_bad_credentials_and_bad_input(spicedb, authz_service, make_service):
+    from ..support import free_port
+    from .clients import GRPC_KEY
+
+    doc = await defined_type(spicedb)
+    port = free_port()  # a service with a key: the shared authz_service is in dev mode
+    await make_service(grpc_port=port, grpc_key=GRPC_KEY)
+    target = f"127.0.0.1:{port}"
+    # as SpiceDB: no key is UNAUTHENTICATED, a wrong key PERMISSION_DENIED (parity, 12.4)
+    for client, code in (
+        (InsecureClient(target, "wrong"), grpc.StatusCode.PERMISSION_DENIED),
+        (no_key_client(target), grpc.StatusCode.UNAUTHENTICATED),
+    ):
         with pytest.raises(grpc.RpcError) as err:
             await write(client, update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"))
-        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert err.value.code() == code
         with pytest.raises(grpc.RpcError) as err:
             await WatchReader(client, WatchRequest()).take(1)
-        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert err.value.code() == code
     bad = [
         update(Op.OPERATION_TOUCH, f"{doc}:1", "owner", "user:a"),
         update(Op.OPERATION_TOUCH, f"{doc}:x y", "owner", "user:a"),
@@ -266,7 +285,7 @@ async def test_oversized_message_is_resource_exhausted(make_service):
     port = free_port()
     await make_service(grpc_port=port, grpc_key=GRPC_KEY, max_body_bytes=4096)
     client = InsecureClient(f"127.0.0.1:{port}", GRPC_KEY)
-    doc = unique_type()
+    doc = await defined_type(client)
     with pytest.raises(grpc.RpcError) as err:
         await write(
             client,

@@ -192,3 +192,31 @@ def test_one_image_built_from_the_lock(services):
     for name, svc in services.items():
         if not svc.get("image", "").startswith("postgres:"):
             assert svc["image"] == "auditsync:dev", name
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR:-default}`` and ``${VAR:+replacement}`` forms, for the checks below."""
+
+    def one(m: re.Match) -> str:
+        name, op, word = m.group(1), m.group(2), m.group(3)
+        present = bool(env.get(name))
+        if op == ":-":
+            return env[name] if present else word
+        return word if present else ""
+
+    return re.sub(r"\$\{([A-Z_]+)(:-|:\+)([^}]*)\}", one, value)
+
+
+@pytest.mark.parametrize("host_path", ["./keys.toml", ""])
+def test_the_keys_file_it_names_is_mounted(services, host_path):
+    """With AUDITSYNC_KEYS_FILE set in .env (a host path), the watch service is told a path
+    inside the container that a read-only volume fills from that host file; unset, no keys
+    file is named (dev mode)."""
+    env = {"AUDITSYNC_KEYS_FILE": host_path}
+    watch = services["watch"]
+    named = interpolate(watch["environment"]["AUDITSYNC_KEYS_FILE"], env)
+    mounts = [interpolate(v, env) for v in watch.get("volumes", [])]
+    if not host_path:
+        assert named == ""
+        return
+    assert f"{host_path}:{named}:ro" in mounts

@@ -11,13 +11,14 @@ import pytest
 from tests.support import unique
 
 from .conftest import READER_PREFIX, Api, bearer, session_row
-from .wire import HEARTBEAT, SSE, caught_up_frame, open_stream
+from .wire import HEARTBEAT, SSE, caught_up_frame, cursor_id, open_stream
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 
 async def post_watch(http, url: str, body, headers: dict | None = None) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **(headers or {})}
     async with http.post(f"{url}/v0/watch", data=data, headers=headers) as r:
         return r.status, await r.read()
 
@@ -146,9 +147,12 @@ async def test_auth_binding_of_the_session(auth, http):
         status, hdrs, doc = await get_watch(http, svc.url, wid, {**SSE, **headers}, query)
         assert (status, doc["error"]["code"]) == (401, "unauthorized"), (headers, query)
         assert hdrs["WWW-Authenticate"] == "Bearer"
-    # The creating key opens it, as a header or as ?token= (the EventSource fallback).
+    # The creating key opens it, as a header or as ?token= (the EventSource fallback). Each
+    # GET takes the session over from the last one (where it got to): rewind to the start.
     for headers, query in [(bearer("reader"), ""), ({}, "?token=secret-reader-0002")]:
-        stream = await open_stream(http, svc.url, wid, headers=headers, query=query)
+        stream = await open_stream(
+            http, svc.url, wid, headers=headers, query=query, last_event_id=cursor_id({topic: 0})
+        )
         assert b"event: record\n" in await stream.frame()
         stream.close()
 

@@ -59,8 +59,9 @@ async def test_include_meta_tags_data(api):
             )
         )["wid"]
         stream = await api.stream(wid)
+        # Without data, no meta either, whatever include_meta says (spec, further decisions).
         assert await stream.frame() == record_frame(
-            topic, recs, 0, 2, {topic: 0}, meta=meta, tags=tags, data=data
+            topic, recs, 0, 2, {topic: 0}, meta=meta and data, tags=tags, data=data
         )
         stream.close()
     # The defaults: meta and data, no tags; $node whenever set.

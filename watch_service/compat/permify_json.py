@@ -6,7 +6,6 @@ grpc-gateway shapes). ``PermifyError`` is this surface's one error type.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
 import orjson
@@ -16,9 +15,9 @@ from watch_service.protocol.errors import AuditsyncError
 
 # gRPC status codes and the HTTP status grpc-gateway gives each.
 INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED = 3, 5, 6, 7
-UNAUTHENTICATED, UNAVAILABLE, INTERNAL = 16, 14, 13
+FAILED_PRECONDITION, UNAUTHENTICATED, UNAVAILABLE, INTERNAL = 9, 16, 14, 13
 HTTP_STATUS = {3: 400, 5: 404, 6: 409, 7: 403, 9: 400, 11: 400, 13: 500, 14: 503, 16: 401}
-MAX_TUPLES = 100
+MAX_DATA_PER_WRITE = 1000  # Permify's database.max_data_per_write default
 MAX_PAGE = 100
 
 
@@ -39,17 +38,63 @@ def invalid(message: str) -> PermifyError:
     return PermifyError(INVALID_ARGUMENT, message)
 
 
-def parse_body(raw: bytes, allowed: set[str]) -> dict:
+def parse_body(raw: bytes) -> dict:
+    """A request body: a JSON object; unknown fields are ignored, as Permify's gateway does."""
     try:
         doc = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError as exc:
         raise invalid(f"body: malformed JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise invalid("body: expected a JSON object")
-    unknown = sorted(set(doc) - allowed)
-    if unknown:
-        raise invalid(f"body: unknown field(s) {', '.join(unknown)}")
+    return check_no_nul(doc)
+
+
+def check_no_nul(doc: Any, path: str = "body") -> Any:
+    """Refuse a NUL character in any string of a request (PostgreSQL text cannot hold one)."""
+    if isinstance(doc, str):
+        if "\x00" in doc:
+            raise invalid(f"{path}: NUL characters are not allowed in strings")
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            check_no_nul(k, path)
+            check_no_nul(v, f"{path}.{k}")
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            check_no_nul(v, f"{path}[{i}]")
     return doc
+
+
+def obj(doc: dict, key: str) -> dict:
+    """``doc[key]`` as an object ({} when absent or null)."""
+    return _obj(doc.get(key), key)
+
+
+def text(doc: dict, key: str, field: str) -> str:
+    """``doc[key]`` as a string ("" when absent or null)."""
+    value = doc.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise invalid(f"{field + '.' if field else ''}{key}: expected a string")
+    return value
+
+
+def new_tenant_id(raw: Any) -> str:
+    try:
+        tenant = pa.check_tenant(raw, "id")
+    except pa.AuthzInputError as exc:
+        raise invalid(str(exc)) from None
+    if tenant == "*":
+        raise invalid("id: '*' is reserved and cannot be created")
+    return tenant
+
+
+def check_write_size(items: int) -> None:
+    if items > MAX_DATA_PER_WRITE:
+        raise invalid(
+            f"ERROR_CODE_MAX_DATA_PER_WRITE_EXCEEDED: {items} tuples and attributes in one "
+            f"write is over the limit of {MAX_DATA_PER_WRITE}"
+        )
 
 
 def _obj(doc: Any, field: str) -> dict:
@@ -61,7 +106,9 @@ def _obj(doc: Any, field: str) -> dict:
 
 
 def _str(doc: dict, key: str, field: str) -> str:
-    value = doc.get(key, "")
+    value = doc.get(key)
+    if value is None:
+        return ""
     if not isinstance(value, str):
         raise invalid(f"{field}.{key}: expected a string")
     return value
@@ -112,19 +159,21 @@ def parse_attribute(doc: Any, field: str) -> pa.Attribute:
 
 
 def parse_tuples(doc: dict, key: str, min_items: int = 0) -> list[pa.Tuple]:
-    items = _list(doc, key, "body", MAX_TUPLES)
+    items = _list(doc, key, "body", MAX_DATA_PER_WRITE)
     if len(items) < min_items:
         raise invalid(f"body.{key}: at least {min_items} item(s) required")
     return pa.unique(parse_tuple(t, f"{key}[{i}]") for i, t in enumerate(items))
 
 
 def parse_attributes(doc: dict) -> list[pa.Attribute]:
-    items = _list(doc, "attributes", "body", MAX_TUPLES)
-    last = {}
+    items = _list(doc, "attributes", "body", MAX_DATA_PER_WRITE)
+    first: dict[tuple, pa.Attribute] = {}
     for i, a in enumerate(items):
         attr = parse_attribute(a, f"attributes[{i}]")
-        last[(attr.entity_type, attr.entity_id, attr.name)] = attr  # the last write wins
-    return list(last.values())
+        # Permify keeps the first of repeated (entity, attribute) in one write and skips the
+        # rest (internal/servers/data_server.go Write, attributesMap).
+        first.setdefault((attr.entity_type, attr.entity_id, attr.name), attr)
+    return list(first.values())
 
 
 def parse_tuple_filter(doc: Any, field: str, require_type: bool) -> pa.TupleFilter:
@@ -170,10 +219,12 @@ def page_size(doc: dict) -> int:
     return size
 
 
+def stamp(created: dt.datetime) -> str:
+    return created.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def tenant_body(t: tuple) -> dict:
-    created: dt.datetime = t[2]
-    stamp = created.astimezone(dt.UTC).isoformat(timespec="microseconds")
-    return {"id": t[0], "name": t[1], "created_at": stamp.replace("+00:00", "Z")}
+    return {"id": t[0], "name": t[1], "created_at": stamp(t[2])}
 
 
 def tuple_body(t: pa.Tuple) -> dict:
@@ -213,48 +264,44 @@ def error_line(err: PermifyError) -> bytes:
     return orjson.dumps({"error": err.body()}) + b"\n"
 
 
-# -- schema: stored as text; read renders names only (no permission evaluation here) ----------
-_BLOCK = re.compile(r"\bentity\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{", re.S)
-_MEMBER = re.compile(
-    r"\b(relation|attribute|permission|action)\s+([A-Za-z_][A-Za-z0-9_]*)"
-    r"(?:\s+([A-Za-z_\[\]]+))?"
-)
-_ATTR_TYPES = {"boolean": "BOOLEAN", "string": "STRING", "integer": "INTEGER", "double": "DOUBLE"}
-
-
-def check_schema(text: Any) -> str:
-    if not isinstance(text, str) or not _BLOCK.search(text):
-        raise invalid("schema: expected Permify schema text with at least one entity block")
-    if text.count("{") != text.count("}"):
-        raise invalid("schema: unbalanced braces")
-    return text
-
-
-def schema_definition(text: str) -> dict:
-    """The SchemaDefinition shape with the entities, relations, attributes and permissions
-    named in ``text`` (structure only: rewrites and relation references are not parsed)."""
-    entities, refs = {}, {}
-    for m in _BLOCK.finditer(text):
-        body = text[m.end() : text.find("}", m.end())]
-        ent: dict = {
-            "name": m.group(1),
-            "relations": {},
-            "permissions": {},
-            "attributes": {},
-            "references": {},
+# -- schema and names ------------------------------------------------------------------------
+def schema_body(defs: dict) -> dict:
+    """Permify's SchemaDefinition (proto field names) of parsed definitions
+    (``protocol.permify_schema.parse``); permission rewrite trees are not rendered."""
+    entities = {}
+    for name, ent in defs["entities"].items():
+        refs = dict.fromkeys(ent["relations"], "REFERENCE_RELATION")
+        refs |= dict.fromkeys(ent["attributes"], "REFERENCE_ATTRIBUTE")
+        refs |= dict.fromkeys(ent["permissions"], "REFERENCE_PERMISSION")
+        entities[name] = {
+            "name": name,
+            "relations": {
+                r: {
+                    "name": r,
+                    "relation_references": [{"type": t, "relation": rel} for t, rel in types],
+                }
+                for r, types in ent["relations"].items()
+            },
+            "permissions": {p: {"name": p} for p in ent["permissions"]},
+            "attributes": {a: {"name": a, "type": t} for a, t in ent["attributes"].items()},
+            "references": refs,
         }
-        for kind, name, typ in _MEMBER.findall(body):
-            if kind == "relation":
-                ent["relations"][name] = {"name": name}
-                ent["references"][name] = "REFERENCE_RELATION"
-            elif kind == "attribute":
-                base = _ATTR_TYPES.get((typ or "").rstrip("[]"), "STRING")
-                suffix = "_ARRAY" if (typ or "").endswith("[]") else ""
-                ent["attributes"][name] = {"name": name, "type": f"ATTRIBUTE_TYPE_{base}{suffix}"}
-                ent["references"][name] = "REFERENCE_ATTRIBUTE"
-            else:
-                ent["permissions"][name] = {"name": name}
-                ent["references"][name] = "REFERENCE_PERMISSION"
-        entities[m.group(1)] = ent
-        refs[m.group(1)] = "REFERENCE_ENTITY"
-    return {"entityDefinitions": entities, "ruleDefinitions": {}, "references": refs}
+    rules = {n: {"name": n, "arguments": dict(r["arguments"])} for n, r in defs["rules"].items()}
+    references = dict.fromkeys(entities, "REFERENCE_ENTITY") | dict.fromkeys(
+        rules, "REFERENCE_RULE"
+    )
+    return {"entity_definitions": entities, "rule_definitions": rules, "references": references}
+
+
+def unrepresentable(changes: list[pa.Change]) -> str:
+    """What in ``changes`` breaks Permify's name rules ("" if nothing): such changes come from
+    the SpiceDB surface, whose names allow ``/``, digits and longer ids."""
+    for c in changes:
+        try:
+            if c.tuple is not None:
+                pa.check_tuple(c.tuple, pa.PERMIFY, "tuple")
+            elif c.attribute is not None:
+                pa.check_attribute(c.attribute, "attribute")
+        except pa.AuthzInputError as exc:
+            return str(exc)
+    return ""

@@ -1,130 +1,91 @@
 """The SpiceDB gRPC surface (seed 001): ``PermissionsService`` Write/Delete/Read/
-ImportBulkRelationships and ``WatchService.Watch``, served by a ``grpc.aio`` server in the
-service's own event loop on ``settings.grpc_port``, over tenant ``spicedb_proto.TENANT``.
+ImportBulkRelationships, ``WatchService.Watch`` (``spicedb_watch``) and ``SchemaService``
+Write/ReadSchema (``spicedb_schema_service``), served by a ``grpc.aio`` server in the service's
+own event loop on ``settings.grpc_port`` (TLS when configured, ``compat.tls``), over tenant
+``settings.spicedb_tenant`` (default t1). Auth and error mapping: ``spicedb_base``.
 
-Auth: with ``settings.grpc_key`` set, every call must carry metadata
-``authorization: Bearer <key>`` (UNAUTHENTICATED otherwise). Writes go through
-``store.authz_writes.apply`` (one transaction, one change record); Watch follows the tenant's change
-topic, so a ZedToken is a position in it and ``changes_through`` is always resumable.
+Every write is validated against the tenant's current SpiceDB schema as SpiceDB validates it
+(``protocol.spicedb_schema``), under the change topic's lock, then goes through
+``store.authz_writes.apply`` (one transaction, one revision). Permission evaluation (Check,
+Lookup*, Expand) is not served: those calls answer UNIMPLEMENTED saying why.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import logging
-import time
+import dataclasses
 from collections.abc import AsyncIterator
 
 import grpc
 import psycopg
-import psycopg_pool
 from aiohttp import web
 from authzed.api.v1 import core_pb2
 from authzed.api.v1 import permission_service_pb2 as ps
 from authzed.api.v1 import permission_service_pb2_grpc as ps_grpc
-from authzed.api.v1 import watch_service_pb2 as ws
+from authzed.api.v1 import schema_service_pb2_grpc as ss_grpc
 from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.compat import spicedb_proto as sp
-from watch_service.engine.topic_follower import HistoryLost, TopicGone, ensure_retained, follow
+from watch_service.compat import tls
+from watch_service.compat.spicedb_base import Base, abort, log
+from watch_service.compat.spicedb_schema_service import Schema, unimplemented
+from watch_service.compat.spicedb_watch import Watch
 from watch_service.protocol import authz as pa
+from watch_service.protocol import spicedb_checks as checks
 from watch_service.store import authz_reads as reads
 from watch_service.store import authz_writes as db
-from watch_service.web.app_keys import HUB, POOL, SETTINGS
+from watch_service.web.app_keys import POOL, SETTINGS
 
-log = logging.getLogger("auditsync.spicedb")
-TOPIC = pa.change_topic(sp.TENANT)
 READ_PAGE = 1000
 _Code = grpc.StatusCode
 
 
-def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    if isinstance(exc, sp.SpiceDBError):
-        return exc.code, exc.message
-    if isinstance(exc, db.TupleExists):
-        return _Code.ALREADY_EXISTS, str(exc)
-    if isinstance(exc, db.PreconditionFailed):
-        return _Code.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, (db.TenantNotFound, TopicGone)):
-        return (
-            _Code.NOT_FOUND,
-            f"tenant {sp.TENANT!r} (the SpiceDB surface's tenant) does not exist",
-        )
-    if isinstance(exc, HistoryLost):
-        return _Code.OUT_OF_RANGE, (
-            f"the start cursor is before the retained history: changes {exc.gap_from}.."
-            f"{exc.gap_to} were garbage collected (the history window is the change topic's "
-            "ttl). Recover by re-reading the current state with ReadRelationships and then "
-            "calling Watch without optional_start_cursor, or with the read_at token."
-        )
-    if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
-        return _Code.UNAVAILABLE, "PostgreSQL is unreachable; retry"
-    log.error("internal error", exc_info=exc)
-    return _Code.INTERNAL, "internal server error"
+class Permissions(Base, ps_grpc.PermissionsServiceServicer):
+    def _validated(self, w: db.Write, tuples: list[pa.Tuple], filters: list[pa.TupleFilter]):
+        async def check(conn: psycopg.AsyncConnection) -> None:
+            schema = await self.schema(conn)
+            for t in tuples:
+                checks.check_tuple(schema, t)
+            for f in filters:
+                checks.check_filter(schema, f)
 
+        return dataclasses.replace(w, check=check)
 
-class _Service:
-    def __init__(self, app: web.Application) -> None:
-        self.app = app
-        self.settings = app[SETTINGS]
-
-    async def _call(self, context: grpc.aio.ServicerContext, coro):
-        """Run one unary handler: auth first, every failure as a gRPC status."""
-        try:
-            self._auth(context)
-            return await coro
-        except (grpc.aio.AbortError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            coro.close()
-            await context.abort(*_status(exc))
-
-    def _auth(self, context: grpc.aio.ServicerContext) -> None:
-        key = self.settings.grpc_key
-        if key is None:
-            return
-        got = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not hmac.compare_digest(str(got).encode(), f"Bearer {key}".encode()):
-            raise sp.SpiceDBError(
-                _Code.UNAUTHENTICATED,
-                "missing or wrong bearer key (metadata authorization: Bearer <key>)",
-            )
-
-    async def _apply(self, w: db.Write) -> db.WriteResult:
+    async def _apply(self, w: db.Write) -> core_pb2.ZedToken:
         async with self.app[POOL].connection() as conn:
-            return await db.apply(conn, sp.TENANT, "spicedb", w, self.settings.authz_history_ms)
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
+        return sp.zed(self.topic, result.seq, result.epoch)
 
-
-class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
     async def WriteRelationships(self, request, context):
-        return await self._call(context, self._write(request))
+        return await self.call(context, self._write(request))
 
     async def _write(self, request: ps.WriteRelationshipsRequest) -> ps.WriteRelationshipsResponse:
-        w = db.Write(
-            sp.updates(request), preconditions=_pre(request), metadata=sp.metadata(request)
-        )
-        result = await self._apply(w)
-        return ps.WriteRelationshipsResponse(written_at=sp.zed(TOPIC, result.seq))
+        ups, pre = sp.updates(request), _pre(request)
+        w = db.Write(ups, preconditions=pre, metadata=sp.metadata(request))
+        w = self._validated(w, [t for _, t in ups], [p.filter for p in pre])
+        return ps.WriteRelationshipsResponse(written_at=await self._apply(w))
 
     async def DeleteRelationships(self, request, context):
-        return await self._call(context, self._delete(request))
+        return await self.call(context, self._delete(request))
 
     async def _delete(
         self, request: ps.DeleteRelationshipsRequest
     ) -> ps.DeleteRelationshipsResponse:
         f = sp.to_filter(request.relationship_filter, "relationship_filter")
+        pre = _pre(request)
         w = db.Write(
             delete_tuples=f,
             delete_limit=request.optional_limit or None,
             allow_partial=request.optional_allow_partial_deletions,
-            preconditions=_pre(request),
+            preconditions=pre,
             metadata=sp.metadata(request),
         )
-        result = await self._apply(w)
+        w = self._validated(w, [], [f, *(p.filter for p in pre)])
+        async with self.app[POOL].connection() as conn:
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
+        token = sp.zed(self.topic, result.seq, result.epoch)
         progress = ps.DeleteRelationshipsResponse
         return ps.DeleteRelationshipsResponse(
-            deleted_at=sp.zed(TOPIC, result.seq),
+            deleted_at=token,
             relationships_deleted_count=result.deleted,
             deletion_progress=progress.DELETION_PROGRESS_PARTIAL
             if result.partial
@@ -133,36 +94,61 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
 
     async def ReadRelationships(self, request, context) -> AsyncIterator:
         try:
-            self._auth(context)
-            f = sp.to_filter(request.relationship_filter, "relationship_filter")
-            after = (
-                _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
-            )
-            left = request.optional_limit or None
-            async with self.app[POOL].connection() as conn:
-                info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
-            read_at = sp.zed(TOPIC, info.head_seq)
-            while left is None or left > 0:
-                size = READ_PAGE if left is None else min(READ_PAGE, left)
-                async with self.app[POOL].connection() as conn:  # not held while streaming
-                    rows = await reads.read_tuples(conn, sp.TENANT, f, after, size)
-                for t in rows:
-                    yield ps.ReadRelationshipsResponse(
-                        read_at=read_at,
-                        relationship=sp.to_relationship(t),
-                        after_result_cursor=core_pb2.Cursor(token=_cursor_token(t)),
-                    )
-                if len(rows) < size:
-                    return
-                after = rows[-1].key()
-                left = None if left is None else left - len(rows)
-        except (grpc.aio.AbortError, asyncio.CancelledError):
+            self.auth(context, "read")
+            async for resp in self._read(request):
+                yield resp
+        except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await context.abort(*_status(exc))
+            await abort(context, exc)
+
+    async def _read(self, request: ps.ReadRelationshipsRequest) -> AsyncIterator:
+        f = sp.to_filter(request.relationship_filter, "relationship_filter")
+        after = _cursor(request.optional_cursor.token) if request.optional_cursor.token else None
+        left = request.optional_limit or None
+        async with self.app[POOL].connection() as conn:
+            info = await db.ensure_topic(conn, self.tenant, self.settings.authz_history_ms)
+            schema = await self.schema(conn)
+        epoch = pa.topic_epoch(info.created_at)
+        self._consistency(request.consistency, info.head_seq, epoch)
+        checks.check_filter(schema, f)
+        read_at = sp.zed(self.topic, info.head_seq, epoch)
+        while left is None or left > 0:
+            size = READ_PAGE if left is None else min(READ_PAGE, left)
+            async with self.app[POOL].connection() as conn:  # not held while streaming
+                rows = await reads.read_tuples(conn, self.tenant, f, after, size)
+            for t in rows:
+                yield ps.ReadRelationshipsResponse(
+                    read_at=read_at,
+                    relationship=sp.to_relationship(t),
+                    after_result_cursor=core_pb2.Cursor(token=_cursor_token(t)),
+                )
+            if len(rows) < size:
+                return
+            after = rows[-1].key()
+            left = None if left is None else left - len(rows)
+
+    def _consistency(self, c: ps.Consistency, head: int, epoch: str) -> None:
+        """Reads here are of the current state, which satisfies minimize_latency,
+        fully_consistent and at_least_as_fresh (of a token this tenant issued, not ahead of
+        it); at_exact_snapshot of an older revision cannot be served and is refused."""
+        kind = c.WhichOneof("requirement")
+        if kind not in ("at_least_as_fresh", "at_exact_snapshot"):
+            return
+        token = getattr(c, kind).token
+        seq = self.position(token, f"consistency.{kind}", epoch)
+        if seq > head:
+            raise sp.invalid(f"consistency.{kind}: the ZedToken is ahead of this server's changes")
+        if kind == "at_exact_snapshot":
+            raise sp.SpiceDBError(
+                _Code.FAILED_PRECONDITION,
+                "consistency.at_exact_snapshot is not supported: this server keeps the current "
+                "relationships only, not past snapshots; use at_least_as_fresh with the same "
+                "token (the answer is then at least that fresh) or fully_consistent",
+            )
 
     async def ImportBulkRelationships(self, request_iterator, context):
-        return await self._call(context, self._import(request_iterator))
+        return await self.call(context, self._import(request_iterator))
 
     async def _import(self, request_iterator) -> ps.ImportBulkRelationshipsResponse:
         ops, seen = [], set()
@@ -181,8 +167,16 @@ class Permissions(_Service, ps_grpc.PermissionsServiceServicer):
                     )
                 seen.add(t.key())
                 ops.append(("create", t))
-        result = await self._apply(db.Write(ops))
+        w = self._validated(db.Write(ops), [t for _, t in ops], [])
+        async with self.app[POOL].connection() as conn:
+            result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
         return ps.ImportBulkRelationshipsResponse(num_loaded=result.changes)
+
+
+for _name in ("CheckPermission", "CheckBulkPermissions", "ExpandPermissionTree"):
+    setattr(Permissions, _name, unimplemented(_name))
+for _name in ("LookupResources", "LookupSubjects", "ExportBulkRelationships"):
+    setattr(Permissions, _name, unimplemented(_name, streaming=True))
 
 
 def _pre(request) -> list[db.Precondition]:
@@ -192,7 +186,7 @@ def _pre(request) -> list[db.Precondition]:
 
 
 def _cursor_token(t: pa.Tuple) -> str:
-    return pa.encode_token(TOPIC, 0) + "." + pa.format_tuple(t)
+    return "c1." + pa.format_tuple(t)
 
 
 def _cursor(token: str) -> tuple[str, ...]:
@@ -200,53 +194,10 @@ def _cursor(token: str) -> tuple[str, ...]:
     try:
         return pa.parse_tuple(text).key()
     except pa.AuthzInputError:
-        raise sp.invalid(f"optional_cursor: {token!r} is not a cursor from this server") from None
-
-
-class Watch(_Service, ws_grpc.WatchServiceServicer):
-    async def Watch(self, request, context) -> AsyncIterator[ws.WatchResponse]:
-        try:
-            self._auth(context)
-            async for resp in self._watch(request):
-                yield resp
-        except (grpc.aio.AbortError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            await context.abort(*_status(exc))
-
-    async def _watch(self, request: ws.WatchRequest) -> AsyncIterator[ws.WatchResponse]:
-        filters = sp.watch_filters(request)
-        checkpoints = ws.WATCH_KIND_INCLUDE_CHECKPOINTS in request.optional_update_kinds
-        interval = self.settings.spicedb_checkpoint_ms / 1000
-        async with self.app[POOL].connection() as conn:
-            info = await db.ensure_topic(conn, sp.TENANT, self.settings.authz_history_ms)
-        after = info.head_seq
-        if request.HasField("optional_start_cursor"):
-            try:
-                after = pa.decode_token(
-                    TOPIC, request.optional_start_cursor.token, "optional_start_cursor"
-                )
-            except pa.AuthzInputError as exc:
-                raise sp.invalid(str(exc)) from None
-            if after > info.head_seq:
-                raise sp.invalid(
-                    "optional_start_cursor: the token is ahead of this server's "
-                    "changes (from another datastore?)"
-                )
-            ensure_retained(after, info.earliest_seq)
-        last_sent = time.monotonic()
-        async for page in follow(
-            self.app[HUB], self.app[POOL], TOPIC, after, interval if checkpoints else 30.0
-        ):
-            for rec in page:
-                after = rec.seq
-                resp = sp.watch_response(TOPIC, rec.seq, pa.parse_change_record(rec.data), filters)
-                if resp is not None:
-                    yield resp
-                    last_sent = time.monotonic()
-            if checkpoints and (not page or time.monotonic() - last_sent >= interval):
-                yield sp.checkpoint(TOPIC, after)
-                last_sent = time.monotonic()
+        raise sp.invalid(
+            f"optional_cursor: {token!r} is not a cursor from this server",
+            "ERROR_REASON_INVALID_CURSOR",
+        ) from None
 
 
 async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -260,10 +211,15 @@ async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     ps_grpc.add_PermissionsServiceServicer_to_server(Permissions(app), server)
     ws_grpc.add_WatchServiceServicer_to_server(Watch(app), server)
-    server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    ss_grpc.add_SchemaServiceServicer_to_server(Schema(app), server)
+    tls.add_port(server, f"{settings.host}:{settings.grpc_port}", settings)
     await server.start()
     log.info(
-        "SpiceDB gRPC surface on %s:%d (tenant %s)", settings.host, settings.grpc_port, sp.TENANT
+        "SpiceDB gRPC surface on %s:%d (tenant %s, %s)",
+        settings.host,
+        settings.grpc_port,
+        settings.spicedb_tenant,
+        "TLS" if settings.grpc_tls_cert else "plaintext",
     )
     try:
         yield

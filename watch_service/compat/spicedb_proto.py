@@ -16,7 +16,6 @@ from google.protobuf import json_format, struct_pb2
 from watch_service.protocol import authz as pa
 from watch_service.protocol.errors import AuditsyncError
 
-TENANT = "t1"  # the SpiceDB surface serves this one tenant (Permify's pre-inserted default)
 MAX_UPDATES = 1000
 MAX_IMPORT = 100_000
 
@@ -26,13 +25,23 @@ OPS_BACK = {v: k for k, v in OPS.items()}
 
 
 class SpiceDBError(AuditsyncError):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    """A status for the client: code, message and, when SpiceDB sends one, the ErrorInfo
+    ``reason`` (an ``ErrorReason`` name) and its ``metadata``."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+        self.reason, self.metadata = reason, metadata or {}
 
 
-def invalid(message: str) -> SpiceDBError:
-    return SpiceDBError(grpc.StatusCode.INVALID_ARGUMENT, message)
+def invalid(message: str, reason: str = "", metadata: dict[str, str] | None = None) -> SpiceDBError:
+    return SpiceDBError(grpc.StatusCode.INVALID_ARGUMENT, message, reason, metadata)
 
 
 def to_tuple(rel: core_pb2.Relationship, field: str) -> pa.Tuple:
@@ -89,7 +98,12 @@ def to_filter(f: ps.RelationshipFilter, field: str) -> pa.TupleFilter:
 
 def updates(req: ps.WriteRelationshipsRequest) -> list[tuple[str, pa.Tuple]]:
     if len(req.updates) > MAX_UPDATES:
-        raise invalid(f"updates: {len(req.updates)} updates is over the limit of {MAX_UPDATES}")
+        raise invalid(
+            f"too many updates ({len(req.updates)}) for WriteRelationships call (maximum: "
+            f"{MAX_UPDATES}); consider using ImportBulkRelationships API instead",
+            "ERROR_REASON_TOO_MANY_UPDATES_IN_REQUEST",
+            {"update_count": str(len(req.updates)), "update_limit": str(MAX_UPDATES)},
+        )
     out, seen = [], set()
     for i, u in enumerate(req.updates):
         op = OPS.get(u.operation)
@@ -97,7 +111,14 @@ def updates(req: ps.WriteRelationshipsRequest) -> list[tuple[str, pa.Tuple]]:
             raise invalid(f"updates[{i}].operation: must be CREATE, TOUCH or DELETE")
         t = to_tuple(u.relationship, f"updates[{i}].relationship")
         if t.key() in seen:
-            raise invalid(f"updates[{i}]: found more than one update for {pa.format_tuple(t)}")
+            text = pa.format_tuple(t)
+            raise invalid(
+                f"found more than one update with relationship `{text}` in this request; "
+                "a relationship can only be specified in an update once per overall "
+                "WriteRelationships request",
+                "ERROR_REASON_UPDATES_ON_SAME_RELATIONSHIP",
+                {"definition_name": t.entity_type, "relationship": text},
+            )
         seen.add(t.key())
         out.append((op, t))
     return out
@@ -148,28 +169,37 @@ def watch_filters(req: ws.WatchRequest) -> list[pa.TupleFilter]:
     ]
 
 
-def zed(topic: str, seq: int) -> core_pb2.ZedToken:
-    return core_pb2.ZedToken(token=pa.encode_token(topic, seq))
+def zed(topic: str, seq: int, epoch: str = "") -> core_pb2.ZedToken:
+    return core_pb2.ZedToken(token=pa.encode_token(topic, seq, epoch))
 
 
 def watch_response(
-    topic: str, seq: int, rec: pa.ChangeRecord, filters: list[pa.TupleFilter]
+    token: core_pb2.ZedToken,
+    recs: Sequence[pa.ChangeRecord],
+    filters: list[pa.TupleFilter],
+    schema_updates: bool = False,
 ) -> ws.WatchResponse | None:
-    """The response for one change record, or None when no relationship in it passes the
-    filters (attribute changes are Permify-only and never appear here)."""
+    """The one response for one revision (the record(s) one transaction appended), or None
+    when nothing in it is for this watcher: no relationship passes the filters and it is not
+    a SpiceDB schema change the watcher asked for (attribute changes are Permify-only)."""
     ups = [
         core_pb2.RelationshipUpdate(operation=OPS_BACK[c.op], relationship=to_relationship(c.tuple))
+        for rec in recs
         for c in rec.changes
         if c.tuple is not None and (not filters or any(pa.matches(f, c.tuple) for f in filters))
     ]
-    if not ups:
+    schema = schema_updates and any(
+        r.schema is not None and r.schema.dialect == "spicedb" for r in recs
+    )
+    if not ups and not schema:
         return None
-    resp = ws.WatchResponse(updates=ups, changes_through=zed(topic, seq))
-    if rec.metadata is not None:
-        resp.optional_transaction_metadata.CopyFrom(struct(rec.metadata))
-        resp.full_revision_metadata.append(struct(rec.metadata))
+    resp = ws.WatchResponse(updates=ups, changes_through=token, schema_updated=schema)
+    metadata = recs[0].metadata
+    if metadata is not None:
+        resp.optional_transaction_metadata.CopyFrom(struct(metadata))
+        resp.full_revision_metadata.append(struct(metadata))
     return resp
 
 
-def checkpoint(topic: str, seq: int) -> ws.WatchResponse:
-    return ws.WatchResponse(is_checkpoint=True, changes_through=zed(topic, seq))
+def checkpoint(token: core_pb2.ZedToken) -> ws.WatchResponse:
+    return ws.WatchResponse(is_checkpoint=True, changes_through=token)

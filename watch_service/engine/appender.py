@@ -4,7 +4,7 @@ Appends to a topic serialise on its row lock (invariant L1), so each costs a loc
 WAL flush. While one append to a topic is in flight, later requests for that topic queue here;
 the next statement carries all of them, and each request gets back its own consecutive seq
 range. A merged statement that fails is retried one request at a time, so a bad request fails
-alone and every request stays all-or-nothing.
+alone and every request stays all-or-nothing. A burst of groups shares one pooled connection.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.protocol.requests import NewRecord
@@ -35,56 +36,72 @@ class Appender:
         self.queues: dict[str, list[_Pending]] = {}
         # The drain tasks in flight, held so none is garbage-collected mid-append.
         self._drains: set[asyncio.Task] = set()
+        self.statements = 0  # append statements issued: requests / statements = group size
 
     async def append(self, topic: str, records: list[NewRecord]) -> store.AppendResult | None:
         size = sum(len(r.data) + len(r.meta or "") for r in records)
         pending = _Pending(records, size, asyncio.get_running_loop().create_future())
         queue = self.queues.get(topic)
         if queue is None:
-            self.queues[topic] = [pending]
-            task = asyncio.create_task(self._drain(topic), name=f"append:{topic}")
+            queue = self.queues[topic] = [pending]
+            task = asyncio.create_task(self._drain(topic, queue), name=f"append:{topic}")
             self._drains.add(task)
             task.add_done_callback(self._drains.discard)
         else:
             queue.append(pending)
         return await pending.future
 
-    async def _drain(self, topic: str) -> None:
-        try:
-            while self.queues[topic]:
-                group = _take_group(self.queues[topic])
-                await self._commit(topic, group)
-        finally:
-            leftover = self.queues.pop(topic, [])
-            for p in leftover:  # only on cancellation: fail them rather than hang
-                if not p.future.done():
-                    p.future.set_exception(asyncio.CancelledError())
-
-    async def _commit(self, topic: str, group: list[_Pending]) -> None:
+    async def _drain(self, topic: str, queue: list[_Pending]) -> None:
+        """Commit the topic's queued requests, group after group, on one pooled connection
+        (taken once per burst, not once per group)."""
         try:
             async with self.pool.connection() as conn:
-                if len(group) == 1:
-                    _settle(group[0], await store.append(conn, topic, group[0].records))
-                    return
-                merged = [r for p in group for r in p.records]
-                try:
-                    result = await store.append(conn, topic, merged)
-                except psycopg.DatabaseError as exc:
-                    if isinstance(exc, psycopg.OperationalError):
-                        raise
-                    for p in group:  # find the culprit: each request alone
-                        try:
-                            _settle(p, await store.append(conn, topic, p.records))
-                        except psycopg.DatabaseError as one:
-                            if isinstance(one, psycopg.OperationalError):
-                                raise
-                            p.future.set_exception(one)
-                    return
-                _split(group, result)
+                while group := _take_group(queue):
+                    await self._commit(conn, topic, group)
+                # No await since the queue was seen empty: a request arriving from now on
+                # starts the next drain.
+                del self.queues[topic]
+        except BaseException as exc:
+            if self.queues.get(topic) is queue:
+                del self.queues[topic]
+            failure = exc if isinstance(exc, Exception) else asyncio.CancelledError()
+            for p in queue:  # the pool or the connection failed: everyone behind it hears why
+                if not p.future.done():
+                    p.future.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _commit(self, conn: AsyncConnection, topic: str, group: list[_Pending]) -> None:
+        """One statement for the group; each request gets its own range, or its own error.
+        A broken connection (``OperationalError``) fails the group and ends the drain."""
+        try:
+            if len(group) == 1:
+                self.statements += 1
+                _settle(group[0], await store.append(conn, topic, group[0].records))
+                return
+            merged = [r for p in group for r in p.records]
+            try:
+                self.statements += 1
+                result = await store.append(conn, topic, merged)
+            except psycopg.DatabaseError as exc:
+                if isinstance(exc, psycopg.OperationalError):
+                    raise
+                for p in group:  # find the culprit: each request alone
+                    try:
+                        self.statements += 1
+                        _settle(p, await store.append(conn, topic, p.records))
+                    except psycopg.DatabaseError as one:
+                        if isinstance(one, psycopg.OperationalError):
+                            raise
+                        p.future.set_exception(one)
+                return
+            _split(group, result)
         except Exception as exc:
             for p in group:
                 if not p.future.done():
                     p.future.set_exception(exc)
+            if isinstance(exc, psycopg.OperationalError):
+                raise
 
 
 def _take_group(queue: list[_Pending]) -> list[_Pending]:

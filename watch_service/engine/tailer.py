@@ -1,37 +1,40 @@
 """One shared tailer per topic per process, woken by ``NOTIFY``, fanning out to its streams.
 
-The ``Hub`` owns the LISTEN connection (outside the pool) and the tailers. A ``Tailer`` reads
-new records once into a bounded, contiguous cache of pre-encoded records and wakes every
-subscriber; subscribers at the tail take pages from the cache, subscribers behind it page
-through PostgreSQL themselves. ``durable_head`` trails ``head`` until the WAL holding those
-commits is flushed, which is what ``consistency: strong`` delivers up to.
+The ``Hub`` (``engine.hub``) owns the LISTEN connection and the tailers. A ``Tailer`` reads
+new records once into a contiguous cache of pre-encoded records, bounded in bytes across the
+process (``cache_limit``), pushes them to the streams live at its tail (``engine.fanout``) and
+wakes every other subscriber: those take pages from the cache, or page through PostgreSQL when
+they are behind it. ``durable_head`` trails ``head`` until the WAL holding those commits is
+flushed, which is what ``consistency: strong`` delivers up to.
+
+A tailer's refresh task is cancelled when its last subscriber leaves (``close``), and
+``Hub.aclose`` cancels and awaits whatever is left.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool
-
+from watch_service.engine.fanout import Flags, LiveSet, LiveSink
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import Record, encode
 from watch_service.protocol.tombstones import missed_range
 from watch_service.store import tail
-from watch_service.store.topics import CHANNEL
+
+if TYPE_CHECKING:
+    from watch_service.engine.hub import Hub
 
 log = logging.getLogger("auditsync.tailer")
 
 CACHE_RECORDS = 8192
+CACHE_BYTES = 64 * 1024 * 1024  # the default byte bound of all tailers' caches together
 REFRESH_PAGE = 2000
-SAFETY_POLL_S = 2.0
+ITEM_OVERHEAD = 200  # bytes an item costs besides its strings (objects, dict, list slot)
+STR_OVERHEAD = 49  # bytes of a str object besides its characters (ASCII)
 Wake = Callable[[str], None]
-
-
-Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 
 
 class CachedRecord:
@@ -39,15 +42,23 @@ class CachedRecord:
     from the cache carry these items themselves (``seq`` and ``node`` as a record's), not
     copies: a page is built once per subscriber per wake-up."""
 
-    __slots__ = ("encodings", "node", "rec", "seq")
+    __slots__ = ("encodings", "node", "rec", "seq", "size")
 
     def __init__(self, rec: Record) -> None:
         self.rec, self.seq, self.node = rec, rec.seq, rec.node
         self.encodings: dict[Flags, str] = {}
+        # What the item holds, in bytes (characters: the payloads are ASCII-escaped JSON text
+        # as often as not); it grows with each encoding made.
+        self.size = ITEM_OVERHEAD + sum(
+            len(v) + STR_OVERHEAD for v in (rec.data, rec.meta, rec.tag, rec.node) if v
+        )
 
 
-def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
-    """The encoding of a cached record under ``flags``, made on first use and kept."""
+def cache_encoder(
+    flags: Flags, grew: Callable[[int], None] | None = None
+) -> Callable[[CachedRecord], str]:
+    """The encoding of a cached record under ``flags``, made on first use and kept; ``grew``
+    is told the bytes each new encoding adds."""
     meta, tags, data = flags
 
     def encoded(item: CachedRecord) -> str:
@@ -56,6 +67,10 @@ def cache_encoder(flags: Flags) -> Callable[[CachedRecord], str]:
             enc = item.encodings[flags] = encode(
                 item.rec, include_meta=meta, include_tags=tags, include_data=data
             )
+            added = len(enc) + STR_OVERHEAD
+            item.size += added
+            if grew is not None:
+                grew(added)
         return enc
 
     return encoded
@@ -70,10 +85,13 @@ class Tailer:
         self.deleted = False
         self.cache: list[CachedRecord] = []
         self.cache_after: int | None = None  # cache holds seqs cache_after+1 .. cache_end
+        self.cache_bytes = 0  # what the cache holds (``CachedRecord.size`` summed)
         self.subs: set[Wake] = set()
         self.strong_subs = 0  # subscribers with consistency "strong"
+        self.live = LiveSet()  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
+        self.reads = 0  # refresh reads made (a test counts them to catch a spinning tailer)
 
     @property
     def cache_end(self) -> int | None:
@@ -93,13 +111,53 @@ class Tailer:
         ):
             return None
         start = after - self.cache_after
-        return build_page(
+        page = build_page(
             self.cache[start : start + limit],
-            cache_encoder(flags),
+            self.encoder(flags),
             limit=limit,
             max_bytes=max_bytes,
             upto=upto,
         )
+        self._bound()
+        return page
+
+    def encoder(self, flags: Flags) -> Callable[[CachedRecord], str]:
+        """``cache_encoder`` whose new encodings count in the cache's bytes."""
+        return cache_encoder(flags, self._grew)
+
+    def _grew(self, added: int) -> None:
+        self.cache_bytes += added
+        if self.hub is not None:
+            self.hub.cache_grew(added)
+
+    def _bound(self) -> None:
+        """Drop the oldest cached records while the caches hold more than their byte bound (or
+        this one more than ``CACHE_RECORDS``): only this cache grew, so only it shrinks."""
+        limit = self.hub.cache_limit if self.hub is not None else CACHE_BYTES
+        over = self.hub.cache_total - limit if self.hub is not None else self.cache_bytes - limit
+        drop, freed = max(0, len(self.cache) - CACHE_RECORDS), 0
+        for item in self.cache[:drop]:
+            freed += item.size
+        while drop < len(self.cache) and freed < over:
+            freed += self.cache[drop].size
+            drop += 1
+        if drop:
+            del self.cache[:drop]
+            assert self.cache_after is not None
+            self.cache_after += drop
+            self._grew(-freed)
+        if self.hub is not None:
+            self.hub.cache_bounded()
+
+    def join(self, sink: LiveSink) -> bool:
+        """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
+        if self.deleted or self.cache_after is None:
+            return False
+        self.live.join(sink)
+        return True
+
+    def leave(self, sink: LiveSink) -> None:
+        self.live.leave(sink)
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
@@ -111,8 +169,25 @@ class Tailer:
 
     def on_deleted(self, head: int) -> None:
         self.deleted, self.head, self.durable_head = True, head, head
-        self.cache, self.cache_after = [], head
+        self._reset(head)
         self._wake()
+
+    def _reset(self, cache_after: int) -> None:
+        """Restart the cache empty after ``cache_after``; live streams page on their own (a
+        tombstone or a deletion frame comes first)."""
+        self._grew(-self.cache_bytes)
+        self.cache, self.cache_after = [], cache_after
+        self.live.drop_all(self.topic)
+
+    def close(self) -> asyncio.Task | None:
+        """The last subscriber left: stop refreshing. Returns the cancelled task, if any."""
+        self._grew(-self.cache_bytes)
+        self.cache, self.cache_after = [], None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            return task
+        return None
 
     def on_created(self) -> None:
         self.deleted = False
@@ -135,27 +210,32 @@ class Tailer:
             log.warning("tailer %s refresh failed: %s", self.topic, exc)
 
     async def _refresh_once(self) -> bool:
+        self.reads += 1
         async with self.hub.pool.connection() as conn:
             if self.cache_after is None:
                 page = await tail.read_tail(conn, self.topic, 2**62, 1)
                 if page is None:
                     return False
-                cache_after = page.head_seq
+                self.cache_after = page.head_seq
+                fresh: list[CachedRecord] = []
+                lost = False
             else:
                 after = self.cache_after + len(self.cache)
-                page = await tail.read_tail(conn, self.topic, after, REFRESH_PAGE)
+                page = await tail.read_tail(conn, self.topic, after, self._page_limit())
                 if page is None:
                     return False
-                cache_after = self.cache_after
-                if page.records and page.records[0].seq != after + 1:
-                    # Trimmed or recreated past the cache: restart the cache at the new records.
-                    self.cache, cache_after = [], page.records[0].seq - 1
-                self.cache.extend(CachedRecord(r) for r in page.records)
-                if len(self.cache) > CACHE_RECORDS:
-                    drop = len(self.cache) - CACHE_RECORDS
-                    del self.cache[:drop]
-                    cache_after += drop
-            self.cache_after = cache_after  # with the cache, before any await: readers see both
+                fresh = [CachedRecord(r) for r in page.records]
+                # Records after the cache are gone: trimmed or recreated past it (the cache
+                # restarts at the next record), or every one of them trimmed (it restarts at
+                # the head: re-reading the same empty range would spin).
+                lost = fresh[0].seq != after + 1 if fresh else page.head_seq > after
+                if lost:
+                    self._reset(fresh[0].seq - 1 if fresh else page.head_seq)
+                after = self.cache_after + len(self.cache)
+                self.cache.extend(fresh)  # with cache_after, before any await: readers see both
+                added = sum(item.size for item in fresh)
+                self.cache_bytes += added
+                self.hub.cache_grew(added)
         self.earliest = page.earliest_seq
         was_deleted, self.deleted = self.deleted, page.deleted
         seen = self.cache_after + len(self.cache)
@@ -164,104 +244,25 @@ class Tailer:
             self.durable_head = self.head
         else:
             self.hub.await_flush(self, page.insert_lsn, self.head)
-        if page.records or was_deleted != self.deleted or self.durable_head == self.head:
+        if page.deleted:
+            self.live.drop_all(self.topic)
+        elif fresh and self.live.groups:
+            await self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
+            self.hub.pushed(fresh[-1].rec.ts)
+        self._bound()
+        if fresh or lost or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()
-        return len(page.records) >= REFRESH_PAGE or page.head_seq > seen
+        return bool(fresh) and page.head_seq > seen
+
+    def _page_limit(self) -> int:
+        """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one
+        read holds at most about an eighth of the cache bound."""
+        if not self.cache:
+            return REFRESH_PAGE
+        last = self.cache[-1].size
+        return max(1, min(REFRESH_PAGE, self.hub.cache_limit // 8 // max(last, 1)))
 
     def mark_durable(self, head: int) -> None:
         if head > self.durable_head:
             self.durable_head = head
             self._wake()
-
-
-class Hub:
-    """The LISTEN connection and the per-topic tailers of this process."""
-
-    def __init__(self, pool: AsyncConnectionPool, db_url: str) -> None:
-        self.pool, self.db_url = pool, db_url
-        self.tailers: dict[str, Tailer] = {}
-        self._flush_waits: list[tuple[Tailer, int, int]] = []
-        self._flush_task: asyncio.Task | None = None
-
-    def subscribe(self, topic: str, wake: Wake, strong: bool = False) -> Tailer:
-        tailer = self.tailers.get(topic)
-        if tailer is None:
-            tailer = self.tailers[topic] = Tailer(self, topic)
-            tailer.kick()
-        tailer.subs.add(wake)
-        tailer.strong_subs += strong
-        return tailer
-
-    def unsubscribe(self, topic: str, wake: Wake, strong: bool = False) -> None:
-        tailer = self.tailers.get(topic)
-        if tailer is not None:
-            if wake in tailer.subs:
-                tailer.strong_subs -= strong
-            tailer.subs.discard(wake)
-            if not tailer.subs:
-                del self.tailers[topic]
-
-    def dispatch(self, payload: str) -> None:
-        kind, head, topic = payload.split(" ", 2)
-        tailer = self.tailers.get(topic)
-        if tailer is None:
-            return
-        if kind == "a":
-            tailer.kick(int(head))
-        elif kind == "d":
-            tailer.on_deleted(int(head))
-        elif kind == "c":
-            tailer.on_created()
-
-    def await_flush(self, tailer: Tailer, lsn: int, head: int) -> None:
-        self._flush_waits.append((tailer, lsn, head))
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._wait_flush(), name="flush-wait")
-
-    async def _wait_flush(self) -> None:
-        while self._flush_waits:
-            force = any(t.strong_subs for t, _, _ in self._flush_waits)
-            if not force:
-                await asyncio.sleep(0.005)  # nobody waits: let the WAL writer flush on its own
-            async with self.pool.connection() as conn:
-                # A strong watcher waits: flush now (one fsync covers every pending commit)
-                # rather than wait for the WAL writer's next round (wal_writer_delay).
-                flushed = await (tail.force_flush(conn) if force else tail.flush_lsn(conn))
-            pending = []
-            for tailer, lsn, head in self._flush_waits:
-                if flushed >= lsn:
-                    tailer.mark_durable(head)
-                else:
-                    pending.append((tailer, lsn, head))
-            self._flush_waits = pending
-
-    async def run(self) -> None:
-        """LISTEN forever, reconnecting; after any reconnect every tailer re-reads."""
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.db_url, autocommit=True
-                ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    for tailer in self.tailers.values():
-                        tailer.kick()
-                    async for note in conn.notifies():
-                        self.dispatch(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting", exc)
-                await asyncio.sleep(0.5)
-
-    async def safety_poll(self) -> None:
-        """Re-check heads periodically, in case a notification was lost with a connection."""
-        while True:
-            await asyncio.sleep(SAFETY_POLL_S)
-            if not self.tailers:
-                continue
-            with contextlib.suppress(Exception):
-                async with self.pool.connection() as conn:
-                    heads = await tail.topic_heads(conn, list(self.tailers))
-                    for name, head in heads.items():
-                        if name in self.tailers and head > self.tailers[name].head:
-                            self.tailers[name].kick(head)

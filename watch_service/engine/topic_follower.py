@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from psycopg_pool import AsyncConnectionPool
 
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.records import Record
 from watch_service.protocol.tombstones import missed_range

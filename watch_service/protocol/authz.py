@@ -26,6 +26,7 @@ from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.names import TENANT_RE, TOPIC_RE
 
 TOPIC_PREFIX = "authz."
+DIGEST_PREFIX = "authz-sha256."
 CHANGES_PER_RECORD = 1000
 OPS = ("create", "touch", "delete")
 
@@ -101,11 +102,13 @@ class Dialect:
     relation_re: re.Pattern  # also attribute names
 
 
+# Permify's published rules (proto/base/v1/base.proto Entity, Subject, Tuple): types and
+# relations are letters and ``_`` only, as its schema lexer reads names.
 PERMIFY = Dialect(
     "permify",
-    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+    re.compile(r"[a-zA-Z_]{1,64}"),
     re.compile(r"[a-zA-Z0-9_\-@.:+]{1,128}|\*"),
-    re.compile(r"[a-zA-Z][a-zA-Z0-9_]{1,62}[a-zA-Z0-9]"),
+    re.compile(r"[a-zA-Z_]{1,64}"),
 )
 SPICEDB = Dialect(
     "spicedb",
@@ -184,8 +187,15 @@ def check_attribute(a: Attribute, field: str = "attribute") -> Attribute:
     return dataclasses.replace(a, value=check_value(a.value, f"{field}.value"))
 
 
+# Permify creates tenants whose ids match ``[a-zA-Z0-9-,]+`` (max 64 bytes, TenantCreateRequest)
+# and takes ``tenant_id`` by TENANT_RE elsewhere; both are accepted, so a created tenant is usable.
+TENANT_CREATE_RE = re.compile(r"[a-zA-Z0-9\-,]{1,64}")
+
+
 def check_tenant(tenant: Any, field: str = "tenant_id") -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
+    if not isinstance(tenant, str) or not (
+        TENANT_RE.fullmatch(tenant) or TENANT_CREATE_RE.fullmatch(tenant)
+    ):
         raise AuthzInputError(
             f"{field}: {tenant!r} does not match "
             r"^([a-zA-Z0-9_\-@\.:+]{1,128}|\*)$"
@@ -231,11 +241,26 @@ class AttributeFilter:
 
 # -- change records ----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
+class SchemaChange:
+    """A schema write: the new version of the tenant's schema in one dialect."""
+
+    dialect: str  # permify | spicedb
+    version: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ChangeRecord:
     tenant: str
     source: str
     changes: list[Change]
     metadata: dict | None
+    schema: SchemaChange | None = None  # set on a schema write's record (its changes are [])
+    part: tuple[int, int] | None = None  # (i, n): record i of the n one transaction appended
+
+    @property
+    def ends_revision(self) -> bool:
+        """The last (or only) record of its transaction."""
+        return self.part is None or self.part[0] == self.part[1]
 
 
 def _change_doc(c: Change) -> dict:
@@ -265,6 +290,13 @@ def change_records(
     return out
 
 
+def schema_record(tenant: str, source: str, change: SchemaChange) -> str:
+    """The JSON ``data`` of the record a schema write appends: no data changes, the version."""
+    schema = {"dialect": change.dialect, "version": change.version}
+    doc = {"tenant": tenant, "source": source, "changes": [], "schema": schema}
+    return orjson.dumps(doc).decode()
+
+
 def parse_change_record(data: str | bytes) -> ChangeRecord:
     """Parse a change record's ``data``; AuthzInputError for anything else (a foreign write
     into a change topic)."""
@@ -279,41 +311,75 @@ def parse_change_record(data: str | bytes) -> ChangeRecord:
             else:
                 et, eid, name = parse_attribute_ref(c["attribute"])
                 changes.append(Change(c["op"], attribute=Attribute(et, eid, name, c["value"])))
-        return ChangeRecord(doc["tenant"], doc["source"], changes, doc.get("metadata"))
+        schema = doc.get("schema")
+        if schema is not None:
+            schema = SchemaChange(str(schema["dialect"]), str(schema["version"]))
+        part = doc.get("part")
+        if part is not None:
+            part = (int(part[0]), int(part[1]))
+        return ChangeRecord(
+            doc["tenant"], doc["source"], changes, doc.get("metadata"), schema, part
+        )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AuthzInputError(f"not a change record ({type(exc).__name__}: {exc})") from None
 
 
 # -- topics and tokens -----------------------------------------------------------------------
 def change_topic(tenant: str) -> str:
-    """The tenant's change topic. Topic names have no ``+``: ``_`` escapes as ``__`` and ``+``
-    as ``_p`` (injective); names too long for a topic use a digest under another prefix."""
-    encoded = TOPIC_PREFIX + tenant.replace("_", "__").replace("+", "_p")
+    """The tenant's change topic. Topic names have no ``+`` or ``,``: ``_`` escapes as ``__``,
+    ``+`` as ``_p`` and ``,`` as ``_c`` (injective); names too long for a topic use a digest
+    under another prefix."""
+    encoded = TOPIC_PREFIX + tenant.replace("_", "__").replace("+", "_p").replace(",", "_c")
     if len(encoded) <= 200 and TOPIC_RE.fullmatch(encoded):
         return encoded
-    return "authz-sha256." + hashlib.sha256(tenant.encode()).hexdigest()
+    return DIGEST_PREFIX + hashlib.sha256(tenant.encode()).hexdigest()
 
 
 def _fingerprint(topic: str) -> str:
     return hashlib.sha256(topic.encode()).hexdigest()[:8]
 
 
-def encode_token(topic: str, seq: int) -> str:
-    raw = f"v1.{seq}.{_fingerprint(topic)}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+class TokenFromEarlierTenant(AuthzInputError):
+    """The token was issued before its tenant was deleted and created again: every change of
+    the earlier tenant, its deletion included, is lost to the token's holder."""
 
 
-def decode_token(topic: str, token: str, field: str = "token") -> int:
+def topic_epoch(created_at: Any) -> str:
+    """The incarnation of a change topic: its creation time (a recreated tenant's topic is
+    created again), as a short digest for tokens."""
+    return hashlib.sha256(str(created_at.timestamp()).encode()).hexdigest()[:6]
+
+
+def is_change_topic(name: str) -> bool:
+    """Whether ``name`` is in the authorization engine's topic namespace (``change_topic``)."""
+    return name.startswith((TOPIC_PREFIX, DIGEST_PREFIX))
+
+
+def encode_token(topic: str, seq: int, epoch: str = "") -> str:
+    """``epoch`` (``topic_epoch``) ties the token to this incarnation of the tenant."""
+    raw = f"v1.{seq}.{_fingerprint(topic)}" + (f".{epoch}" if epoch else "")
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_token(topic: str, token: str, field: str = "token", epoch: str | None = None) -> int:
+    """The seq of a token of ``topic``; with ``epoch``, a token carrying another incarnation's
+    epoch raises TokenFromEarlierTenant (tokens without one predate epochs and pass)."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
-        version, seq_text, fp = raw.split(".")
-        seq = int(seq_text) if seq_text.isdigit() else -1
+        version, seq_text, fp, *rest = raw.split(".")
+        seq = int(seq_text) if seq_text.isdigit() and len(rest) <= 1 else -1
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        version, seq, fp = "", -1, ""
+        version, seq, fp, rest = "", -1, "", []
     if version != "v1" or seq < 0:
         raise AuthzInputError(f"{field}: {token!r} is not a token issued by this service")
     if fp != _fingerprint(topic):
         raise AuthzInputError(f"{field}: {token!r} was issued for a different tenant")
+    if epoch is not None and rest and rest[0] != epoch:
+        raise TokenFromEarlierTenant(
+            f"{field}: {token!r} was issued before this tenant was deleted and created again: "
+            "the earlier tenant's data and every change since are lost to it. Re-read the "
+            "current state (relationships and attributes), then watch without a token (from now)."
+        )
     return seq
 
 

@@ -74,6 +74,16 @@ class PayloadTooLarge(ApiError):
     status, code = 413, "payload_too_large"
 
 
+class UnsupportedMediaType(ApiError):
+    status, code = 415, "unsupported_media_type"
+
+
+class RequestTimeout(ApiError):
+    """The client did not send the request's header or body within the read timeout."""
+
+    status, code = 408, "request_timeout"
+
+
 class Throttled(ApiError):
     status, code = 429, "throttled"
     headers = MappingProxyType({"Retry-After": "2"})

@@ -17,8 +17,18 @@ def retry(ms: int) -> bytes:
 
 
 def frame(event: str, data: str, frame_id: str | None = None) -> bytes:
-    head = f"id: {frame_id}\n" if frame_id is not None else ""
-    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+    body = frame_body(event, data)
+    return body if frame_id is None else with_id(frame_id, body)
+
+
+def frame_body(event: str, data: str) -> bytes:
+    """A frame without its ``id`` line: a record frame pushed to many streams is encoded once
+    as this and only the id is put in front of it per stream."""
+    return f"event: {event}\ndata: {data}\n\n".encode()
+
+
+def with_id(frame_id: str, body: bytes) -> bytes:
+    return b"id: " + frame_id.encode() + b"\n" + body
 
 
 def record_data(

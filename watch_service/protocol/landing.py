@@ -46,5 +46,7 @@ NOT_NULL = frozenset({"consumer", "frame_no", "received_ms", "kind", "topic"})
 
 def payload_hash(data_json: str) -> str:
     """SHA-256 hex of a payload's compact JSON text, as stored in PostgreSQL ``records.data``
-    (the service stores ``orjson.dumps(data)``; ``orjson.dumps(orjson.loads(x)) == x`` for it)."""
+    (the service stores ``orjson.dumps(payloads.loads_exact(sent))``, numbers as sent, and
+    ``orjson.dumps(payloads.loads_exact(x)) == x`` for that text, so a consumer re-encoding a
+    delivered payload that way hashes the stored text)."""
     return hashlib.sha256(data_json.encode()).hexdigest()

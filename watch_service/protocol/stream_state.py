@@ -13,7 +13,9 @@ frames those bytes are and what the stream's state becomes:
 - which records a frame carries (the watch's ``node`` filter drops the watcher's own writes).
 
 A frame is built and written before the next one is built: its id and ``from_seq`` read the
-cursor map as it stands.
+cursor map as it stands. Frames pushed by a topic's tailer (``pushed``) share their bytes with
+every stream live at that tail; only the id line is this stream's (``frame_id``, the one place
+an id is built).
 """
 
 from __future__ import annotations
@@ -49,6 +51,47 @@ class Outgoing:
     event: str
     cursor: int
     data: bytes
+
+
+def frame_id_of(cursors: dict[str, int]) -> str:
+    """THE frame id of a cursor map: every id a stream sends is made here."""
+    return cursor_codec.frame_id(cursors)
+
+
+class SharedFrame:
+    """A record frame built once for every stream at one cursor with one set of options:
+    ``body`` is the frame without its id line (None: the node filter dropped every record),
+    ``cursor`` the topic's cursor once it is written. Streams of one-topic sessions share the
+    whole frame, id included (``solo``), made on first use."""
+
+    __slots__ = ("_solo", "body", "cursor", "topic")
+
+    def __init__(self, topic: str, cursor: int, body: bytes | None) -> None:
+        self.topic, self.cursor, self.body = topic, cursor, body
+        self._solo: bytes | None = None
+
+    def solo(self) -> bytes:
+        if self._solo is None:
+            assert self.body is not None
+            frame_id = frame_id_of({self.topic: self.cursor})
+            self._solo = frames.with_id(frame_id, self.body)
+        return self._solo
+
+
+def record_body(
+    topic: str,
+    page: Sequence[tuple[Delivered, str]],
+    node: str | None,
+    from_seq: int,
+    head: int,
+) -> bytes | None:
+    """The id-less record frame for a non-empty page, or None when ``node`` filters out every
+    record (the cursor then moves past them without a frame)."""
+    encoded = [enc for rec, enc in page if node is None or rec.node != node]
+    if not encoded:
+        return None
+    last = page[-1][0].seq
+    return frames.frame_body("record", frames.record_data(topic, encoded, from_seq, last, head))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,10 +131,15 @@ class StreamState:
         self.dirty = False  # cursors moved since the shell last persisted them
 
     # -- cursors -------------------------------------------------------------------------
+    def frame_id(self, topic: str, cursor: int) -> str:
+        """The id of a frame of ``topic`` that moves its cursor to ``cursor``: the map with the
+        other topics' cursors as they stand."""
+        return frame_id_of({**self.cursors, topic: cursor})
+
     def frame(self, topic: str, event: str, data: str, cursor: int) -> Outgoing:
         """A frame of ``topic`` whose id carries ``cursor`` for it and the others' cursors."""
-        frame_id = cursor_codec.encode({**self.cursors, topic: cursor})
-        return Outgoing(topic, event, cursor, frames.frame(event, data, frame_id))
+        body = frames.frame_body(event, data)
+        return Outgoing(topic, event, cursor, frames.with_id(self.frame_id(topic, cursor), body))
 
     def written(self, out: Outgoing) -> None:
         """``out`` reached the socket: its topic's cursor moves (and a caught-up makes the
@@ -131,19 +179,43 @@ class StreamState:
     ) -> Outgoing | None:
         """The record frame for a non-empty page of (record, encoding). None when the node
         filter drops every record: the cursor then moves past them without a frame."""
-        node = self.node
-        encoded = [enc for rec, enc in page if node is None or rec.node != node]
         last = page[-1][0].seq
-        if not encoded:
+        body = record_body(topic, page, self.node, self.cursors[topic], head)
+        if body is None:
             self.cursors[topic] = last
             self.dirty = True
             return None
-        return self.frame(
-            topic,
-            "record",
-            frames.record_data(topic, encoded, self.cursors[topic], last, head),
-            last,
-        )
+        return Outgoing(topic, "record", last, frames.with_id(self.frame_id(topic, last), body))
+
+    def pushed(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> list[Outgoing] | None:
+        """The frames for pages a tailer pushes to this stream (built for streams at cursor
+        ``after``), then ``caught-up`` if a page left the topic short of ``upto`` and the last
+        one reached it — the same frames, in the same order, as paging them one by one would
+        give. The caller writes them all before anything else is written, so they count as
+        written here. None: this stream is not at ``after`` and must page on its own."""
+        if self.cursors.get(topic) != after:
+            return None
+        out = []
+        solo = len(self.cursors) == 1
+        for item in shared:
+            if item.body is not None:
+                if solo:
+                    frame = item.solo()
+                else:
+                    frame = frames.with_id(self.frame_id(topic, item.cursor), item.body)
+                out.append(Outgoing(topic, "record", item.cursor, frame))
+            self.cursors[topic] = item.cursor
+            if item.cursor < upto:
+                self.live[topic] = False
+        self.dirty = True
+        cursor = self.cursors[topic]
+        if not self.live[topic] and cursor >= upto >= head:
+            caught_up = self.frame(topic, CAUGHT_UP, frames.caught_up_data(topic, upto), cursor)
+            self.written(caught_up)
+            out.append(caught_up)
+        return out
 
     def topic_deleted(self, topic: str, after: int, head: int) -> Outgoing:
         """The last frame of a deleted topic; its cursor ends at the topic's final head."""

@@ -50,6 +50,12 @@ class WatchDefinition:
     include_data: bool = True
     consistency: str = "eventual"
 
+    def __post_init__(self) -> None:
+        # Frames without data carry only $seq/$ts/$tag/$node (spec: no meta either), whatever
+        # include_meta says; normalised here so every encoder and cache key sees one rule.
+        if not self.include_data and self.include_meta:
+            object.__setattr__(self, "include_meta", False)
+
     def to_json(self) -> dict:
         doc = dataclasses.asdict(self)
         doc["topics"] = {t: dataclasses.asdict(s) for t, s in self.topics.items()}

@@ -8,6 +8,7 @@ from watch_service.server.topic_routes import json_response
 from watch_service.store.migrate import latest_version
 from watch_service.store.server_state import readiness
 from watch_service.web.app_keys import METRICS, POOL, SETTINGS
+from watch_service.web.metrics import CONTENT_TYPE
 
 routes = web.RouteTableDef()
 
@@ -42,9 +43,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[METRICS]
+    registry.observe_pool(request.app[POOL].get_stats())
     return web.Response(
-        text=request.app[METRICS].render(),
-        content_type="text/plain",
-        charset="utf-8",
-        headers={"X-Content-Type-Options": "nosniff"},
+        body=registry.render(),
+        headers={"Content-Type": CONTENT_TYPE, "X-Content-Type-Options": "nosniff"},
     )

@@ -6,12 +6,14 @@ import orjson
 from aiohttp import web
 
 from watch_service.protocol import requests as rq
-from watch_service.protocol.errors import PayloadTooLarge, TopicNotFound
+from watch_service.protocol.authz import is_change_topic
+from watch_service.protocol.errors import Forbidden, TopicNotFound
 from watch_service.protocol.names import check_topic
 from watch_service.protocol.records import encode_list
 from watch_service.store import topics as store
 from watch_service.web.app_keys import APPENDER, KEYS, METRICS, POOL, SETTINGS
 from watch_service.web.auth import authorize
+from watch_service.web.json_body import read_json_body
 
 routes = web.RouteTableDef()
 
@@ -25,23 +27,19 @@ def caller(request: web.Request, scope: str, topic: str | None = None):
         request.headers.get("Authorization"), request.query.get("token")
     )
     authorize(key, scope, topic)
-    return key
-
-
-async def read_body(request: web.Request) -> bytes:
-    limit = request.app[SETTINGS].max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(
-            f"body of {request.content_length} bytes is over the limit of {limit} bytes"
+    if scope != "read" and topic is not None and is_change_topic(topic):
+        raise Forbidden(
+            f"topic {topic!r} is a tenant's authorization change topic: only the authorization "
+            "engine writes it (use the Permify or SpiceDB API); the topics API may read it"
         )
-    return await request.read()
+    return key
 
 
 @routes.put("/v0/topics/{topic}")
 async def put_topic(request: web.Request) -> web.Response:
     name = check_topic(request.match_info["topic"])
     caller(request, "admin", name)
-    cfg = rq.topic_config(await read_body(request))
+    cfg = rq.topic_config(await read_json_body(request))
     async with request.app[POOL].connection() as conn:
         topic, created = await store.put_topic(conn, name, cfg)
     return json_response(topic.as_dict(), 201 if created else 200)
@@ -85,11 +83,12 @@ async def delete_topic(request: web.Request) -> web.Response:
 async def append_records(request: web.Request) -> web.Response:
     name = check_topic(request.match_info["topic"])
     caller(request, "write", name)
-    records = rq.new_records(await read_body(request), request.app[SETTINGS].max_record_bytes)
-    result = await request.app[APPENDER].append(name, records)
+    records = rq.new_records(await read_json_body(request), request.app[SETTINGS].max_record_bytes)
+    metrics = request.app[METRICS]
+    with metrics.append_duration.time():
+        result = await request.app[APPENDER].append(name, records)
     if result is None:
         raise TopicNotFound(name)
-    metrics = request.app[METRICS]
     metrics.appends.inc()
     metrics.records_appended.inc(len(records))
     return json_response(

@@ -16,33 +16,42 @@ from aiohttp import web
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
 from watch_service.protocol.errors import (
+    InvalidRequest,
     NotAcceptable,
     NotFound,
     Throttled,
     TopicNotFound,
     Unauthorized,
 )
+from watch_service.protocol.names import check_wid
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
-from watch_service.server.topic_routes import json_response, read_body
+from watch_service.server import session_gc
+from watch_service.server.stream_upkeep import LEASE_S
+from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
-from watch_service.web.auth import authorize, hash_secret
+from watch_service.web.auth import Key, authorize
+from watch_service.web.errors import as_api_error
+from watch_service.web.json_body import read_json_body
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
-LEASE_S = 30.0
 
 
 def new_wid() -> str:
     return "wid_" + base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
 
 
-async def _gc(request: web.Request) -> None:
-    async with request.app[POOL].connection() as conn:
-        removed = await sessions.gc(conn, request.app[SETTINGS].session_ttl_ms)
-    if removed:
-        log.info("session GC reclaimed %d idle session(s)", removed)
+def _check_heads(definition: WatchDefinition, states: dict[str, sessions.TopicState]) -> None:
+    """A ``from_seq`` above the head would silently skip every seq up to it: refused."""
+    for topic, start in definition.topics.items():
+        head = states[topic].head_seq
+        if not start.tail and start.from_seq > head:
+            raise InvalidRequest(
+                f"topics[{topic!r}].from_seq: {start.from_seq} is above the topic's head_seq "
+                f"{head}; use at most {head}, or tail: true"
+            )
 
 
 @routes.post("/v0/watch")
@@ -52,27 +61,36 @@ async def create_watch(request: web.Request) -> web.Response:
         request.headers.get("Authorization"), request.query.get("token")
     )
     authorize(key, "read")
-    definition = watch_definition(await read_body(request))
+    definition = watch_definition(await read_json_body(request))
     for topic in definition.topics:
         authorize(key, "read", topic)
+    # The GC first, so the key's expired sessions do not count against its cap.
+    await session_gc.collect(request.app)
+    cap = request.app[SETTINGS].max_sessions_per_key
     async with request.app[POOL].connection() as conn:
         states = await sessions.topic_states(conn, list(definition.topics))
         for topic in definition.topics:
             if topic not in states or states[topic].deleted:
                 raise TopicNotFound(topic)
+        _check_heads(definition, states)
         cursors = {
             t: states[t].head_seq if s.tail else s.from_seq for t, s in definition.topics.items()
         }
         wid = new_wid()
-        await sessions.create(
+        held = await sessions.create(
             conn,
             wid,
             definition.to_json(),
             cursors,
             key.secret_sha256 if key else None,
             key.id if key else None,
+            cap,
         )
-    await _gc(request)
+    if held is not None and key is not None:
+        raise Throttled(
+            f"key {key.id!r} already holds {held} watch sessions, its cap of "
+            f"{cap} (AUDITSYNC_MAX_SESSIONS_PER_KEY); reuse a wid, or let idle ones expire"
+        )
     return json_response(
         {
             "wid": wid,
@@ -91,35 +109,36 @@ async def create_watch(request: web.Request) -> web.Response:
     )
 
 
-def _check_stream_auth(request: web.Request, row: sessions.SessionRow) -> None:
+def _check_stream_auth(key: Key | None, row: sessions.SessionRow) -> None:
+    """``key`` is the presented key (None: dev mode). A session opens only for the key that
+    created it; a dev-mode session (no key hash) only while the service is in dev mode."""
+    if key is None:
+        return  # dev mode: the wid alone opens a stream
     if row.key_hash is None:
-        return  # a dev-mode session: the wid alone opens it
-    presented = request.headers.get("Authorization")
-    secret = None
-    if presented:
-        scheme, _, value = presented.partition(" ")
-        secret = value.strip() if scheme.lower() == "bearer" else None
-    elif "token" in request.query:
-        secret = request.query["token"]
-    if not secret:
         raise Unauthorized(
-            "this session is bound to the key that created it: present it as "
-            "Authorization: Bearer <key>"
+            "this session was created while the service ran without keys; it does not open "
+            "now that keys are configured: POST /v0/watch again with your key"
         )
-    if hash_secret(secret) != row.key_hash or hash_secret(secret) not in request.app[KEYS].by_hash:
+    if key.secret_sha256 != row.key_hash:
         raise Unauthorized("this session is bound to a different key")
 
 
-@routes.get("/v0/watch/{wid}")
+# HEAD is not served: it would open a stream (and renew its lease) with nobody reading.
+@routes.get("/v0/watch/{wid}", allow_head=False)
 async def open_watch(request: web.Request) -> web.StreamResponse:
     app = request.app
-    wid = request.match_info["wid"]
-    await _gc(request)
+    # Authentication before anything else: an unknown wid without a key is 401, not 404, and
+    # the GC does not run for an unauthenticated caller.
+    key = app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token"), allow_query_token=True
+    )
+    wid = check_wid(request.match_info["wid"])
+    await session_gc.collect(app)
     async with app[POOL].connection() as conn:
         row = await sessions.load(conn, wid)
     if row is None:
         raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
-    _check_stream_auth(request, row)
+    _check_stream_auth(key, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise NotAcceptable("Accept must be text/event-stream")
     if len(app[STREAMS]) >= app[SETTINGS].max_streams:
@@ -129,11 +148,19 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
     definition = WatchDefinition.from_json(row.definition)
     server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
-    cursors = cursor_codec.rewind(
-        server_cursors, cursor_codec.decode(request.headers.get("Last-Event-ID"))
+    client = cursor_codec.parse_last_event_id(
+        request.headers.get("Last-Event-ID"), list(definition.topics)
     )
+    older = [s for s in app[STREAMS] if s.wid == wid]
+    for stream in older:
+        stream.end("taken over")  # one wid, one stream: its writes are fenced off below
+    if older:  # the newest one's cursors are newer than the row's (write-behind)
+        server_cursors = dict(max(older, key=lambda s: s.gen).state.cursors)
+    cursors = cursor_codec.rewind(server_cursors, client)
     async with app[POOL].connection() as conn:
-        await sessions.open_stream(conn, wid, LEASE_S)
+        gen = await sessions.open_stream(conn, wid, cursors, LEASE_S)
+    if gen is None:
+        raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
 
     resp = web.StreamResponse(
         headers={
@@ -152,14 +179,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     initial = {t: s.from_seq for t, s in definition.topics.items()}
     stream = WatchStream(
-        wid,
-        definition,
-        cursors,
-        initial,
-        app[HUB],
-        resp,
-        app[METRICS],
-        app[SETTINGS].write_timeout_s,
+        wid, gen, definition, cursors, initial, app[HUB], request, resp, app[METRICS]
     )
     app[STREAMS].add(stream)
     task = asyncio.current_task()
@@ -168,16 +188,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     try:
         await stream.run()
     except ConnectionError as exc:
-        log.info("stream %s ended: %s", wid, type(exc).__name__)
-    except TimeoutError:
-        # The client stopped reading: drop it. Its cursor never moved past the unwritten frame.
-        log.info(
-            "stream %s: write timed out after %.1fs; disconnecting",
-            wid,
-            app[SETTINGS].write_timeout_s,
-        )
-        if request.transport is not None:
-            request.transport.abort()
+        log.info("stream %s ended: %s", wid, exc or type(exc).__name__)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(
@@ -190,40 +201,9 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     except Exception as exc:  # once streaming, errors become a terminal error frame
         log.exception("stream %s failed", wid)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(resp.write(frames.error_frame("internal", str(exc)[:200])), 1.0)
+            err = as_api_error(exc)
+            await asyncio.wait_for(resp.write(frames.error_frame(err.code, err.message)), 1.0)
     finally:
-        app[STREAMS].discard(stream)
         app[STREAM_TASKS].discard(task)
-        app[METRICS].open_streams.set(len(app[STREAMS]))
-        stream.closed = True
-        with contextlib.suppress(Exception):
-            async with app[POOL].connection() as conn:
-                await sessions.close_stream(conn, wid, stream.state.cursors)
+        stream.closed = True  # the cursor flusher stores its cursors and releases its lease
     return resp
-
-
-async def cursor_flusher(app: web.Application) -> None:
-    """Write-behind: persist changed cursor maps of open streams and renew their leases."""
-    interval = app[SETTINGS].cursor_flush_ms / 1000
-    last_lease = 0.0
-    while True:
-        await asyncio.sleep(interval)
-        renew = time.monotonic() - last_lease > LEASE_S / 3
-        batch = []
-        for stream in list(app[STREAMS]):
-            if stream.state.dirty or renew:
-                stream.state.dirty = False
-                batch.append((stream.wid, dict(stream.state.cursors)))
-        if not batch:
-            continue
-        try:
-            async with app[POOL].connection() as conn:
-                await sessions.save_cursors(conn, batch, LEASE_S)
-            if renew:
-                last_lease = time.monotonic()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("cursor flush failed (will retry): %s", exc)
-            for stream in app[STREAMS]:
-                stream.state.dirty = True

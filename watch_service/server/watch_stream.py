@@ -1,93 +1,191 @@
 """One open SSE watch stream: the I/O shell around ``protocol.stream_state``.
 
-It reads pages (backlog from PostgreSQL; once a topic is at the tail, from its shared tailer's
-cache), writes the frames the state machine builds, reports each written frame back (only then
-does a cursor move), takes turns between topics and sends heartbeats. Cursors are flushed to
-the session row write-behind by the ``CursorFlusher``.
+A topic the stream is behind on is paged by the stream's own task (backlog from PostgreSQL, then
+the shared tailer's cache); once at the tail it joins the tailer's live set and its frames are
+pushed by the tailer (``engine.fanout``): no task wakes per record. Every frame goes into the
+socket's transport synchronously and its cursor moves at once, so frames of different topics
+never carry ids out of order; the paging task then waits for the buffer to drain. A stream whose
+buffer is above ``HIGH_WATER`` is not pushed to: it pages on its own until it catches up.
+
+Nothing here arms a timer per write: ``check`` (run for every stream by one periodic sweep)
+ends streams whose client went away and cuts off a client whose buffer has not drained for
+``write_timeout_s``. Cursors are written to the session row write-behind, fenced by the
+stream's generation (``gen``), by ``server.stream_upkeep``: a stream taken over ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
 from aiohttp import web
 
-from watch_service.engine.tailer import Hub, Tailer
+from watch_service.engine.fanout import Group
+from watch_service.engine.hub import Hub
+from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import encode
-from watch_service.protocol.stream_state import Delivered, Outgoing, StreamState
+from watch_service.protocol.stream_state import Delivered, Outgoing, SharedFrame, StreamState
 from watch_service.protocol.watch_request import WatchDefinition
 from watch_service.store import tail
 from watch_service.store import topics as store
 from watch_service.web.metrics import Metrics
 
+log = logging.getLogger("auditsync.watch")
 FAIRNESS_PAGES = 4  # pages one topic may send before the others get a turn
+HIGH_WATER = 256 * 1024  # socket buffer bytes above which a stream is not pushed to
+DRAIN_AT = 64 * 1024  # the paging task waits for the buffer to drain above this
+SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (disconnects noticed within this)
 Page = Sequence[tuple[Delivered, str]]
+
+
+class StreamEnded(AuditsyncError, ConnectionResetError):
+    """The stream ends: its client went away, stopped reading, or a newer stream took over."""
 
 
 class WatchStream:
     def __init__(
         self,
         wid: str,
+        gen: int,
         definition: WatchDefinition,
         cursors: dict[str, int],
         initial: dict[str, int],
         hub: Hub,
+        request: web.BaseRequest,
         response: web.StreamResponse,
         metrics: Metrics,
-        write_timeout_s: float,
     ) -> None:
-        self.wid, self.d, self.hub, self.resp = wid, definition, hub, response
+        self.wid, self.gen, self.d, self.hub, self.resp = wid, gen, definition, hub, response
+        self.transport, self.writer = request.transport, request.writer
         self.strong = definition.consistency == "strong"
         self.state = StreamState(cursors, initial, node=definition.node, strong=self.strong)
-        self.metrics, self.write_timeout_s = metrics, write_timeout_s
+        self.group: Group = (
+            definition.flags,
+            definition.limit,
+            definition.max_batch_bytes,
+            definition.node,
+        )
+        self.metrics = metrics
         self.active: dict[str, Tailer] = {}
+        self.pushed: set[str] = set()  # topics whose tailer pushes to this stream
         self.dirty: set[str] = set()
         self.wake_event = asyncio.Event()
         self.last_write = time.monotonic()
+        self.ending: str | None = None  # why the stream ends, once it must
         self.closed = False
+        self.sent = 0  # bytes handed to the transport
+        self.chunked = True  # Transfer-Encoding: chunked (HTTP/1.1)
+        self._swept = (0, 0)  # (sent, buffered) at the last sweep
+        self._stalled_since: float | None = None
+        self._draining = False
+        self.flushed_at = 0.0  # when the cursor flusher last wrote this stream's cursors
 
     # -- wiring ----------------------------------------------------------------------------
     def wake(self, topic: str) -> None:
-        if topic in self.active:
+        if topic in self.active and topic not in self.pushed:
             self.dirty.add(topic)
             self.wake_event.set()
 
+    def left(self, topic: str) -> None:
+        """The tailer stopped pushing ``topic``: page it from here."""
+        self.pushed.discard(topic)
+        self.dirty.add(topic)
+        self.wake_event.set()
+
+    def push(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> bool:
+        """Frames from the tailer, written now in one transport write (see ``engine.fanout``)."""
+        t = self.transport
+        out = None
+        if self.ending is None and t is not None and not t.is_closing() and not self._full():
+            out = self.state.pushed(topic, after, shared, upto, head)
+        if out is None:
+            self.left(topic)
+            return False
+        if out:
+            self._emit(out[0].data if len(out) == 1 else b"".join([o.data for o in out]))
+            for o in out:
+                self.metrics.frames.labels(o.event).inc()
+        return True
+
+    def end(self, reason: str) -> None:
+        """End the stream now: no more pushes, and its task returns at its next step (a task
+        waiting for a slow client's buffer to drain is cut off)."""
+        if self.ending is None:
+            self.ending = reason
+        for topic in self.pushed:
+            self.active[topic].leave(self)
+        self.pushed.clear()
+        self.wake_event.set()
+        if self._draining and self.transport is not None:
+            self.transport.abort()
+
+    def check(self, now: float, write_timeout_s: float) -> None:
+        """One sweep over this stream: a gone client or a buffer that has not drained for
+        ``write_timeout_s`` ends it."""
+        t = self.transport
+        if t is None or t.is_closing():
+            self.end("disconnected")
+            return
+        buffered = t.get_write_buffer_size()
+        drained = self._swept[1] + (self.sent - self._swept[0]) - buffered
+        self._swept = (self.sent, buffered)
+        if buffered == 0 or drained > 0:
+            self._stalled_since = None
+        elif self._stalled_since is None:
+            self._stalled_since = now
+        elif now - self._stalled_since >= write_timeout_s:
+            log.info(
+                "stream %s: nothing drained for %.1fs; disconnecting", self.wid, write_timeout_s
+            )
+            t.abort()
+            self.end("write timeout")
+
     async def run(self) -> None:
-        await self._write(frames.retry(frames.RETRY_MS))
+        await self.resp.write(frames.retry(frames.RETRY_MS))  # sends the headers too
+        self.chunked = bool(getattr(self.writer, "chunked", True))
+        self.sent += len(frames.retry(frames.RETRY_MS))
         for topic in self.state.cursors:
             self.active[topic] = self.hub.subscribe(topic, self.wake, self.strong)
             self.dirty.add(topic)
         try:
             await self._loop()
         finally:
-            for topic in list(self.active):
+            for topic, tailer in self.active.items():
+                tailer.leave(self)
                 self.hub.unsubscribe(topic, self.wake, self.strong)
             self.active.clear()
+            self.pushed.clear()
 
     async def _loop(self) -> None:
         heartbeat = self.d.heartbeat_ms / 1000
-        while True:
-            while self.dirty:
+        while self.ending is None:
+            while self.dirty and self.ending is None:
                 topic = self.dirty.pop()
-                if topic in self.active:
+                if topic in self.active and topic not in self.pushed:
                     await self._drain(topic)
             self.wake_event.clear()
-            if self.dirty:
+            if self.dirty or self.ending is not None:
                 continue
             remaining = heartbeat - (time.monotonic() - self.last_write)
             if remaining <= 0:
-                await self._write(frames.HEARTBEAT)
-                self.metrics.frames.inc(1, "heartbeat")
+                self._emit(frames.HEARTBEAT)
+                self.metrics.frames.labels("heartbeat").inc()
+                await self._flow()
                 continue
             try:
                 async with asyncio.timeout(remaining):
                     await self.wake_event.wait()
             except TimeoutError:
                 pass
+        if self.ending != "taken over":
+            raise StreamEnded(self.ending)
 
     # -- one topic ---------------------------------------------------------------------------
     async def _drain(self, topic: str) -> None:
@@ -106,11 +204,33 @@ class WatchStream:
                 page, head, upto = got
             if page:
                 await self._send(state.records(topic, page, head))
+                if cached is not None:  # live at the tail: how long the newest record took
+                    lag = time.time() - page[-1][0].rec.ts / 1000
+                    self.metrics.delivery_lag.observe(max(lag, 0.0))
             settled = state.settle(topic, not page, upto, head)
             await self._send(settled.caught_up)
             if settled.drained:
+                self._join(topic, tailer)
+                return
+            if self.ending is not None:
                 return
         self.dirty.add(topic)  # more to send; let the other topics have a turn first
+
+    def _join(self, topic: str, tailer: Tailer) -> None:
+        """Join the tailer's live set if nothing lies between this stream and the tail."""
+        t, cursor = self.transport, self.state.cursors[topic]
+        if (
+            self.ending is None
+            and not self.strong
+            and self.state.live[topic]
+            and topic not in self.dirty
+            and cursor == tailer.cache_end
+            and cursor >= tailer.head
+            and t is not None
+            and not self._full()
+            and tailer.join(self)
+        ):
+            self.pushed.add(topic)
 
     async def _read_backlog(self, topic: str, after: int) -> tuple[Page, int, int] | None:
         """A page from PostgreSQL as (records, head, upto), after the tombstone of any gap
@@ -121,6 +241,7 @@ class WatchStream:
             if page is None or page.deleted:
                 head = page.head_seq if page else after
                 await self._send(state.topic_deleted(topic, after, head))
+                tailer.leave(self)
                 self.hub.unsubscribe(topic, self.wake, self.strong)
                 del self.active[topic]
                 return None
@@ -150,15 +271,36 @@ class WatchStream:
         )
         return records, max(page.head_seq, tailer.head), upto
 
+    # -- writing -----------------------------------------------------------------------------
     async def _send(self, out: Outgoing | None) -> None:
-        """Write one frame; only once it is written does the stream's cursor move."""
+        """Write one frame; its cursor moves once the transport has it."""
         if out is None:
             return
-        await self._write(out.data)
+        self._emit(out.data)
         self.state.written(out)
-        self.metrics.frames.inc(1, out.event)
+        self.metrics.frames.labels(out.event).inc()
+        await self._flow()
 
-    async def _write(self, data: bytes) -> None:
-        async with asyncio.timeout(self.write_timeout_s):
-            await self.resp.write(data)
+    def _emit(self, payload: bytes) -> None:
+        """Hand ``payload`` to the transport now, as one HTTP/1.1 chunk (an HTTP/1.0 response
+        is not chunked). The headers went out with the ``retry`` frame."""
+        t = self.transport
+        if self.ending is not None or t is None or t.is_closing():
+            raise StreamEnded(self.ending or "disconnected")
+        data = b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload
+        t.write(data)
+        self.sent += len(data)
         self.last_write = time.monotonic()
+
+    def _full(self) -> bool:
+        return self.transport is not None and self.transport.get_write_buffer_size() > HIGH_WATER
+
+    async def _flow(self) -> None:
+        """Wait while the socket buffer is full (a sweep cuts a client that never drains)."""
+        t = self.transport
+        if t is not None and t.get_write_buffer_size() > DRAIN_AT:
+            self._draining = True
+            try:
+                await self.writer.drain()
+            finally:
+                self._draining = False

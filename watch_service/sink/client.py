@@ -52,6 +52,7 @@ import orjson
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.errors import AuditsyncError
+from watch_service.protocol.payloads import PayloadError, loads_exact
 from watch_service.sink.backoff import RETRY_MS, backoff_ms
 from watch_service.sink.connection import (
     Chunk,
@@ -195,8 +196,9 @@ class WatchClient:
             return Heartbeat()
         if isinstance(it, Event):
             try:
-                return Frame(it.type, orjson.loads(it.data), it.id, received_ms)
-            except orjson.JSONDecodeError:
+                # Exact numbers: the landing text re-encoded from it is the stored text.
+                return Frame(it.type, loads_exact(it.data), it.id, received_ms)
+            except PayloadError:
                 return Disconnected(f"protocol: {it.type} frame data is not JSON")
         return None
 

@@ -25,6 +25,7 @@ from watch_service.sink.config import (
 )
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing, LandingError
+from watch_service.sink.metrics import serving
 from watch_service.store.database import database_url
 from watch_service.store.search_index import SearchIndex
 
@@ -39,7 +40,10 @@ async def run(cfg: SinkConfig, landing: Landing) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sink.stop)
     try:
-        return await sink.run()
+        async with serving(cfg.consumer, sink.stats, cfg.metrics_host, cfg.metrics_port) as port:
+            if port:
+                log.info("sink metrics on http://%s:%d/metrics", cfg.metrics_host, port)
+            return await sink.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         return 2
     try:
         return uvloop.run(run(cfg, landing))
-    except LandingError as exc:
+    except (LandingError, ConfigError) as exc:
         print(f"auditsync sink: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the landing cannot be written: stop; a restart resumes durably

@@ -40,6 +40,8 @@ class SinkConfig:
     progress_s: float = 5.0
     backoff_cap_ms: int = 30_000
     index_url: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: no /metrics
     faults: FaultPolicy = dataclasses.field(default_factory=FaultPolicy)
 
     @property
@@ -97,6 +99,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="TESTS/DEMOS ONLY: corrupt this many record payloads",
     )
     p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve this sink's Prometheus /metrics on this port (default: off; 0 = any free port)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address for --metrics-port (default: %(default)s)",
+    )
     return p
 
 
@@ -132,6 +144,8 @@ def config_from_args(
         raise ConfigError(f"--from-seq: must be >= 0, got {args.from_seq}")
     for name in ("heartbeat_ms", "flush_rows", "flush_ms", "progress_s", "backoff_cap_ms"):
         _positive(name.replace("_", "-"), getattr(args, name))
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port: must be 0-65535, got {args.metrics_port}")
     if args.watchdog_slack_ms < 0:
         raise ConfigError(f"--watchdog-slack-ms: must be >= 0, got {args.watchdog_slack_ms}")
     try:
@@ -155,4 +169,6 @@ def config_from_args(
         backoff_cap_ms=args.backoff_cap_ms,
         index_url=None if args.no_index else (args.database_url or default_index_url),
         faults=faults,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
     )

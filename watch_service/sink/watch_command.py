@@ -18,6 +18,7 @@ import contextlib
 import json
 import sys
 import time
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -42,16 +43,47 @@ class Done(AuditsyncError):
     pass
 
 
+def base_url(raw: str) -> str:
+    """``--url``: an http(s) base URL with a host, refused at once otherwise (a bare
+    ``localhost:8400`` would otherwise be retried for ever)."""
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise argparse.ArgumentTypeError(
+            f"expected the service's base URL, http://host:port or https://host, got {raw!r}"
+        )
+    return raw
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default when it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="auditsync watch", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default="http://127.0.0.1:8400", help="the service's base URL")
+    p = argparse.ArgumentParser(
+        prog="auditsync watch", description=__doc__.split("\n\n")[0], formatter_class=_Formatter
+    )
+    p.add_argument(
+        "--url", default="http://127.0.0.1:8400", type=base_url, help="the service's base URL"
+    )
     p.add_argument("--topics", required=True, help="comma-separated topic names")
     p.add_argument("--from-seq", type=int, default=0, help="deliver seqs after this (all topics)")
     p.add_argument("--tail", action="store_true", help="only records appended after subscribing")
     p.add_argument("--node", help="this node's name: its own records are not delivered")
     p.add_argument("--key", help="bearer key (sent as Authorization: Bearer)")
-    p.add_argument("--heartbeat-ms", type=int, default=15000)
-    p.add_argument("--consistency", choices=["eventual", "strong"], default="eventual")
+    p.add_argument(
+        "--heartbeat-ms", type=int, default=15000, help="the server sends ': hb' after this silence"
+    )
+    p.add_argument(
+        "--consistency",
+        choices=["eventual", "strong"],
+        default="eventual",
+        help="strong: only records whose commit is flushed",
+    )
     p.add_argument("--no-data", action="store_true", help="frames without record data")
     p.add_argument("--wid", help="open this existing session instead of POSTing a new one")
     p.add_argument("--last-event-id", help="Last-Event-ID for the first GET (rewinds only)")

@@ -1,4 +1,4 @@
-"""Reading authorization data from PostgreSQL: tenants, schema text, tuples and attributes,
+"""Reading authorization data from PostgreSQL: tenants, tuples and attributes,
 and the SQL filters (``tuple_where``, ``attribute_where``) that the reads and the write
 transaction (``store.authz_writes``) share.
 
@@ -24,7 +24,7 @@ TUPLE_COLUMNS = (
 TUPLE_SELECT = sql.SQL(", ").join(map(sql.Identifier, TUPLE_COLUMNS))
 
 
-# -- tenants and schema ----------------------------------------------------------------------
+# -- tenants -----------------------------------------------------------------------------
 async def tenant_exists(conn: AsyncConnection, tenant: str) -> bool:
     cur = await conn.execute("SELECT 1 FROM authz_tenants WHERE id = %s", (tenant,))
     return await cur.fetchone() is not None
@@ -38,14 +38,28 @@ async def list_tenants(conn: AsyncConnection, after: str, limit: int) -> list[tu
     return await cur.fetchall()
 
 
-async def read_schema(conn: AsyncConnection, tenant: str, version: str | None) -> tuple | None:
-    """(version, body) of that version, or of the latest when version is None."""
+async def topic_incarnation(conn: AsyncConnection, tenant: str) -> int | None:
+    """The creation time (µs since the epoch) of the tenant's live change topic: a tenant's
+    delete and re-create changes it, which is how a token from before is told apart."""
     cur = await conn.execute(
-        "SELECT version, body FROM authz_schemas WHERE tenant = %s AND (%s::text IS NULL OR "
-        "version = %s) ORDER BY created_at DESC, version DESC LIMIT 1",
-        (tenant, version, version),
+        "SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM topics "
+        "WHERE name = %s AND deleted_at IS NULL",
+        (pa.change_topic(tenant),),
     )
-    return await cur.fetchone()
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def latest_schema_version(conn: AsyncConnection, tenant: str, dialect: str) -> str | None:
+    """The version id of the tenant's current schema in ``dialect`` (what a cache of the
+    parsed schema is keyed by), without reading the schema itself."""
+    cur = await conn.execute(
+        "SELECT version FROM authz_schemas WHERE tenant = %s AND dialect = %s "
+        "ORDER BY created_at DESC, version DESC LIMIT 1",
+        (tenant, dialect),
+    )
+    row = await cur.fetchone()
+    return None if row is None else row[0]
 
 
 # -- filters ---------------------------------------------------------------------------------

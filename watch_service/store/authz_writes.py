@@ -1,4 +1,4 @@
-"""Writing authorization data to PostgreSQL: tenants, schema text, and the one transaction per
+"""Writing authorization data to PostgreSQL: tenants, and the one transaction per
 write that changes tuples and attributes and appends its change record(s) to the tenant's
 change topic (``protocol.authz.change_topic``). Reads and the SQL filters live in
 ``store.authz_reads``.
@@ -12,8 +12,7 @@ is created on first use with ``ttl_ms`` = the history window; its retention is t
 from __future__ import annotations
 
 import dataclasses
-import secrets
-import time
+from collections.abc import Awaitable, Callable
 
 import orjson
 from psycopg import AsyncConnection, errors, sql
@@ -53,6 +52,18 @@ class PreconditionFailed(AuthzStoreError):
     pass
 
 
+class DeleteLimitExceeded(AuthzStoreError):
+    """More relationships match a limited delete than its limit, and partial deletion was not
+    requested (SpiceDB's INVALID_ARGUMENT)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"found more than {limit} relationships to be deleted and partial deletion was "
+            "not requested"
+        )
+        self.limit = limit
+
+
 @dataclasses.dataclass(frozen=True)
 class Precondition:
     must_match: bool
@@ -62,7 +73,8 @@ class Precondition:
 @dataclasses.dataclass(frozen=True)
 class Write:
     """One transaction's worth of changes. ``tuple_ops`` ops: create (fails if present),
-    touch (upsert, always reported), write (insert if absent, reported only if new),
+    touch (upsert, reported only if new: a touch that changes nothing is no change),
+    write (insert if absent, reported only if new),
     delete (reported only if present)."""
 
     tuple_ops: list[tuple[str, pa.Tuple]] = dataclasses.field(default_factory=list)
@@ -73,6 +85,9 @@ class Write:
     delete_attributes: pa.AttributeFilter | None = None
     preconditions: list[Precondition] = dataclasses.field(default_factory=list)
     metadata: dict | None = None
+    # run first, under the topic lock (so against a schema no concurrent write changes):
+    # raises to refuse the whole write
+    check: Callable[[AsyncConnection], Awaitable[None]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +96,16 @@ class WriteResult:
     changes: int
     deleted: int = 0
     partial: bool = False  # delete_limit stopped the delete before every match was gone
+    epoch: str = ""  # the change topic's incarnation (protocol.authz.topic_epoch), for tokens
 
 
-_LOCK = """SELECT t.head_seq FROM topics t WHERE t.name = %s AND t.deleted_at IS NULL
-             AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
+LOCK_TOPIC = """SELECT t.head_seq, t.created_at FROM topics t
+             WHERE t.name = %s AND t.deleted_at IS NULL
+               AND EXISTS (SELECT 1 FROM authz_tenants WHERE id = %s) FOR UPDATE OF t"""
 _UNNEST6 = "unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
 
 
-# -- tenants and schema ----------------------------------------------------------------------
+# -- tenants -----------------------------------------------------------------------------
 async def create_tenant(
     conn: AsyncConnection, tenant: str, name: str, history_ms: int
 ) -> tuple[str, str, object]:
@@ -109,7 +126,7 @@ async def delete_tenant(conn: AsyncConnection, tenant: str) -> bool:
     """Delete a tenant, its data and its change topic (watchers see the topic go). The topic
     row is locked first, in the same order as writes, so the two cannot deadlock."""
     async with conn.transaction():
-        await conn.execute(_LOCK, (pa.change_topic(tenant), tenant))
+        await conn.execute(LOCK_TOPIC, (pa.change_topic(tenant), tenant))
         cur = await conn.execute("DELETE FROM authz_tenants WHERE id = %s RETURNING id", (tenant,))
         if await cur.fetchone() is None:
             return False
@@ -134,16 +151,21 @@ async def ensure_topic(conn: AsyncConnection, tenant: str, history_ms: int) -> t
     raise AuthzStoreError(f"could not create the change topic of tenant {tenant!r}")
 
 
-async def write_schema(conn: AsyncConnection, tenant: str, body: str) -> str:
-    version = f"{time.time_ns() // 1000:x}{secrets.token_hex(3)}"
-    try:
-        await conn.execute(
-            "INSERT INTO authz_schemas (tenant, version, body) VALUES (%s, %s, %s)",
-            (tenant, version, body),
-        )
-    except errors.ForeignKeyViolation:
-        raise TenantNotFound(f"tenant {tenant!r} does not exist") from None
-    return version
+async def apply_history_window(conn: AsyncConnection, history_ms: int) -> int:
+    """Give every tenant's live change topic the history window ``history_ms`` (its ttl),
+    trimming at once what falls outside; returns how many topics changed. Run at start-up, so
+    a changed AUDITSYNC_AUTHZ_HISTORY_MS applies to existing tenants, not only new ones."""
+    cur = await conn.execute("SELECT id FROM authz_tenants")
+    names = [pa.change_topic(tenant) for (tenant,) in await cur.fetchall()]
+    cur = await conn.execute(
+        "SELECT name FROM topics WHERE name = ANY(%s) AND deleted_at IS NULL "
+        "AND (ttl_ms IS DISTINCT FROM %s OR max_records IS NOT NULL) ORDER BY name",
+        (names, history_ms),
+    )
+    stale = [name for (name,) in await cur.fetchall()]
+    for name in stale:
+        await topics.put_topic(conn, name, TopicConfig(None, history_ms))
+    return len(stale)
 
 
 # -- the write transaction -------------------------------------------------------------------
@@ -155,10 +177,11 @@ async def apply(
     topic = pa.change_topic(tenant)
     for _ in range(2):
         async with conn.transaction():
-            cur = await conn.execute(_LOCK, (topic, tenant))
+            cur = await conn.execute(LOCK_TOPIC, (topic, tenant))
             row = await cur.fetchone()
             if row is not None:
-                return await _apply_locked(conn, tenant, topic, row[0], source, w)
+                result = await _apply_locked(conn, tenant, topic, row[0], source, w)
+                return dataclasses.replace(result, epoch=pa.topic_epoch(row[1]))
         await ensure_topic(conn, tenant, history_ms)  # raises TenantNotFound
     raise AuthzStoreError(f"the change topic of tenant {tenant!r} vanished; retry")
 
@@ -166,6 +189,8 @@ async def apply(
 async def _apply_locked(
     conn: AsyncConnection, tenant: str, topic: str, head_seq: int, source: str, w: Write
 ) -> WriteResult:
+    if w.check is not None:
+        await w.check(conn)
     for i, p in enumerate(w.preconditions):
         where, params = tuple_where(p.filter)
         cur = await conn.execute(
@@ -186,10 +211,7 @@ async def _apply_locked(
         matching = await count_tuples(conn, tenant, w.delete_tuples, w.delete_limit + 1)
         partial = matching > w.delete_limit
         if partial and not w.allow_partial:
-            raise PreconditionFailed(
-                f"more than optional_limit={w.delete_limit} relationships "
-                "match and optional_allow_partial_deletions is false"
-            )
+            raise DeleteLimitExceeded(w.delete_limit)
     if w.delete_tuples is not None:
         gone = await _delete_tuples(conn, tenant, w.delete_tuples, w.delete_limit)
         deleted = len(gone)
@@ -252,10 +274,8 @@ async def _tuple_ops(
     for op, t in ops:
         if op == "create" and t.key() not in inserted:
             raise TupleExists(t)
-        if (
-            op == "touch"
-            or (op in ("create", "write") and t.key() in inserted)
-            or (op == "delete" and t.key() in removed)
+        if (op in ("create", "write", "touch") and t.key() in inserted) or (
+            op == "delete" and t.key() in removed
         ):
             changes.append(pa.Change("create" if op == "write" else op, tuple=t))
     return changes
@@ -264,6 +284,8 @@ async def _tuple_ops(
 async def _write_attributes(
     conn: AsyncConnection, tenant: str, attrs: list[pa.Attribute]
 ) -> list[pa.Change]:
+    """Upsert; a changed value is reported as DELETE(old) then CREATE(new), as Permify's watch
+    reports an overwrite, an unchanged one not at all."""
     if not attrs:
         return []
     cols = [
@@ -273,19 +295,30 @@ async def _write_attributes(
         [orjson.dumps(a.value).decode() for a in attrs],
     ]
     cur = await conn.execute(
-        "INSERT INTO authz_attributes (tenant, entity_type, entity_id, attribute, value) "
-        "SELECT %s, e, i, n, v::jsonb FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
-        "AS u(e, i, n, v) ON CONFLICT (tenant, entity_type, entity_id, attribute) DO UPDATE "
-        "SET value = EXCLUDED.value WHERE authz_attributes.value IS DISTINCT FROM EXCLUDED.value "
-        "RETURNING entity_type, entity_id, attribute",
-        [tenant, *cols],
+        "WITH u AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) "
+        "AS u(e, i, n, v)), old AS (SELECT a.entity_type, a.entity_id, a.attribute, a.value "
+        "FROM authz_attributes a JOIN u ON (a.entity_type, a.entity_id, a.attribute) = "
+        "(u.e, u.i, u.n) WHERE a.tenant = %s), "
+        "ins AS (INSERT INTO authz_attributes (tenant, entity_type, entity_id, attribute, value) "
+        "SELECT %s, e, i, n, v::jsonb FROM u ON CONFLICT (tenant, entity_type, entity_id, "
+        "attribute) DO UPDATE SET value = EXCLUDED.value "
+        "WHERE authz_attributes.value IS DISTINCT FROM EXCLUDED.value "
+        "RETURNING entity_type, entity_id, attribute) "
+        "SELECT ins.entity_type, ins.entity_id, ins.attribute, old.value FROM ins LEFT JOIN old "
+        "USING (entity_type, entity_id, attribute)",
+        [*cols, tenant, tenant],
     )
-    changed = {tuple(r) for r in await cur.fetchall()}
-    return [
-        pa.Change("create", attribute=a)
-        for a in attrs
-        if (a.entity_type, a.entity_id, a.name) in changed
-    ]
+    changed = {tuple(r[:3]): r[3] for r in await cur.fetchall()}
+    changes = []
+    for a in attrs:
+        key = (a.entity_type, a.entity_id, a.name)
+        if key not in changed:
+            continue
+        if changed[key] is not None:
+            old = dataclasses.replace(a, value=changed[key])
+            changes.append(pa.Change("delete", attribute=old))
+        changes.append(pa.Change("create", attribute=a))
+    return changes
 
 
 async def _delete_tuples(

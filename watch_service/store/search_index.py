@@ -1,4 +1,4 @@
-"""The search index: PostgreSQL full text over delivered records (migration 004).
+"""The search index: PostgreSQL full text over delivered records (migrations 004, 011).
 
 Schema, shared with the Spark backfill, which writes into the same table::
 
@@ -8,12 +8,13 @@ Schema, shared with the Spark backfill, which writes into the same table::
                      ts         bigint NOT NULL,
                      tag        text,
                      data       jsonb NOT NULL,
-                     body       tsvector NOT NULL,      -- GIN index search_documents_body
+                     body       tsvector GENERATED,     -- GIN index search_documents_body
                      updated_at timestamptz DEFAULT now())
 
 * ``doc_key`` = ``topic + '/' + tag`` when the record has a ``$tag``, else
   ``topic + '/' + str(seq)`` (:func:`doc_key`).
-* ``body`` = ``to_tsvector('simple', data::text)`` with ``data`` the jsonb value.
+* ``body`` = ``jsonb_to_tsvector('simple', data, '["string", "numeric"]')``: the string and
+  number values at any depth, not the keys; a generated column, so no writer computes it.
 * Every write is :data:`UPSERT`'s ``INSERT … ON CONFLICT (doc_key) DO UPDATE … WHERE
   excluded.seq >= search_documents.seq``: the newest seq per key wins and replaying a batch
   changes nothing, so the sink (after a crash) and the backfill may both write any record
@@ -48,14 +49,13 @@ Doc = tuple[str, str, int, int, str | None, str]  # (doc_key, topic, seq, ts, ta
 BATCH = 5_000
 
 UPSERT = """
-INSERT INTO search_documents AS d (doc_key, topic, seq, ts, tag, data, body)
-SELECT u.doc_key, u.topic, u.seq, u.ts, u.tag, u.data::jsonb,
-       to_tsvector('simple', u.data::jsonb::text)
+INSERT INTO search_documents AS d (doc_key, topic, seq, ts, tag, data)
+SELECT u.doc_key, u.topic, u.seq, u.ts, u.tag, u.data::jsonb
   FROM unnest(%(keys)s::text[], %(topics)s::text[], %(seqs)s::bigint[], %(ts)s::bigint[],
               %(tags)s::text[], %(datas)s::text[]) AS u(doc_key, topic, seq, ts, tag, data)
 ON CONFLICT (doc_key) DO UPDATE
    SET topic = excluded.topic, seq = excluded.seq, ts = excluded.ts, tag = excluded.tag,
-       data = excluded.data, body = excluded.body, updated_at = now()
+       data = excluded.data, updated_at = now()
  WHERE excluded.seq >= d.seq
 """
 

@@ -2,6 +2,8 @@
 
 Cursor writes are write-behind (batched by the caller), so a crash can re-deliver but never
 skip. A stream holds a lease it renews; the idle GC never takes a session whose lease is live.
+Each stream opens with the session's next ``stream_gen`` (its fence): every later write of that
+stream matches only while no newer stream took the session over.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import dataclasses
 import orjson
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
+
+_CAP_LOCK = 0x77736B  # "wsk": the advisory-lock class of the per-key session cap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +49,30 @@ async def create(
     cursors: dict[str, int],
     key_hash: str | None,
     key_id: str | None,
-) -> None:
-    await conn.execute(
-        "INSERT INTO watch_sessions (wid, definition, cursors, key_hash, key_id) "
-        "VALUES (%s, %s, %s, %s, %s)",
-        (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id),
-    )
+    max_per_key: int | None = None,
+) -> int | None:
+    """Insert the session; ``key_hash`` None marks it a dev-mode session. With ``max_per_key``
+    and a key, refuse (return the key's live session count, nothing written) once that key
+    holds ``max_per_key`` sessions; None when the session was created. The count and the
+    insert run under a per-key transaction lock, so concurrent POSTs cannot overshoot."""
+    async with conn.transaction():
+        if max_per_key is not None and key_hash is not None:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_CAP_LOCK, key_hash)
+            )
+            cur = await conn.execute(
+                "SELECT count(*) FROM watch_sessions WHERE key_hash = %s", (key_hash,)
+            )
+            row = await cur.fetchone()
+            held = row[0] if row else 0
+            if held >= max_per_key:
+                return held
+        await conn.execute(
+            "INSERT INTO watch_sessions (wid, definition, cursors, key_hash, key_id) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (wid, Jsonb(definition), Jsonb(cursors), key_hash, key_id),
+        )
+    return None
 
 
 async def load(conn: AsyncConnection, wid: str) -> SessionRow | None:
@@ -72,33 +94,63 @@ async def gc(conn: AsyncConnection, ttl_ms: int) -> int:
     return cur.rowcount
 
 
-async def open_stream(conn: AsyncConnection, wid: str, lease_s: float) -> None:
-    await conn.execute(
-        "UPDATE watch_sessions SET last_active_at = now(), "
-        "stream_lease_until = now() + make_interval(secs => %s) WHERE wid = %s",
-        (lease_s, wid),
+async def open_stream(
+    conn: AsyncConnection, wid: str, cursors: dict[str, int], lease_s: float
+) -> int | None:
+    """Take the session over for a new stream: store its starting ``cursors`` (a rewind takes
+    effect at once), lease it, and return the stream's generation (None: the session is gone).
+    Any older stream's writes are fenced off from here on."""
+    cur = await conn.execute(
+        "UPDATE watch_sessions SET cursors = %s, stream_gen = stream_gen + 1, "
+        "last_active_at = now(), stream_lease_until = now() + make_interval(secs => %s) "
+        "WHERE wid = %s RETURNING stream_gen",
+        (Jsonb(cursors), lease_s, wid),
     )
+    row = await cur.fetchone()
+    return None if row is None else int(row[0])
 
 
 async def save_cursors(
-    conn: AsyncConnection, updates: list[tuple[str, dict[str, int]]], lease_s: float
-) -> None:
-    """Persist cursor maps of open streams and renew their leases, in one round trip."""
+    conn: AsyncConnection, updates: list[tuple[str, int, dict[str, int]]], lease_s: float
+) -> set[tuple[str, int]]:
+    """Persist cursor maps of open streams, as (wid, generation, cursors), and renew their
+    leases in one round trip. Returns the (wid, generation) pairs that were written: a stream
+    missing from it was taken over (or its session is gone) and must end."""
     if not updates:
-        return
-    await conn.execute(
+        return set()
+    cur = await conn.execute(
         """UPDATE watch_sessions AS s
               SET cursors = u.cursors::jsonb, last_active_at = now(),
                   stream_lease_until = now() + make_interval(secs => %s)
-             FROM unnest(%s::text[], %s::text[]) AS u(wid, cursors)
-            WHERE s.wid = u.wid""",
-        (lease_s, [w for w, _ in updates], [orjson.dumps(c).decode() for _, c in updates]),
+             FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(wid, gen, cursors)
+            WHERE s.wid = u.wid AND s.stream_gen = u.gen
+        RETURNING s.wid, s.stream_gen""",
+        (
+            lease_s,
+            [w for w, _, _ in updates],
+            [g for _, g, _ in updates],
+            [orjson.dumps(c).decode() for _, _, c in updates],
+        ),
     )
+    return {(w, int(g)) for w, g in await cur.fetchall()}
 
 
-async def close_stream(conn: AsyncConnection, wid: str, cursors: dict[str, int]) -> None:
+async def close_streams(
+    conn: AsyncConnection, ended: list[tuple[str, int, dict[str, int]]]
+) -> None:
+    """The last write of ended streams, as (wid, generation, cursors): their cursors, and their
+    leases released, in one round trip. A stream taken over by a newer one writes nothing: the
+    session's cursors and lease are the newer stream's."""
+    if not ended:
+        return
     await conn.execute(
-        "UPDATE watch_sessions SET cursors = %s, last_active_at = now(), "
-        "stream_lease_until = NULL WHERE wid = %s",
-        (Jsonb(cursors), wid),
+        """UPDATE watch_sessions AS s
+              SET cursors = u.cursors::jsonb, last_active_at = now(), stream_lease_until = NULL
+             FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(wid, gen, cursors)
+            WHERE s.wid = u.wid AND s.stream_gen = u.gen""",
+        (
+            [w for w, _, _ in ended],
+            [g for _, g, _ in ended],
+            [orjson.dumps(c).decode() for _, _, c in ended],
+        ),
     )

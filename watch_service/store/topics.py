@@ -179,13 +179,15 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     One statement in autocommit: the batch is all there or not at all. A capped topic over its
     cap is trimmed right after, in its own transaction.
     """
+    # NewRecord is a tuple (data, meta, tag, node): one zip gives the four column arrays.
+    datas, metas, tags, nodes = list(zip(*records, strict=True)) or ((), (), (), ())
     params = {
         "topic": name,
         "n": len(records),
-        "tags": [r.tag for r in records],
-        "nodes": [r.node for r in records],
-        "metas": [r.meta for r in records],
-        "datas": [r.data for r in records],
+        "tags": list(tags),
+        "nodes": list(nodes),
+        "metas": list(metas),
+        "datas": list(datas),
     }
     cur = await conn.execute(_APPEND, params)
     row = await cur.fetchone()

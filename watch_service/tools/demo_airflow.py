@@ -42,6 +42,11 @@ async def create_tenant(demo, http: aiohttp.ClientSession) -> None:
         f"{demo.service_url}/v1/tenants/create", json={"id": tenant, "name": "auditsync demo"}
     ) as r:
         demo.check(r.status == 200, f"create tenant {tenant}: {r.status} {await r.text()}")
+    schema = "entity user {}\nentity document {\n  relation viewer @user\n}"
+    async with http.post(
+        f"{demo.service_url}/v1/tenants/{tenant}/schemas/write", json={"schema": schema}
+    ) as r:  # writes are validated against the tenant's schema, as Permify does
+        demo.check(r.status == 200, f"schema of {tenant}: {r.status} {await r.text()}")
     demo.tenant = tenant
     demo.topics["authz"] = change_topic(tenant)
 

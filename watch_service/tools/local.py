@@ -45,9 +45,11 @@ def wait_for_port(
     raise RuntimeError(f"{what} did not listen on {port} within {timeout:.0f}s")
 
 
-def serve_command(port: int) -> list[str]:
-    """``auditsync serve`` on ``port`` with this interpreter; the schema is migrated beforehand."""
-    return [sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate", "--port", str(port)]
+def serve_command(port: int, workers: int | None = None) -> list[str]:
+    """``auditsync serve`` on ``port`` with this interpreter; the schema is migrated beforehand.
+    ``workers``: ``--workers`` (None: the service's default, one per core)."""
+    cmd = [sys.executable, "-m", "watch_service.cli", "serve", "--no-migrate", "--port", str(port)]
+    return cmd if workers is None else [*cmd, "--workers", str(workers)]
 
 
 class ServiceProcess:
@@ -64,12 +66,14 @@ class ServiceProcess:
         env: Mapping[str, str | None] | None = None,
         log_path: Path | None = None,
         preexec_fn: Callable[[], None] | None = None,
+        workers: int = 1,
     ) -> None:
         self.db_url = db_url
         self.port = port or free_port()
         self.extra_env = dict(env or {})
         self.log_path = log_path
         self.preexec_fn = preexec_fn
+        self.workers = workers  # one process unless asked: what tests and benches mostly want
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -105,7 +109,7 @@ class ServiceProcess:
 
     def _spawn(self, out: IO[bytes] | int) -> subprocess.Popen:
         return subprocess.Popen(
-            serve_command(self.port),
+            serve_command(self.port, self.workers),
             env=self.environment(),
             stdout=out,
             stderr=subprocess.STDOUT,

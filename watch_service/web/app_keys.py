@@ -6,7 +6,7 @@ from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.engine.appender import Appender
-from watch_service.engine.tailer import Hub
+from watch_service.engine.hub import Hub
 from watch_service.settings import Settings
 from watch_service.web.auth import KeyRing
 from watch_service.web.metrics import Metrics

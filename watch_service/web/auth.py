@@ -1,20 +1,32 @@
-"""Bearer keys from the TOML file named by ``AUDITSYNC_KEYS_FILE``.
+"""Bearer keys from the TOML file named by ``AUDITSYNC_KEYS_FILE``: the one place every
+surface (HTTP topics and watch, Permify REST, the SpiceDB and Permify gRPC surfaces)
+authenticates, with the same keys and the same scopes.
 
 Only the SHA-256 of each secret is stored. No file, or a file with no keys: dev mode, all
-open. ``?token=`` counts as a credential only where the caller says so (the SSE GET routes).
+open; any key configured: nothing is open. ``?token=`` counts as a credential only where the
+caller says so (the SSE GET routes). A surface turns a credential into a :class:`Key` with
+``KeyRing.authenticate`` (an HTTP ``Authorization`` header or gRPC ``authorization`` metadata,
+both ``Bearer <secret>``) and checks it with :func:`authorize` (scope + the topic's prefix);
+``KeyRing.check`` does both in one call for the gRPC surfaces.
+
+``AUDITSYNC_GRPC_KEY`` is deprecated: it is one more key of the ring (id ``grpc-key``, every
+scope, every prefix) valid on every surface, so setting it alone turns auth on everywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from watch_service.protocol.errors import AuditsyncError, Forbidden, Unauthorized
 
 SCOPES = frozenset({"read", "write", "admin"})
+LEGACY_GRPC_KEY_ID = "grpc-key"
+log = logging.getLogger("auditsync.auth")
 
 
 class KeyFileError(AuditsyncError):
@@ -31,6 +43,10 @@ class Key:
     def may_touch(self, topic: str) -> bool:
         return any(topic.startswith(p) for p in self.prefixes)
 
+    def can(self, scope: str, topic: str | None = None) -> bool:
+        """Whether this key has ``scope`` and (if given) may touch ``topic``."""
+        return scope in self.scopes and (topic is None or self.may_touch(topic))
+
 
 @dataclasses.dataclass(frozen=True)
 class KeyRing:
@@ -41,7 +57,21 @@ class KeyRing:
         return bool(self.by_hash)
 
     @classmethod
-    def load(cls, path: Path | None) -> KeyRing:
+    def load(cls, path: Path | None, legacy_grpc_key: str | None = None) -> KeyRing:
+        """The keys of ``path`` (None: none), plus the deprecated ``AUDITSYNC_GRPC_KEY``."""
+        ring = cls._load_file(path)
+        if legacy_grpc_key is None:
+            return ring
+        log.warning(
+            "AUDITSYNC_GRPC_KEY is deprecated: it is a full-scope key on every surface; "
+            "move it to AUDITSYNC_KEYS_FILE as a [[keys]] entry with the scopes it needs"
+        )
+        digest = hash_secret(legacy_grpc_key)
+        legacy = Key(LEGACY_GRPC_KEY_ID, digest, SCOPES, ("",))
+        return cls({**ring.by_hash, digest: legacy})
+
+    @classmethod
+    def _load_file(cls, path: Path | None) -> KeyRing:
         if path is None:
             return cls({})
         try:
@@ -112,9 +142,31 @@ class KeyRing:
             raise Unauthorized("unknown bearer key")
         return key
 
+    def check(
+        self, metadata: Iterable[tuple[str, str | bytes]] | None, scope: str, topic: str | None
+    ) -> Key | None:
+        """A gRPC call's key: ``authorization`` metadata authenticated, then ``scope`` and
+        ``topic`` authorized; raises 401 / 403 like an HTTP route (the caller maps them to
+        UNAUTHENTICATED / PERMISSION_DENIED)."""
+        value: str | bytes | None = None
+        for name, item in metadata or ():
+            if name.lower() == "authorization":
+                value = item
+        if isinstance(value, bytes):  # a -bin header; a key is text
+            value = value.decode("utf-8", "surrogateescape")
+        key = self.authenticate(value)
+        authorize(key, scope, topic)
+        return key
+
 
 def hash_secret(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    """The hex SHA-256 of ``secret`` as UTF-8. A secret that is not text (aiohttp hands on
+    undecodable header bytes as surrogate escapes) matches no key: 401, not a crash."""
+    try:
+        data = secret.encode()
+    except UnicodeEncodeError:
+        raise Unauthorized("the bearer key is not valid UTF-8") from None
+    return hashlib.sha256(data).hexdigest()
 
 
 def authorize(key: Key | None, scope: str, topic: str | None = None) -> None:

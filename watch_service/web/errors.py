@@ -13,6 +13,7 @@ import orjson
 import psycopg
 import psycopg_pool
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from watch_service.protocol.errors import (
     ApiError,
@@ -63,6 +64,20 @@ def _from_http(exc: web.HTTPException, request: web.Request) -> ApiError:
     return cls(exc.reason or "request failed")
 
 
+def as_api_error(exc: BaseException) -> ApiError:
+    """The contract's error for any exception, in one place for responses and stream error
+    frames: ours as they are; PostgreSQL gone (connection lost, pool exhausted) ``unavailable``
+    with a message for people, not libpq's text; a body that broke off mid-chunk 400; anything
+    else ``internal`` without its text (the log has it)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
+        return Unavailable("PostgreSQL is unreachable or misconfigured; retry later")
+    if isinstance(exc, RequestPayloadError):
+        return InvalidRequest("the request body is malformed (bad chunking or length)")
+    return ApiError("internal server error")
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     try:
@@ -73,15 +88,14 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         return error_response(_from_http(exc, request))
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-        log.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
-        return error_response(
-            Unavailable("PostgreSQL is unreachable or misconfigured; retry later")
-        )
     except asyncio.CancelledError:
         raise
     except ConnectionResetError:
         raise
-    except Exception:
-        log.exception("internal error on %s %s", request.method, request.path)
-        return error_response(ApiError("internal server error"))
+    except Exception as exc:
+        mapped = as_api_error(exc)
+        if isinstance(mapped, Unavailable):
+            log.warning("database unavailable on %s %s: %s", request.method, request.path, exc)
+        elif mapped.status >= 500:
+            log.exception("internal error on %s %s", request.method, request.path)
+        return error_response(mapped)

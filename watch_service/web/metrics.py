@@ -1,68 +1,137 @@
-"""A small Prometheus text-format registry: counters and gauges with fixed label names."""
+"""The service's Prometheus metrics, on the official ``prometheus_client``.
+
+Each app gets its own registry, so several apps in one process (the tests) never share series.
+With ``serve --workers N`` every worker process writes its values into the directory named by
+``PROMETHEUS_MULTIPROC_DIR`` (the supervisor creates it before the workers start) and
+``/metrics`` on any worker renders the sum over all of them: gauges of live state (open streams,
+pool connections) add up over the live workers, and the build info is one series.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
+import platform
+from importlib import metadata
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+
+# `*_created` series double every counter's exposition for a value nobody graphs.
+prometheus_client.disable_created_metrics()
+
+# Seconds. Appends and deliveries are expected in the 1-5 ms range (seed 002); the tail shows
+# how far a bad minute strays from it.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
-class Metric:
-    def __init__(self, name: str, kind: str, help_text: str, labels: tuple[str, ...] = ()) -> None:
-        self.name, self.kind, self.help, self.labels = name, kind, help_text, labels
-        self.values: dict[tuple[str, ...], float] = defaultdict(float)
-        if not labels:
-            self.values[()] = 0.0
-
-    def inc(self, amount: float = 1.0, *label_values: str) -> None:
-        self.values[label_values] += amount
-
-    def set(self, value: float, *label_values: str) -> None:
-        self.values[label_values] = value
-
-    def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        for label_values, value in sorted(self.values.items()):
-            labels = ""
-            if label_values:
-                pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(self.labels, label_values))
-                labels = "{" + pairs + "}"
-            lines.append(f"{self.name}{labels} {value:g}")
-        return lines
+def multiprocess_dir() -> str | None:
+    """The shared directory of a multi-worker service, or None for one process."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def worker_exited(pid: int, shared: str | None = None) -> None:
+    """Drop an ended worker's live gauges from the sum; the supervisor calls this per exit.
+    Its counters stay: what it did still happened."""
+    shared = shared or multiprocess_dir()
+    if shared is not None:
+        mark_process_dead(pid, shared)
+
+
+def version() -> str:
+    try:
+        return metadata.version("auditsync")
+    except metadata.PackageNotFoundError:  # running from a tree that was never installed
+        return "0+unknown"
 
 
 class Metrics:
+    """Every series the service exposes; attributes are ``prometheus_client`` metrics."""
+
     def __init__(self) -> None:
-        self.http_requests = Metric(
-            "auditsync_http_requests_total",
-            "counter",
-            "HTTP requests by route and status",
-            ("route", "status"),
+        self.registry = r = CollectorRegistry()
+        self.http_requests = Counter(
+            "auditsync_http_requests",
+            "HTTP requests by route, method and status",
+            ("route", "method", "status"),
+            registry=r,
         )
-        self.appends = Metric("auditsync_appends_total", "counter", "append requests committed")
-        self.records_appended = Metric(
-            "auditsync_records_appended_total", "counter", "records appended"
+        self.http_duration = Histogram(
+            "auditsync_http_request_duration_seconds",
+            "time to the response head (streams: to their first byte), by route and method",
+            ("route", "method"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
-        self.trimmed = Metric(
-            "auditsync_retention_gaps_total",
-            "counter",
-            "gaps rows written by retention",
-            ("reason",),
+        self.appends = Counter("auditsync_appends", "append requests committed", registry=r)
+        self.records_appended = Counter(
+            "auditsync_records_appended", "records appended", registry=r
         )
-        self.open_streams = Metric("auditsync_open_streams", "gauge", "open SSE/watch streams")
-        self.frames = Metric(
-            "auditsync_frames_sent_total", "counter", "SSE frames sent", ("event",)
+        self.append_duration = Histogram(
+            "auditsync_append_duration_seconds",
+            "one append request's database work, from validated body to commit",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
-        self.delivery_lag = Metric(
-            "auditsync_delivery_lag_ms",
-            "gauge",
-            "append commit to first write of the newest delivered record",
+        self.trimmed = Counter(
+            "auditsync_retention_gaps", "gaps rows written by retention", ("reason",), registry=r
+        )
+        self.open_streams = Gauge(
+            "auditsync_open_streams",
+            "open SSE / watch streams",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.frames = Counter(
+            "auditsync_frames_sent", "SSE frames sent, by event", ("event",), registry=r
+        )
+        self.delivery_lag = Histogram(
+            "auditsync_delivery_lag_seconds",
+            "a record's commit ($ts) to the first write of its frame to a live watcher",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pool_connections = Gauge(
+            "auditsync_pool_connections",
+            "PostgreSQL pool connections, by state (size, idle, waiting requests)",
+            ("state",),
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "auditsync_build_info",
+            "always 1; the labels say what is running",
+            ("version", "python"),
+            multiprocess_mode="max",
+            registry=r,
+        )
+        self.build_info.labels(version(), platform.python_version()).set(1)
+        self.tail_cache_limit_bytes = Gauge(
+            "auditsync_tail_cache_limit_bytes",
+            "bytes the tailers' record caches may hold together (AUDITSYNC_TAIL_CACHE_BYTES)",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.tail_cache_bytes = Gauge(
+            "auditsync_tail_cache_bytes",
+            "bytes the shared tailers' record caches hold",
+            multiprocess_mode="livesum",
+            registry=r,
         )
 
-    def render(self) -> str:
-        out: list[str] = []
-        for metric in vars(self).values():
-            out.extend(metric.render())
-        return "\n".join(out) + "\n"
+    def observe_pool(self, stats: dict[str, int]) -> None:
+        """Copy ``AsyncConnectionPool.get_stats()`` into the pool gauges (called per scrape)."""
+        self.pool_connections.labels("size").set(stats.get("pool_size", 0))
+        self.pool_connections.labels("idle").set(stats.get("pool_available", 0))
+        self.pool_connections.labels("waiting").set(stats.get("requests_waiting", 0))
+
+    def render(self) -> bytes:
+        """The exposition: this process's registry, or every worker's when there are several."""
+        shared = multiprocess_dir()
+        if shared is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=shared)
+        return generate_latest(registry)

@@ -1,0 +1,101 @@
+"""The shared tailer goes idle after a fault: when every record after its cache was trimmed
+while it heard nothing (its LISTEN connection was down), one re-read restarts the cache at the
+head instead of re-reading the same empty range in a loop; and the last subscriber leaving
+cancels its task. Real PostgreSQL; the hub's LISTEN loop is not started, which is the state a
+reset LISTEN connection leaves it in."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from tests.support import call, unique, wait_for
+from watch_service.engine.hub import Hub
+from watch_service.store.retention import current_ms, trim
+
+pytestmark = [pytest.mark.pg]
+
+
+async def put(http, service, topic: str, **cfg) -> None:
+    status, body = await call(http, "PUT", f"{service.url}/v0/topics/{topic}", json=cfg)
+    assert status == 201, body
+
+
+async def append(http, service, topic: str, *values) -> None:
+    records = [{"data": v} for v in values]
+    url = f"{service.url}/v0/topics/{topic}/records"
+    status, body = await call(http, "POST", url, json={"records": records})
+    assert status == 200, body
+
+
+@pytest.fixture
+async def hub(pg_url):
+    pool = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)
+    await pool.open()
+    hub = Hub(pool, pg_url)
+    yield hub
+    await hub.aclose()
+    await pool.close()
+
+
+async def test_a_tailer_whose_unread_records_were_trimmed_reads_once_and_goes_idle(
+    hub, db, http, service
+):
+    topic = unique("spin")
+    await put(http, service, topic, ttl_ms=60_000)
+    await append(http, service, topic, 1)
+    woken = asyncio.Event()
+    tailer = hub.subscribe(topic, lambda _t: woken.set())
+    await wait_for(lambda: tailer.cache_end == 1, what="the tailer's first read")
+
+    # Unheard (no LISTEN): three appends, then ttl trims every record.
+    await append(http, service, topic, 2, 3, 4)
+    await trim(db, topic, now_ms=current_ms() + 3_600_000)
+
+    reads = tailer.reads
+    woken.clear()
+    tailer.kick(4)  # what the safety poll (or a LISTEN reconnect) does
+    task = tailer._task
+    assert task is not None
+    await asyncio.wait_for(asyncio.shield(task), 5)
+    assert tailer.reads - reads <= 2, f"{tailer.reads - reads} reads: the tailer spins"
+    assert (tailer.cache_end, tailer.head, tailer.earliest) == (4, 4, 5)
+    assert woken.is_set()  # subscribers page on their own and get their tombstone
+
+    tailer.kick()  # idle: one more read finds nothing and stops
+    await asyncio.wait_for(asyncio.shield(tailer._task), 5)
+    assert tailer.reads - reads <= 3
+
+
+async def test_the_last_subscriber_leaving_cancels_the_tailer_task(hub, http, service):
+    topic = unique("spin")
+    await put(http, service, topic)
+
+    def wake(_t: str) -> None:
+        pass
+
+    tailer = hub.subscribe(topic, wake)
+    task = tailer._task
+    assert task is not None and not task.done()
+    hub.unsubscribe(topic, wake)
+    assert topic not in hub.tailers
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert tailer._task is None
+
+
+async def test_the_listen_loop_backs_off_one_line_per_attempt(caplog):
+    pool = AsyncConnectionPool("postgresql://127.0.0.1:1/none", min_size=0, max_size=1, open=False)
+    hub = Hub(pool, "postgresql://127.0.0.1:1/none?connect_timeout=1")
+    task = asyncio.create_task(hub.run())
+    with caplog.at_level("WARNING", logger="auditsync.tailer"):
+        await wait_for(lambda: len(caplog.records) >= 3, what="three reconnect attempts")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    lines = [r.getMessage() for r in caplog.records]
+    assert all("\n" not in line for line in lines), lines
+    delays = [float(line.rsplit(" ", 1)[1].rstrip("s")) for line in lines[:3]]
+    assert delays == [0.1, 0.2, 0.4]

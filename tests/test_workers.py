@@ -1,0 +1,232 @@
+"""``auditsync serve --workers 2`` (issue 10.2): two processes on one port (SO_REUSEPORT), any
+worker serves any session, a writer on one worker and watchers on both see every seq once and
+in order, SIGTERM stops every worker gracefully, a dead worker stops the service, and a worker
+that cannot start fails the start.
+
+The kernel picks the worker for each new connection; every response names its worker
+(``X-Auditsync-Worker``), so a test opens connections until it holds one to the worker it
+wants and then keeps that connection (one per client session, kept alive)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import stat
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.support import ServiceProcess, free_port, run_cli, unique, wait_for
+from tests.watch import wire
+from watch_service.serve import MULTIPROC_ENV, WORKER_HEADER
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pg]
+
+
+class Pinned:
+    """A client whose one kept-alive connection goes to one worker; every answer is checked."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, worker: str) -> None:
+        self.session, self.url, self.worker = session, url, worker
+
+    async def call(self, method: str, path: str, **kw) -> dict:
+        async with self.session.request(method, self.url + path, **kw) as r:
+            body = await r.json()
+            assert r.headers[WORKER_HEADER] == self.worker
+            assert r.status in (200, 201), (method, path, r.status, body)
+            return body
+
+    async def stream(self, wid: str) -> wire.Stream:
+        stream = await wire.open_stream(self.session, self.url, wid)
+        assert stream.resp.headers[WORKER_HEADER] == self.worker
+        return stream
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def pinned(url: str, worker: str, attempts: int = 500) -> Pinned:
+    for _ in range(attempts):
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1))
+        async with session.get(f"{url}/healthz") as r:
+            await r.read()
+            if r.headers[WORKER_HEADER] == worker:
+                return Pinned(session, url, worker)
+        await session.close()
+    raise AssertionError(f"{attempts} new connections and none reached worker {worker}")
+
+
+def worker_pids(supervisor_pid: int) -> list[int]:
+    children = Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text()
+    return [int(p) for p in children.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def start(pg_url: str, log_path: Path) -> ServiceProcess:
+    svc = ServiceProcess(pg_url, workers=2, log_path=log_path)
+    await asyncio.to_thread(svc.start, 60)
+    # Listening means one worker is ready; the supervisor has both once it logs so.
+    await wait_for(lambda: "with 2 workers" in log_path.read_text(), 60, "both workers ready")
+    return svc
+
+
+@pytest.fixture(scope="module")
+async def two_workers(pg_url, tmp_path_factory):
+    svc = await start(pg_url, tmp_path_factory.mktemp("workers") / "service.log")
+    yield svc
+    await asyncio.to_thread(svc.stop)
+
+
+@pytest.fixture
+async def clients(two_workers):
+    made: list[Pinned] = []
+
+    async def make(worker: str) -> Pinned:
+        made.append(await pinned(two_workers.url, worker))
+        return made[-1]
+
+    yield make
+    for client in made:
+        await client.close()
+
+
+async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
+    w0, w1 = await clients("0"), await clients("1")
+    topic = unique("w.t")
+    await w0.call("PUT", f"/v0/topics/{topic}", json={})
+    await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
+    created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
+
+    stream = await w1.stream(created["wid"])
+    try:
+        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
+        assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
+        assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
+        body = {"records": [{"data": {"live": i}} for i in range(2)]}
+        await w0.call("POST", f"/v0/topics/{topic}/records", json=body)
+        live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
+        assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+    finally:
+        stream.close()
+
+
+async def open_live_streams(clients: list[Pinned]) -> tuple[str, list[wire.Stream]]:
+    topic = unique("w.t")
+    await clients[0].call("PUT", f"/v0/topics/{topic}", json={})
+    streams = []
+    for client in clients:
+        created = await client.call("POST", "/v0/watch", json={"topics": {topic: {}}})
+        streams.append(await client.stream(created["wid"]))
+        assert await streams[-1].frame() == wire.caught_up_frame(topic, 0, {topic: 0})
+    return topic, streams
+
+
+async def seqs_until(stream: wire.Stream, topic: str, last: int) -> list[int]:
+    seen: list[int] = []
+    while not seen or seen[-1] < last:
+        fields = wire.fields(await stream.frame())
+        if fields["event"] == "record":
+            seen += [r["$seq"] for r in orjson.loads(fields["data"])["records"]]
+    return seen
+
+
+async def test_a_writer_on_one_worker_and_watchers_on_both_see_every_seq_once_in_order(clients):
+    writer, on0, on1 = await clients("0"), await clients("0"), await clients("1")
+    topic, streams = await open_live_streams([on0, on1])
+    try:
+        total = 60
+        watching = [asyncio.create_task(seqs_until(s, topic, total)) for s in streams]
+        for i in range(0, total, 3):
+            body = {"records": [{"data": i + j} for j in range(3)]}
+            await writer.call("POST", f"/v0/topics/{topic}/records", json=body)
+        async with asyncio.timeout(20):
+            seen = await asyncio.gather(*watching)
+        assert seen == [list(range(1, total + 1))] * 2
+    finally:
+        for s in streams:
+            s.close()
+
+
+SHUTDOWN_FRAME = wire.frame(
+    "error",
+    wire.compact({"code": "unavailable", "message": "the service is shutting down; reconnect"}),
+    None,
+)
+
+
+async def test_sigterm_stops_every_worker_gracefully(two_workers, clients):
+    """The module's last test: it stops the module's service."""
+    pids = worker_pids(two_workers.pid)
+    assert len(pids) == 2
+    environs = [Path(f"/proc/{p}/environ").read_bytes().split(b"\0") for p in pids]
+    metrics_dirs = {
+        kv.split(b"=", 1)[1].decode()
+        for env in environs
+        for kv in env
+        if kv.startswith(MULTIPROC_ENV.encode() + b"=")
+    }
+    assert len(metrics_dirs) == 1  # one folder for all workers, private to the service
+    (metrics_dir,) = metrics_dirs
+    assert stat.S_IMODE(os.stat(metrics_dir).st_mode) == 0o700
+
+    _, streams = await open_live_streams([await clients("0"), await clients("1")])
+    stopping = asyncio.create_task(asyncio.to_thread(two_workers.stop))
+    for stream in streams:  # each worker ends its streams with the shutdown frame
+        assert await stream.frame() == SHUTDOWN_FRAME
+        await stream.closed()
+    assert await stopping == 0
+    assert not any(alive(p) for p in pids)
+    assert not os.path.exists(metrics_dir)
+
+
+async def test_a_dead_worker_stops_the_service_with_an_error(pg_url, tmp_path):
+    """No silent restart: the death is logged, the other worker stops gracefully, exit 1."""
+    log_path = tmp_path / "service.log"
+    svc = await start(pg_url, log_path)
+    w0 = await pinned(svc.url, "0")
+    try:
+        first, second = worker_pids(svc.pid)
+        _, (stream,) = await open_live_streams([w0])
+        os.kill(second, signal.SIGKILL)
+        assert await stream.frame() == SHUTDOWN_FRAME
+        await stream.closed()
+        assert await asyncio.to_thread(svc.proc.wait, 20) == 1
+        assert not alive(first)
+        assert f"worker 1 (pid {second}) exited with -9" in log_path.read_text()
+    finally:
+        await w0.close()
+        svc.stop(signal.SIGKILL)
+
+
+async def test_a_port_in_use_fails_the_start_before_any_worker(pg_url):
+    """The supervisor binds the port (SO_REUSEPORT) before starting PostgreSQL or a worker:
+    a port held without SO_REUSEPORT is one line and exit 2, with no worker started."""
+    with socket.socket() as taken:  # no SO_REUSEPORT: the workers cannot bind beside it
+        port = free_port()
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        code, _out, err = await run_cli(
+            "serve",
+            "--no-migrate",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            env={"DATABASE_URL": pg_url},
+        )
+    assert code == 2
+    assert err == (
+        f"auditsync: cannot listen on 127.0.0.1:{port} (AUDITSYNC_PORT / --port): "
+        "the port is already in use\n"
+    )

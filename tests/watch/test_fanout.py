@@ -1,0 +1,128 @@
+"""Fan-out at the tail: streams live at a topic's tail get their frames pushed by the topic's
+shared tailer, built once per group of identical options; the bytes are exactly those paging
+would give (pages under ``limit``, ``caught-up`` after a page left the topic short of its
+head). A stream whose socket buffer fills leaves the live set, pages on its own, and rejoins
+once caught up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import partial
+
+import pytest
+
+from tests.support import wait_for
+from watch_service.web.app_keys import HUB
+
+from .conftest import Api
+from .test_backpressure import RawSseClient
+from .wire import RETRY, caught_up_frame, expect_per_topic, fields, record_frame
+
+pytestmark = [pytest.mark.service, pytest.mark.pg]
+STREAMS = 12
+
+
+async def test_live_streams_get_shared_frames_pushed_with_their_own_ids(api, service):
+    topic, other = await api.topic(), await api.topic()
+    options = [{}, {"include_data": False}, {"include_tags": True}]
+    watches = []
+    for n in range(STREAMS):
+        opts = options[n % len(options)]
+        body = {"topics": {topic: {}, other: {}}, "heartbeat_ms": 60000, **opts}
+        wid = (await api.watch(body))["wid"]
+        stream = await api.stream(wid)
+        await expect_per_topic(
+            stream,
+            {topic: 0, other: 0},
+            {t: [partial(caught_up_frame, t, 0)] for t in (topic, other)},
+        )
+        watches.append((stream, opts))
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == STREAMS, what="every stream to join the live set")
+
+    await api.append(topic, {"data": {"n": 1}, "tag": "t1"}, {"data": 2})
+    records = await api.records(topic)
+    for stream, opts in watches:
+        flags = {"data": opts.get("include_data", True), "tags": opts.get("include_tags", False)}
+        assert await stream.frame() == record_frame(
+            topic, records, 0, 2, {topic: 0, other: 0}, **flags
+        )
+    assert len(tailer.live) == STREAMS  # still live: no stream fell back to paging
+    for stream, _ in watches:
+        stream.close()
+
+
+async def test_a_push_larger_than_a_page_is_paged_then_caught_up(api):
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "limit": 2, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    await api.append(topic, 1, 2, 3, 4, 5)
+    recs = await api.records(topic)
+    assert await stream.frames(4) == [
+        record_frame(topic, recs[0:2], 0, 5, {topic: 0}),
+        record_frame(topic, recs[2:4], 2, 5, {topic: 2}),
+        record_frame(topic, recs[4:5], 4, 5, {topic: 4}),
+        caught_up_frame(topic, 5, {topic: 5}),
+    ]
+    stream.close()
+
+
+async def test_a_stream_whose_buffer_fills_pages_on_its_own_and_rejoins(make_service, http):
+    svc = await make_service(write_timeout_s=30.0)
+    api = Api(http, svc.url)
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    slow = await RawSseClient.open(svc.port, f"/v0/watch/{wid}")
+    assert await slow.frame() == RETRY
+    assert await slow.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = svc.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+
+    # The client does not read: ~12 MB cannot fit in the socket buffers, the stream leaves.
+    payload = "p" * 100_000
+    for _ in range(12):
+        await api.append(topic, *[payload] * 10)
+    head = 120
+    await wait_for(lambda: len(tailer.live) == 0, what="the full stream to leave the live set")
+
+    # Reading again: every record once, in order, pushed or paged; each run of several pages
+    # ends with a caught-up at the head it reached, and the last run ends at the head.
+    records = {r["$seq"]: r for r in await api.records(topic)}
+    cursor, caught_up = 0, False
+    while not (cursor == head and caught_up):
+        raw = await slow.frame()
+        picked = json.loads(fields(raw)["data"])  # picks the expectation
+        caught_up = "to_seq" not in picked
+        if caught_up:
+            assert raw == caught_up_frame(topic, cursor, {topic: cursor})
+            continue
+        last, known_head = picked["to_seq"], picked["head_seq"]
+        page = [records[seq] for seq in range(cursor + 1, last + 1)]
+        assert raw == record_frame(topic, page, cursor, known_head, {topic: cursor})
+        cursor = last
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to rejoin the live set")
+    await api.append(topic, 121)
+    assert await slow.frame() == record_frame(
+        topic, await api.records(topic, head), head, head + 1, {topic: head}
+    )
+    slow.close()
+    await asyncio.sleep(0)
+
+
+async def test_an_http_1_0_client_gets_the_same_frames_unchunked(api, service):
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+    writer.write(f"GET /v0/watch/{wid} HTTP/1.0\r\nAccept: text/event-stream\r\n\r\n".encode())
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"chunked" not in head, head
+    first = RETRY + caught_up_frame(topic, 0, {topic: 0})
+    assert await asyncio.wait_for(reader.readexactly(len(first)), 10) == first
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    await api.append(topic, 1)
+    pushed = record_frame(topic, await api.records(topic), 0, 1, {topic: 0})
+    assert await asyncio.wait_for(reader.readexactly(len(pushed)), 10) == pushed
+    writer.close()

@@ -1,0 +1,130 @@
+"""The live set of a topic's tailer: streams at its tail, and the frames pushed to them.
+
+When the tailer reads new records, it builds each record frame once per group of streams that
+would build the same bytes (same include flags, ``limit``, ``max_batch_bytes`` and node filter;
+all at the same cursor) and hands the shared frames to every stream of the group, which only
+puts its own id in front and writes. No task wakes per stream per record. A stream that cannot
+take a push (it is not at that cursor, or its socket buffer is above its high-water mark)
+leaves the live set and pages on its own until it is at the tail again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol, TypeVar
+
+from watch_service.protocol.paging import Sequenced, build_page
+from watch_service.protocol.stream_state import Delivered, SharedFrame, record_body
+
+Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
+Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
+YIELD_EVERY = 500  # streams pushed to between two turns of the event loop
+
+
+class Item(Sequenced, Delivered, Protocol):
+    """A cached record as the fan-out needs it."""
+
+
+T = TypeVar("T", bound=Item)
+
+
+class LiveSink(Protocol):
+    """A stream live at a topic's tail."""
+
+    @property
+    def group(self) -> Group: ...
+
+    def push(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> bool:
+        """Write the frames for the records after ``after``; False: the stream cannot take
+        them and pages on its own from here (it has left the live set)."""
+        ...
+
+    def left(self, topic: str) -> None:
+        """The tailer dropped the stream from its live set (the topic needs a tombstone or a
+        deletion frame): it pages on its own from here."""
+        ...
+
+
+def shared_frames(
+    topic: str,
+    items: Sequence[T],
+    after: int,
+    upto: int,
+    head: int,
+    group: Group,
+    encoder: Callable[[Flags], Callable[[T], str]],
+) -> list[SharedFrame]:
+    """The record frames, as pages under ``group``'s options, for streams at cursor ``after``
+    of the ``items`` that follow it (up to ``upto``)."""
+    flags, limit, max_bytes, node = group
+    encode = encoder(flags)
+    out: list[SharedFrame] = []
+    start, cursor = 0, after
+    while start < len(items):
+        page = build_page(
+            items[start : start + limit], encode, limit=limit, max_bytes=max_bytes, upto=upto
+        )
+        if not page:
+            break
+        last = page[-1][0].seq
+        out.append(SharedFrame(topic, last, record_body(topic, page, node, cursor, head)))
+        start, cursor = start + len(page), last
+    return out
+
+
+class LiveSet:
+    """The streams live at one topic's tail, by group."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Hashable, set[LiveSink]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.groups.values())
+
+    def join(self, sink: LiveSink) -> None:
+        self.groups.setdefault(sink.group, set()).add(sink)
+
+    def leave(self, sink: LiveSink) -> None:
+        sinks = self.groups.get(sink.group)
+        if sinks is not None:
+            sinks.discard(sink)
+            if not sinks:
+                del self.groups[sink.group]
+
+    def drop_all(self, topic: str) -> None:
+        """Every stream leaves (it has a tombstone or a deletion to page for)."""
+        groups, self.groups = self.groups, {}
+        for sinks in groups.values():
+            for sink in sinks:
+                sink.left(topic)
+
+    async def push(
+        self,
+        topic: str,
+        items: Sequence[T],
+        after: int,
+        upto: int,
+        head: int,
+        encoder: Callable[[Flags], Callable[[T], str]],
+    ) -> None:
+        """Push the records after ``after`` to every live stream, frames built once a group.
+        Every ``YIELD_EVERY`` streams the loop lets other work run (an append must not wait
+        for a push to ten thousand streams); a stream that left meanwhile is skipped."""
+        done = 0
+        for group, sinks in list(self.groups.items()):
+            shared = shared_frames(topic, items, after, upto, head, group, encoder)  # type: ignore[arg-type]
+            if not shared:
+                continue
+            for sink in list(sinks):
+                if sink in sinks and not sink.push(topic, after, shared, upto, head):
+                    sinks.discard(sink)
+                done += 1
+                if done % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                    if self.groups.get(group) is not sinks:
+                        break  # every stream was dropped meanwhile (a tombstone is due)
+            if not sinks and self.groups.get(group) is sinks:
+                del self.groups[group]

@@ -1,0 +1,167 @@
+"""The LISTEN connection and the shared tailers of this process.
+
+One ``Hub`` per process: it subscribes streams to per-topic ``Tailer``s (made on first use,
+closed with their last subscriber), dispatches ``NOTIFY`` payloads to them, re-checks heads by a
+safety poll in case a notification was lost with its connection, waits for WAL flushes for
+``consistency: strong`` watchers, and keeps the byte total of all tailers' caches. Its LISTEN
+loop reconnects with a bounded exponential backoff, one log line per attempt. ``aclose``
+cancels and awaits every task the hub started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from watch_service.engine.tailer import CACHE_BYTES, Tailer, Wake
+from watch_service.store import tail
+from watch_service.store.topics import CHANNEL
+
+log = logging.getLogger("auditsync.tailer")
+SAFETY_POLL_S = 2.0
+RECONNECT_S = (0.1, 30.0)  # the LISTEN reconnect backoff: first delay, ceiling
+
+
+class Hub:
+    """The LISTEN connection and the per-topic tailers of this process."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        db_url: str,
+        cache_limit: int = CACHE_BYTES,
+        on_cache_bytes: Callable[[float], None] | None = None,
+        on_delivery_lag: Callable[[float], None] | None = None,
+    ) -> None:
+        self.pool, self.db_url = pool, db_url
+        self._on_delivery_lag = on_delivery_lag
+        self.tailers: dict[str, Tailer] = {}
+        self.cache_limit = cache_limit  # bytes all tailers' caches may hold together
+        self.cache_total = 0
+        self.cache_peak = 0  # the most the caches held once bounded (tests and benchmarks)
+        self._on_cache_bytes = on_cache_bytes
+        self._flush_waits: list[tuple[Tailer, int, int]] = []
+        self._flush_task: asyncio.Task | None = None
+        self._retired: set[asyncio.Task] = set()  # cancelled tailer tasks not yet finished
+
+    def pushed(self, newest_ts_ms: int) -> None:
+        """A push reached the live streams: the newest record's commit-to-write time."""
+        if self._on_delivery_lag is not None:
+            self._on_delivery_lag(max(time.time() - newest_ts_ms / 1000, 0.0))
+
+    def cache_grew(self, added: int) -> None:
+        self.cache_total += added
+
+    def cache_bounded(self) -> None:
+        """A tailer has trimmed its cache back under the bound: report the bytes held."""
+        self.cache_peak = max(self.cache_peak, self.cache_total)
+        if self._on_cache_bytes is not None:
+            self._on_cache_bytes(self.cache_total)
+
+    def subscribe(self, topic: str, wake: Wake, strong: bool = False) -> Tailer:
+        tailer = self.tailers.get(topic)
+        if tailer is None:
+            tailer = self.tailers[topic] = Tailer(self, topic)
+            tailer.kick()
+        tailer.subs.add(wake)
+        tailer.strong_subs += strong
+        return tailer
+
+    def unsubscribe(self, topic: str, wake: Wake, strong: bool = False) -> None:
+        tailer = self.tailers.get(topic)
+        if tailer is not None:
+            if wake in tailer.subs:
+                tailer.strong_subs -= strong
+            tailer.subs.discard(wake)
+            if not tailer.subs:
+                del self.tailers[topic]
+                task = tailer.close()
+                if task is not None:
+                    self._retired.add(task)
+                    task.add_done_callback(self._retired.discard)
+
+    async def aclose(self) -> None:
+        """Cancel and await every task the hub started (its owner calls this on exit)."""
+        tasks = [t._task for t in self.tailers.values() if t._task is not None]
+        tasks += [*self._retired, *([self._flush_task] if self._flush_task else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def dispatch(self, payload: str) -> None:
+        kind, head, topic = payload.split(" ", 2)
+        tailer = self.tailers.get(topic)
+        if tailer is None:
+            return
+        if kind == "a":
+            tailer.kick(int(head))
+        elif kind == "d":
+            tailer.on_deleted(int(head))
+        elif kind == "c":
+            tailer.on_created()
+
+    def await_flush(self, tailer: Tailer, lsn: int, head: int) -> None:
+        self._flush_waits.append((tailer, lsn, head))
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._wait_flush(), name="flush-wait")
+
+    async def _wait_flush(self) -> None:
+        while self._flush_waits:
+            force = any(t.strong_subs for t, _, _ in self._flush_waits)
+            if not force:
+                await asyncio.sleep(0.005)  # nobody waits: let the WAL writer flush on its own
+            async with self.pool.connection() as conn:
+                # A strong watcher waits: flush now (one fsync covers every pending commit)
+                # rather than wait for the WAL writer's next round (wal_writer_delay).
+                flushed = await (tail.force_flush(conn) if force else tail.flush_lsn(conn))
+            pending = []
+            for tailer, lsn, head in self._flush_waits:
+                if flushed >= lsn:
+                    tailer.mark_durable(head)
+                else:
+                    pending.append((tailer, lsn, head))
+            self._flush_waits = pending
+
+    async def run(self) -> None:
+        """LISTEN forever, reconnecting with a bounded exponential backoff (one log line per
+        attempt); after any reconnect every tailer re-reads."""
+        delay = RECONNECT_S[0]
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.db_url, autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    delay = RECONNECT_S[0]
+                    for tailer in self.tailers.values():
+                        tailer.kick()
+                    async for note in conn.notifies():
+                        self.dispatch(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_S[1])
+
+    async def safety_poll(self) -> None:
+        """Re-check heads periodically, in case a notification was lost with a connection."""
+        while True:
+            await asyncio.sleep(SAFETY_POLL_S)
+            if not self.tailers:
+                continue
+            with contextlib.suppress(Exception):
+                async with self.pool.connection() as conn:
+                    heads = await tail.topic_heads(conn, list(self.tailers))
+                    for name, head in heads.items():
+                        if name in self.tailers and head > self.tailers[name].head:
+                            self.tailers[name].kick(head)

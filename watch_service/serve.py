@@ -1,0 +1,261 @@
+"""``auditsync serve --workers N``: N worker processes on one port, and their supervisor.
+
+Each worker is its own interpreter running the whole app (``create_app``: its pool, its LISTEN
+connection and tailers) on a socket bound with ``SO_REUSEPORT``, so the kernel spreads new
+connections over the workers; sessions live in PostgreSQL, so any worker serves any stream.
+Every response of a worker carries ``X-Auditsync-Worker: <index>`` so an operator (and the
+tests) can see which worker answered; ``--workers 1`` runs the app in the one process, as
+before. The gRPC surfaces (SpiceDB, Permify), when enabled, are served by worker 0 alone.
+
+The supervisor (``supervise``):
+
+* creates a fresh private folder for prometheus_client's multiprocess mode and passes it to
+  the workers as ``PROMETHEUS_MULTIPROC_DIR`` in their environment, so it is set before they
+  import anything; the folder is removed when the supervisor exits. This is the one place
+  that variable is set (:func:`worker_environment`). No worker is ever replaced, so no dead
+  worker's metric files need marking: they go with the folder.
+* starts the workers and waits until each says it listens (a line on a pipe); a worker that
+  exits or stays silent for ``START_TIMEOUT_S`` fails the start: the others are stopped and the
+  supervisor exits 2.
+* forwards SIGTERM and SIGINT to every worker (each shuts down gracefully: streams end with
+  their terminal frame and store their cursors) and exits 0 once all have exited.
+* restarts nothing: a worker that dies is logged with its exit status, the others are stopped
+  gracefully, and the supervisor exits 1. A crash means a bug or an exhausted resource, and a
+  silent restart would hide a crash loop; whatever runs the service (systemd, Kubernetes, a
+  shell loop) restarts it whole, and clients resume their sessions from PostgreSQL.
+
+Workers die with the supervisor (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the supervisor
+stops the whole service at once, as it would a single process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+
+from watch_service.settings import Settings
+
+log = logging.getLogger("auditsync.serve")
+
+START_TIMEOUT_S = 60.0
+# Past the workers' own shutdown_timeout (5 s) before a worker that will not stop is killed.
+STOP_TIMEOUT_S = 15.0
+WORKER_HEADER = "X-Auditsync-Worker"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG = 1
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def worker_environment(base: Mapping[str, str], metrics_dir: str) -> dict[str, str]:
+    """The environment of every worker: the supervisor's, plus the multiprocess metrics folder."""
+    return {**base, MULTIPROC_ENV: metrics_dir}
+
+
+def worker_command(index: int, ready_fd: int, settings_file: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "watch_service.serve",
+        f"--index={index}",
+        f"--ready-fd={ready_fd}",
+        f"--settings-file={settings_file}",
+    ]
+
+
+def worker_settings(settings: Settings, index: int) -> Settings:
+    """A worker's settings: the supervisor's, with the gRPC surfaces on worker 0 alone."""
+    if index == 0:
+        return settings
+    return dataclasses.replace(settings, grpc_port=None, permify_grpc_port=None)
+
+
+def _die_with_parent() -> None:
+    """In the worker, between fork and exec: SIGKILL when the supervisor dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Supervisor:
+    def __init__(self, workers: int, settings: Settings, settings_file: str) -> None:
+        self.count, self.settings_file = workers, settings_file
+        self.host, self.port = settings.host, settings.port
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.stop_requested = asyncio.Event()
+
+    async def run(self, env: Mapping[str, str]) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop_requested.set)
+        try:
+            if not await self._start(env):
+                await self._stop_all()
+                return 2
+            log.info(
+                "serving on http://%s:%d with %d workers (pids %s)",
+                self.host,
+                self.port,
+                self.count,
+                ", ".join(str(p.pid) for p in self.procs),
+            )
+            return await self._watch()
+        finally:
+            await self._stop_all()
+
+    async def _start(self, env: Mapping[str, str]) -> bool:
+        readers = []
+        for index in range(self.count):
+            read_fd, write_fd = os.pipe()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *worker_command(index, write_fd, self.settings_file),
+                    env=dict(env),
+                    pass_fds=(write_fd,),
+                    preexec_fn=_die_with_parent,
+                )
+            finally:
+                os.close(write_fd)
+            self.procs.append(proc)
+            readers.append(asyncio.create_task(_read_ready(read_fd)))
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                said = await asyncio.gather(*readers)
+        except TimeoutError:
+            log.error("a worker did not start listening within %.0f s", START_TIMEOUT_S)
+            return False
+        finally:
+            for task in readers:
+                task.cancel()
+        failed = [i for i, ready in enumerate(said) if not ready]
+        for index in failed:
+            proc = self.procs[index]
+            code = await proc.wait()
+            log.error("worker %d (pid %d) exited with %s before listening", index, proc.pid, code)
+        return not failed
+
+    async def _watch(self) -> int:
+        stopping = asyncio.create_task(self.stop_requested.wait())
+        exits = {asyncio.create_task(p.wait()): i for i, p in enumerate(self.procs)}
+        try:
+            done, _ = await asyncio.wait([stopping, *exits], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in [stopping, *exits]:
+                task.cancel()
+        if stopping in done:
+            log.info("stopping %d workers", self.count)
+            codes = await self._stop_all()
+            return 0 if all(c == 0 for c in codes) else 1
+        for task in done:
+            index = exits[task]
+            log.error(
+                "worker %d (pid %d) exited with %s; stopping the others (no restart)",
+                index,
+                self.procs[index].pid,
+                self.procs[index].returncode,
+            )
+        return 1
+
+    async def _stop_all(self) -> list[int]:
+        """SIGTERM to every worker still running, SIGKILL after STOP_TIMEOUT_S; exit codes."""
+        for proc in self.procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                return list(await asyncio.gather(*(p.wait() for p in self.procs)))
+        except TimeoutError:
+            for proc in self.procs:
+                if proc.returncode is None:
+                    log.error(
+                        "worker pid %d did not stop in %.0f s: killed", proc.pid, STOP_TIMEOUT_S
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            return list(await asyncio.gather(*(p.wait() for p in self.procs)))
+
+
+async def _read_ready(fd: int) -> bool:
+    """True once the worker writes its ready line; False when it closes the pipe first."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    try:
+        return (await reader.readline()) == b"ready\n"
+    finally:
+        transport.close()
+
+
+def supervise(workers: int, settings: Settings, db_url: str) -> int:
+    """Run ``workers`` workers on the settings' host and port until SIGTERM/SIGINT; the exit
+    code. The workers get the supervisor's Settings as resolved from its environment and flags
+    (pickled into the private folder), so every flag reaches them."""
+    shared = tempfile.mkdtemp(prefix="auditsync-serve-")  # mode 0700: private
+    try:
+        metrics_dir = os.path.join(shared, "metrics")
+        os.mkdir(metrics_dir, 0o700)
+        settings_file = os.path.join(shared, "settings.pickle")
+        with open(settings_file, "wb") as out:
+            pickle.dump((settings, db_url), out)
+        env = worker_environment(os.environ, metrics_dir)
+        return asyncio.run(Supervisor(workers, settings, settings_file).run(env))
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+# -- the worker ------------------------------------------------------------------------------
+async def _worker(index: int, ready_fd: int, settings: Settings, db_url: str) -> None:
+    from aiohttp import web
+
+    from watch_service.app import create_app
+    from watch_service.web.serving import serve
+
+    app = create_app(settings, db_url)
+
+    async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[WORKER_HEADER] = str(index)
+
+    def listening() -> None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+
+    app.on_response_prepare.append(name_worker)
+    await serve(app, settings, reuse_port=True, on_listening=listening)
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    import uvloop
+
+    from watch_service.web import logs
+
+    parser = argparse.ArgumentParser(prog="auditsync-worker")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--settings-file", required=True)
+    args = parser.parse_args(argv)
+    with open(args.settings_file, "rb") as f:  # written by our own supervisor, mode 0700
+        settings, db_url = pickle.load(f)
+    logs.configure(settings.log_format, worker=args.index)
+    settings = worker_settings(settings, args.index)
+    uvloop.run(_worker(args.index, args.ready_fd, settings, db_url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

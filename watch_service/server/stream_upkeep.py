@@ -1,0 +1,107 @@
+"""The periodic upkeep of every open SSE stream, as two app-owned tasks.
+
+``cursor_flusher``: write-behind of the streams' cursor maps and leases in batched statements,
+fenced by each stream's generation (a stream whose write matched no row was taken over, maybe
+by another worker, and ends), plus the final write of streams that ended (cursors stored, lease
+released) — batched too, so thousands of clients leaving at once cost a few statements, not a
+pool connection each. At most ``FLUSH_ROWS_PER_S`` cursor maps a second, those flushed longest
+ago first, so the write load on PostgreSQL does not grow with the number of streams: with many
+streams a crash re-delivers a few seconds more, never skips.
+
+``sweeper``: notices gone clients and clients whose socket buffer has not drained for
+``write_timeout_s`` (``WatchStream.check``), with no timer per write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+
+from aiohttp import web
+
+from watch_service.server.watch_stream import SWEEP_S, WatchStream
+from watch_service.store import sessions
+from watch_service.web.app_keys import METRICS, POOL, SETTINGS, STREAMS
+
+log = logging.getLogger("auditsync.watch")
+LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
+FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
+
+
+async def flush(app: web.Application, renew: bool, rows: int) -> None:
+    """One round: final writes of ended streams, then changed cursor maps of open ones (at
+    most ``rows`` of them), or with ``renew`` all of them, leases renewed."""
+    streams: set[WatchStream] = app[STREAMS]
+    ended = [s for s in streams if s.closed]
+    if ended:
+        streams.difference_update(ended)  # slots are free at once; the rows follow
+        app[METRICS].open_streams.set(len(streams))
+        try:
+            async with app[POOL].connection() as conn:
+                await sessions.close_streams(
+                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in ended]
+                )
+        except Exception:
+            streams.update(ended)  # retried next round
+            raise
+    due = [s for s in streams if not s.closed and (renew or s.state.dirty)]
+    if not renew and len(due) > rows:
+        due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)
+    if not due:
+        return
+    now = time.monotonic()
+    for stream in due:
+        stream.state.dirty, stream.flushed_at = False, now
+    try:
+        async with app[POOL].connection() as conn:
+            written = await sessions.save_cursors(
+                conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in due], LEASE_S
+            )
+    except Exception:
+        for stream in due:
+            stream.state.dirty = True
+        raise
+    for stream in due:
+        if (stream.wid, stream.gen) not in written:
+            stream.end("taken over")  # by a stream elsewhere, or the session is gone
+
+
+async def cursor_flusher(app: web.Application) -> None:
+    """Flush every ``cursor_flush_ms``; renew leases every third of ``LEASE_S``. Cancelled
+    (on shutdown), it makes the final writes of the streams that ended."""
+    interval = app[SETTINGS].cursor_flush_ms / 1000
+    rows = max(1, int(FLUSH_ROWS_PER_S * interval))
+    last_lease = 0.0
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            renew = time.monotonic() - last_lease > LEASE_S / 3
+            try:
+                await flush(app, renew, rows)
+                if renew:
+                    last_lease = time.monotonic()
+            except Exception as exc:
+                log.warning("cursor flush failed (will retry): %s", exc)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await flush(app, False, rows)
+        raise
+
+
+def sweep(streams: set[WatchStream], write_timeout_s: float) -> None:
+    now = time.monotonic()
+    for stream in list(streams):
+        if not stream.closed:
+            stream.check(now, write_timeout_s)
+
+
+async def sweeper(app: web.Application) -> None:
+    """Look at every open stream each ``SWEEP_S`` (or a quarter of the write timeout)."""
+    timeout = app[SETTINGS].write_timeout_s
+    interval = min(SWEEP_S, timeout / 4)
+    while True:
+        await asyncio.sleep(interval)
+        sweep(app[STREAMS], timeout)

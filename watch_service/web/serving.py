@@ -1,0 +1,198 @@
+"""Serving the app over HTTP with the contract's rules below the routes: aiohttp's own parser
+errors (a 64 KiB header, 200 headers, a NUL in the path, bad chunking, an unknown method)
+answer the contract's JSON error body instead of aiohttp's text/plain echo of the request
+bytes, and a request whose header does not arrive within ``settings.header_timeout_s`` of its
+first byte gets 408 and the connection is closed (aiohttp has no header read timeout; a
+half-sent request would otherwise hold its socket until the keep-alive timeout). The body read
+timeout is ``web.json_body``'s; idle kept-alive connections close after
+``settings.keepalive_timeout_s``.
+
+aiohttp offers no public hook for either, so ``ContractRunner`` builds its ``Server`` with a
+``RequestHandler`` subclass; the private attributes it reads are named where they are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from aiohttp import http_exceptions as hx
+from aiohttp import web, web_protocol, web_server
+from aiohttp.web_request import BaseRequest
+
+from watch_service.protocol.errors import ApiError, InvalidRequest, RequestTimeout
+from watch_service.settings import Settings
+from watch_service.web.errors import error_response
+from watch_service.web.logs import AccessLogger
+
+log = logging.getLogger("auditsync.server")
+
+# Checked in order (subclasses first): what the client got wrong, never the bytes it sent.
+_PARSER_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (hx.BadHttpMethod, "unknown or malformed HTTP method"),
+    (hx.LineTooLong, "the request line or a header is too long"),
+    (hx.InvalidURLError, "malformed request target (path)"),
+    (hx.BadStatusLine, "malformed request line"),
+    (hx.InvalidHeader, "malformed header"),
+    (hx.TransferEncodingError, "malformed chunked body"),
+    (hx.ContentLengthError, "malformed or conflicting Content-Length"),
+    (hx.ContentEncodingError, "malformed Content-Encoding"),
+)
+
+
+def parser_error(status: int, exc: BaseException | None) -> ApiError:
+    """The contract's error for a request aiohttp could not parse or serve."""
+    if status >= 500:
+        return ApiError("internal server error")
+    for cls, text in _PARSER_ERRORS:
+        if isinstance(exc, cls):
+            return InvalidRequest(f"{text}; the request was not processed")
+    if isinstance(exc, hx.BadHttpMessage) and "header" in str(exc.message).lower():
+        return InvalidRequest("too many or malformed headers; the request was not processed")
+    return InvalidRequest("malformed HTTP request; the request was not processed")
+
+
+def _raw_response(err: ApiError) -> bytes:
+    """A complete HTTP/1.1 response for ``err`` that closes the connection, for writing to
+    the transport where no request object exists (a header that never completed)."""
+    body = orjson.dumps(err.body())
+    return (
+        f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
+
+
+class ContractRequestHandler(web_protocol.RequestHandler):
+    """aiohttp's per-connection protocol, with contract error bodies and a header timeout."""
+
+    def __init__(self, manager: web_server.Server, *, header_timeout: float, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._header_timeout = header_timeout
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        # Idle: no request being handled and none queued (private state of RequestHandler),
+        # so these bytes start or continue a header, not a body.
+        idle = self._current_request is None and not self._messages
+        count = self._request_count
+        super().data_received(data)
+        if self._request_count != count:
+            self._cancel_header_timer()  # a whole header (or a parse error) arrived
+        elif idle and self._header_timer is None:
+            self._header_timer = self._loop.call_later(self._header_timeout, self._timed_out)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _timed_out(self) -> None:
+        self._header_timer = None
+        if self._current_request is not None or self._messages or self.transport is None:
+            return  # a request is being served: its body has web.json_body's timeout
+        err = RequestTimeout(f"the request header did not arrive within {self._header_timeout:g} s")
+        self.transport.write(_raw_response(err))
+        self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            log.error("error handling %s %s", request.method, request.path, exc_info=exc)
+        else:  # bad client bytes: expected on an open port, one line, no traceback
+            log.info("unparseable request from %s: %s", request.remote, type(exc).__name__)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot send the error")
+        resp = error_response(parser_error(status, exc))
+        resp.force_close()
+        return resp
+
+
+class ContractServer(web_server.Server):
+    """aiohttp's ``Server`` whose connections are ``ContractRequestHandler``s."""
+
+    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return ContractRequestHandler(
+            self, loop=self._loop, header_timeout=self.header_timeout, **self._kwargs
+        )
+
+
+class ContractRunner(web.AppRunner):
+    """``web.AppRunner`` for ``settings``: the contract's parser errors and read timeouts."""
+
+    def __init__(self, app: web.Application, settings: Settings, **kwargs: Any) -> None:
+        kwargs.setdefault("keepalive_timeout", settings.keepalive_timeout_s)
+        # After a response, aiohttp reads what is left of an unread body for lingering_time
+        # (default 10 s): no longer than the body read timeout.
+        kwargs.setdefault("lingering_time", min(10.0, settings.body_timeout_s))
+        super().__init__(app, **kwargs)
+        self.header_timeout = settings.header_timeout_s
+
+    async def _make_server(self) -> web_server.Server:
+        plain = await super()._make_server()  # runs the app's startup, as AppRunner does
+        return ContractServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            loop=plain._loop,
+            header_timeout=self.header_timeout,
+            **plain._kwargs,
+        )
+
+
+async def serve(
+    app: web.Application,
+    settings: Settings,
+    *,
+    sock: socket.socket | None = None,
+    reuse_port: bool = False,
+    on_listening: Callable[[], None] | None = None,
+    shutdown_timeout: float = 5.0,
+) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then shut down: on ``sock`` (bound by the caller
+    before anything else started) or on ``settings.host:port``; ``on_listening`` is called once
+    it listens. The access log is on with ``settings.access_log``."""
+    runner = ContractRunner(
+        app,
+        settings,
+        access_log=logging.getLogger("auditsync.access") if settings.access_log else None,
+        access_log_class=AccessLogger,
+        shutdown_timeout=shutdown_timeout,
+    )
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if sock is not None:
+            await web.SockSite(runner, sock).start()
+        else:
+            await web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port).start()
+        if on_listening is not None:
+            on_listening()
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
