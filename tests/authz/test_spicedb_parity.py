@@ -47,9 +47,11 @@ def error_info(exc: grpc.RpcError) -> error_details_pb2.ErrorInfo:
     return info
 
 
-async def test_bearer_scheme_in_any_case(spicedb, authz_service):
+async def test_bearer_scheme_in_any_case(spicedb, make_service):
     doc = await defined_type(spicedb)
-    stub = PermissionsServiceStub(grpc.insecure_channel(authz_service.grpc_target))
+    port = free_port()  # a service with a key: the shared authz_service is in dev mode
+    await make_service(grpc_port=port, grpc_key=GRPC_KEY)
+    stub = PermissionsServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
     for scheme in ("bearer", "BEARER", "Bearer"):
         req = WriteRelationshipsRequest(
             updates=[update(Op.OPERATION_TOUCH, f"{doc}:{scheme}", "owner", "user:a")]

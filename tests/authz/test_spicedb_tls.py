@@ -247,7 +247,10 @@ async def test_permify_grpc_over_tls(tls_service):
     plain = permify_grpc_client(tls_service.permify_port)
     try:
         tenant = f"tls-{free_port()}"
-        created = await secure.tenancy.Create(pb.TenantCreateRequest(id=tenant, name="tls"))
+        created = await secure.tenancy.Create(
+            pb.TenantCreateRequest(id=tenant, name="tls"),
+            metadata=(("authorization", f"Bearer {GRPC_KEY}"),),
+        )
         assert created.tenant.id == tenant
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await plain.tenancy.List(pb.TenantListRequest(page_size=1), timeout=5)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from aiohttp import hdrs, web
 
+from watch_service.web.auth_gate import authenticate_first
+
 ALLOW_METHODS = "GET, POST, PUT, DELETE"
 ALLOW_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
 EXPOSE_HEADERS = "Retry-After, Allow"
@@ -57,5 +59,7 @@ def install(app: web.Application, origins: tuple[str, ...]) -> None:
     if not origins:
         return
     app[_ORIGINS] = frozenset(origins)
-    app.middlewares.append(_preflight)
+    # Before authentication: a browser's preflight never carries credentials.
+    gate = next((i for i, m in enumerate(app.middlewares) if m is authenticate_first), None)
+    app.middlewares.insert(len(app.middlewares) if gate is None else gate, _preflight)
     app.on_response_prepare.append(_allow_origin)
