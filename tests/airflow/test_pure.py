@@ -27,7 +27,8 @@ from auditsync_plugin.sink_cursors import (
     split_consumers,
 )
 from auditsync_plugin.ui.app import resolve_doc
-from auditsync_plugin.ui.runs import pivot, render_page
+from auditsync_plugin.ui.page import render_page
+from auditsync_plugin.ui.runs import pivot
 from watch_service.settings import Settings
 from watch_service.tools.airflow_env import airflow_env, connection_json
 

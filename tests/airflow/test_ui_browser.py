@@ -1,18 +1,26 @@
 """The plugin's page served by a real Airflow API server: anonymous requests get 401; a
-logged-in browser (headless Chromium, the UI's ``_token`` cookie) sees recent reconciliation
-runs and opens the Great Expectations Data Docs. Screenshots go to ``test-artifacts/``."""
+logged-in browser (headless Chromium, the UI's ``_token`` cookie) at 1280 × 800 with every
+non-loopback request blocked sees recent reconciliation runs (every column in the window, the
+chart drawn, the filters working) and opens the Great Expectations Data Docs styled by the
+plugin's own copies of their CDN assets. Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 import secrets
 import signal
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+
+from auditsync_plugin.ui import assets
 
 from ..support import free_port
 from .conftest import BIN, wait_until
@@ -45,7 +53,9 @@ def _status(url: str, headers: dict | None = None) -> int:
 
 @pytest.fixture(scope="module")
 def api_server(airflow_home, fault_run, phantom_run):
-    """``airflow api-server`` on loopback, after both DAG runs, with a known admin password."""
+    """``airflow api-server`` on loopback, after both DAG runs, with a known admin password
+    and the Data Docs' assets in the plugin (``make setup`` fetched them; a no-op then)."""
+    assets.fetch()
     password = secrets.token_urlsafe(12)
     pw_file = Path(airflow_home.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
     pw_file.write_text(json.dumps({"admin": password}))
@@ -91,7 +101,12 @@ def api_server(airflow_home, fault_run, phantom_run):
 
 def test_anonymous_access_is_refused(api_server):
     base, token = api_server
-    for path in ("/auditsync/", "/auditsync/runs.json", "/auditsync/docs/index.html"):
+    for path in (
+        "/auditsync/",
+        "/auditsync/runs.json",
+        "/auditsync/docs/index.html",
+        "/auditsync/static/report.css",
+    ):
         assert _status(base + path) == 401, path
         # A token that does not verify is refused too (Airflow answers 403 for those).
         assert _status(base + path, {"Authorization": "Bearer not-a-token"}) in (401, 403)
@@ -120,15 +135,67 @@ def docs_dir(home) -> Path:
     return home.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
 
 
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+def block_the_internet(context) -> list[str]:
+    """Abort every request to a host that is not loopback; the list collects their URLs."""
+    refused: list[str] = []
+
+    def handle(route) -> None:
+        url = route.request.url
+        if urlsplit(url).hostname in LOOPBACK or not url.startswith("http"):
+            route.continue_()
+        else:
+            refused.append(url)
+            route.abort("blockedbyclient")
+
+    context.route("**/*", handle)
+    return refused
+
+
+def assert_within_the_window(page, selector: str) -> int:
+    boxes = [el.bounding_box() for el in page.locator(selector).all()]
+    assert boxes and all(b is not None for b in boxes), selector
+    right = max(b["x"] + b["width"] for b in boxes)
+    assert right <= VIEWPORT["width"], f"{selector} reaches {right}px"
+    return len(boxes)
+
+
+def test_the_vendored_scripts_match_the_integrity_gx_pins():
+    """GX pins popper and bootstrap's JS by sha384; the npm copies must be those bytes."""
+    from auditsync_plugin.ui.app import gx_images_dir
+
+    assets.fetch()
+
+    imports = (gx_images_dir().parent.parent / "templates" / "js_script_imports.j2").read_text()
+    pinned = re.findall(r'src="([^"]+)" integrity="sha384-([^"]+)"', imports)
+    assert len(pinned) == 2
+    for url, digest in pinned:
+        body = (assets.DEFAULT_DIR / assets.CDN[url]).read_bytes()
+        assert base64.b64encode(hashlib.sha384(body).digest()).decode() == digest, url
+
+
 def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_run, airflow_home):
     from playwright.sync_api import sync_playwright
 
     base, token = api_server
     ARTIFACTS.mkdir(exist_ok=True)
+    with urllib.request.urlopen(
+        urllib.request.Request(
+            base + "/auditsync/runs.json", headers={"Authorization": f"Bearer {token}"}
+        ),
+        timeout=10,
+    ) as resp:
+        doc = json.loads(resp.read())
+    run_ids = list(dict.fromkeys(line["run_id"] for line in doc["runs"]))
+    topics = sorted({line["topic"] for line in doc["runs"]})
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
         try:
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context = browser.new_context(viewport=VIEWPORT)
+            refused = block_the_internet(context)
             context.add_cookies([{"name": "_token", "value": token, "url": base}])
             page = context.new_page()
             resp = page.goto(f"{base}/auditsync/")
@@ -137,25 +204,79 @@ def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_r
             assert rows.count() >= 2
             assert page.locator(f"#runs td:text-is('{fault_run.run_id}')").count() >= 1
             assert page.locator("#runs td.bad").count() == 1  # the phantom run's defect
+            # Every column of both tables inside the 1280 px window, nothing scrolled sideways.
+            assert assert_within_the_window(page, "#runs thead th") == 9
+            assert assert_within_the_window(page, "#lags thead th") == 6
+            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+            # The chart: one bar of each series per run (newest 12), oldest first.
+            charted = run_ids[:12][::-1]
+            for css in ("bar-delivered", "bar-found", "bar-left"):
+                bars = page.locator(f"#chart rect.{css}")
+                assert [b.get_attribute("data-run") for b in bars.all()] == charted, css
+            heights = [
+                float(b.get_attribute("height"))
+                for b in page.locator("#chart rect.bar-delivered").all()
+            ]
+            assert all(h > 0 for h in heights)
+            # Each topic's state at a glance: the phantom's topic is the one with defects left.
+            assert page.locator("#topics li.card").count() == len(topics)
+            assert page.locator("#topics li[data-verdict='defects']").count() == 1
+            lag_rows = page.locator("#lags tbody tr").count()
+            assert lag_rows >= len(topics)
             page.screenshot(path=str(ARTIFACTS / "auditsync-runs.png"), full_page=True)
+
+            # The topic filter keeps that topic's lines only, in the table, cards and lags.
+            page.select_option("#filter-topic", topics[0])
+            with page.expect_navigation():
+                page.click("#filters button")
+            cells = page.locator("#runs tbody td:nth-child(3) .muted").all_inner_texts()
+            assert cells and set(cells) == {topics[0]}
+            assert page.locator("#topics li.card").count() == 1
+            page.goto(f"{base}/auditsync/")
 
             with page.expect_navigation():
                 page.click("#data-docs")
             assert page.url.endswith("/auditsync/docs/index.html")
-            # Data Docs style themselves from CDNs (not reachable here): check the content.
             assert page.title() == "Data Docs created by Great Expectations"
             assert fault_run.run_id in page.content()
+            assert_data_docs_styled(page)
+            page.screenshot(path=str(ARTIFACTS / "auditsync-data-docs-index.png"))
             report = next(docs_dir(airflow_home).glob("validations/audit_log/*/*/*.html"))
             rel = report.relative_to(docs_dir(airflow_home)).as_posix()
             resp = page.goto(f"{base}/auditsync/docs/{rel}")
             assert resp is not None and resp.status == 200
             assert page.get_by_text("Succeeded").count() >= 1
+            assert_data_docs_styled(page)
+            assert page.evaluate("typeof vegaEmbed") == "function"
             page.screenshot(path=str(ARTIFACTS / "auditsync-data-docs.png"), full_page=True)
+            assert refused == [], refused
 
             # The same page inside Airflow's own UI (Browse → Reconciliation, an iframe).
             page.goto(f"{base}/plugin/auditsync")
             frame = page.frame_locator("iframe").first
             frame.locator("#runs").wait_for(timeout=30_000)
+            inner = page.locator("iframe").first.element_handle().content_frame()
+            assert inner is not None and inner.url == f"{base}/auditsync/"
+            inner.wait_for_load_state("load")  # its style sheet applied before the picture
+            assert assert_within_the_window(frame, "#runs thead th") == 9
             page.screenshot(path=str(ARTIFACTS / "auditsync-in-airflow.png"))
+            assert refused == [], refused
         finally:
             browser.close()
+
+
+def assert_data_docs_styled(page) -> None:
+    """Bootstrap applied (a flex navbar), jQuery and bootstrap-table running, the logo and
+    font-awesome loaded: what a page fed by unreachable CDNs lacks."""
+    page.wait_for_load_state("load")
+    nav = page.evaluate(
+        """() => { const s = getComputedStyle(document.querySelector('nav.navbar'));
+                   return [s.display, s.position]; }"""
+    )
+    assert nav == ["flex", "sticky"], nav
+    assert page.evaluate("typeof jQuery === 'function' && typeof jQuery.fn.bootstrapTable")
+    assert page.evaluate("document.querySelector('nav.navbar img').naturalWidth") > 0
+    loaded = page.evaluate(
+        """async () => (await document.fonts.load('900 16px "Font Awesome 6 Free"')).length"""
+    )
+    assert loaded > 0

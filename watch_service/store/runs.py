@@ -43,6 +43,16 @@ SELECT r.run_id, r.run_status, r.started_at, r.finished_at, s.consumer, s.topic,
 FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """
+# Per consumer and topic: how far the pipeline has reconciled (over every warehouse) and the
+# topic's head now; the Reconciliation page's lag table.
+CONSUMER_PROGRESS = """
+SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.seq_to AS reconciled_through,
+       t.head_seq, r.recorded_at
+  FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
+  LEFT JOIN topics t ON t.name = w.topic
+ ORDER BY w.consumer, w.topic, w.seq_to DESC
+ LIMIT %(limit)s
+"""
 RUN_SUMMARY = """SELECT consumer, topic, status, count - revised, remaining, example_seqs
                    FROM reconcile_summary WHERE run_id = %(run_id)s ORDER BY 1, 2, 3"""
 LATEST_RUN_SINCE = """SELECT run_id FROM pipeline_runs WHERE updated_at >= %(since)s
@@ -143,6 +153,13 @@ def latest_run_since(conn: Any, since: Any) -> str | None:
 def recent_runs(conn: Any, limit: int = 20) -> list[dict[str, Any]]:
     """Newest runs first: one dict per (run, consumer, topic, status) with its net count."""
     cur = _execute(conn, RECENT_RUNS, {"limit": limit})
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def consumer_progress(conn: Any, limit: int = 500) -> list[dict[str, Any]]:
+    """(consumer, topic, reconciled_through, head_seq, recorded_at) per consumer and topic."""
+    cur = _execute(conn, CONSUMER_PROGRESS, {"limit": limit})
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
 

@@ -5,11 +5,15 @@ route requires an Airflow login (``Depends(get_user)``: the UI's ``_token`` cook
 token), because plugin apps get no authentication by default.
 
 Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the results
-tables) and the ``auditsync_gx_root`` Variable (the Great Expectations project).
+tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
+``auditsync_landing`` Variable (the sinks' cursors, for the lag table). ``static/`` holds the
+page's style sheet and ``static/vendor/`` the Data Docs' assets (``assets.py`` fetches them);
+Data Docs pages are rewritten as they are served to load those instead of public CDNs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,11 +22,15 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from . import runs
+from ..sink_cursors import read_positions
+from . import assets, report, runs
+from .page import render_page
 
 log = logging.getLogger(__name__)
 PG_CONN_ID = "auditsync_pg"
 GX_ROOT_VAR = "auditsync_gx_root"
+LANDING_VAR = "auditsync_landing"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def docs_dir(gx_root: Path) -> Path:
@@ -36,6 +44,34 @@ def resolve_doc(root: Path, rel: str) -> Path | None:
     if target != root and root not in target.parents:
         return None
     return target if target.is_file() else None
+
+
+def gx_images_dir() -> Path:
+    """The images GX ships (its navbar logo among them), served as ``static/vendor/gx/``."""
+    spec = importlib.util.find_spec("great_expectations")  # found, not imported: it is slow
+    assert spec is not None and spec.origin is not None, "great_expectations is not installed"
+    return Path(spec.origin).parent / "render" / "view" / "static" / "images"
+
+
+def vendor_base(doc_path: str) -> str:
+    """The vendor folder's URL relative to the Data Docs page ``doc_path`` (under docs/)."""
+    return "../" * (doc_path.count("/") + 1) + "static/vendor/"
+
+
+def static_file(static: Path, rel: str) -> Path | None:
+    """The plugin's static file ``rel``: GX's images under ``vendor/gx/``, else ``static``."""
+    gx = "vendor/" + assets.GX_IMAGES_PREFIX
+    if rel.startswith(gx):
+        return resolve_doc(gx_images_dir(), rel[len(gx) :])
+    return resolve_doc(static, rel) if rel else None
+
+
+def sink_cursors(landing: Path | None) -> dict[tuple[str, str], int]:
+    """(consumer, topic) -> the sink's persisted cursor, from the landing zone's state files."""
+    if landing is None:
+        return {}
+    positions, _ = read_positions(landing)
+    return {(p.consumer, t): c for p in positions for t, c in p.cursors.items()}
 
 
 def _airflow_conninfo() -> dict[str, Any]:
@@ -59,10 +95,19 @@ def _airflow_gx_root() -> Path:
     return Path(Variable.get(GX_ROOT_VAR))
 
 
+def _airflow_landing() -> Path | None:
+    from airflow.models.variable import Variable
+
+    value = Variable.get(LANDING_VAR, default_var=None)
+    return None if not value else Path(value)
+
+
 def create_app(
     conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
     gx_root: Callable[[], Path] = _airflow_gx_root,
     auth: Callable[..., Any] | None = None,
+    landing: Callable[[], Path | None] = _airflow_landing,
+    static: Path = STATIC_DIR,
 ) -> FastAPI:
     """``auth``: the login dependency (default: Airflow's ``get_user``)."""
     if auth is None:
@@ -70,30 +115,65 @@ def create_app(
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
+    absent = assets.missing(static / "vendor")
+    if absent:
+        log.warning(
+            "auditsync page: Data Docs assets missing (%s): run `python %s`",
+            ", ".join(absent),
+            assets.__file__,
+        )
 
-    def lines() -> tuple[list[runs.TopicLine], str | None]:
+    def read() -> tuple[list[runs.TopicLine], list[report.Lag], str | None]:
         try:
-            return runs.pivot(runs.fetch(conninfo()), REPAIRABLE, DEFECTS), None
+            rows, progress = runs.fetch(conninfo())
         except Exception as exc:  # the page still renders, saying why there is no table
             log.warning("auditsync page: cannot read runs: %s", exc)
-            return [], f"cannot read reconciliation runs: {type(exc).__name__}: {exc}"
+            return [], [], f"cannot read reconciliation runs: {type(exc).__name__}: {exc}"
+        try:
+            cursors = sink_cursors(landing())
+        except Exception as exc:  # no sink figures is no reason to hide the rest
+            log.warning("auditsync page: cannot read the sinks' cursors: %s", exc)
+            cursors = {}
+        return runs.pivot(rows, REPAIRABLE, DEFECTS), report.lags(progress, cursors), None
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> HTMLResponse:
-        found, error = lines()
+    def index(
+        topic: str | None = None, consumer: str | None = None, page: str | None = None
+    ) -> HTMLResponse:
+        found, lags, error = read()
         has_docs = (docs_dir(gx_root()) / "index.html").is_file()
-        return HTMLResponse(runs.render_page(found, has_docs, error))
+        filters = report.Filters.parse(topic, consumer, page)
+        return HTMLResponse(render_page(found, has_docs, error, filters, lags))
 
     @app.get("/runs.json")
     def runs_json() -> JSONResponse:
-        found, error = lines()
-        return JSONResponse({"runs": [vars(line) for line in found], "error": error})
+        found, lags, error = read()
+        return JSONResponse(
+            {
+                "runs": [vars(line) for line in found],
+                "lags": [
+                    {**vars(lag), "sink_behind": lag.sink_behind, "unreconciled": lag.unreconciled}
+                    for lag in lags
+                ],
+                "error": error,
+            }
+        )
 
-    @app.get("/docs/{path:path}")
-    def data_docs(path: str) -> FileResponse:
+    @app.get("/docs/{path:path}", response_model=None)
+    def data_docs(path: str) -> FileResponse | HTMLResponse:
         target = resolve_doc(docs_dir(gx_root()), path)
         if target is None:
             raise HTTPException(404, f"no Data Docs file {path!r}")
+        if target.suffix == ".html":
+            page = target.read_text(encoding="utf-8")
+            return HTMLResponse(assets.rewrite(page, vendor_base(path or "index.html")))
+        return FileResponse(target)
+
+    @app.get("/static/{path:path}")
+    def static_files(path: str) -> FileResponse:
+        target = static_file(static, path)
+        if target is None:
+            raise HTTPException(404, f"no static file {path!r}")
         return FileResponse(target)
 
     return app

@@ -1,0 +1,193 @@
+"""The Reconciliation page's HTML (pure): each topic's state at a glance, the chart over recent
+runs, each consumer's lag, and the runs table, filtered by topic and consumer and paged.
+
+Everything is server-rendered; the only style sheet is the plugin's own ``static/report.css``
+(linked relatively, so the page works under any prefix and inside Airflow's iframe) and the
+only picture is :mod:`chart`'s inline SVG. The table's columns wrap instead of widening the
+page, so all of them stay visible in a narrow window.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from urllib.parse import urlencode
+
+from . import chart
+from .report import Filters, Lag, Page, TopicState, choices, run_points, select, topic_states
+from .runs import TopicLine
+
+# (attribute, heading) of the runs table's number columns; a line's text columns come first.
+NUMBERS = (
+    ("delivered", "delivered"),
+    ("duplicates", "duplicates"),
+    ("tombstoned", "tombstoned"),
+    ("silent_gaps", "silent gaps found"),
+    ("backfilled", "backfilled"),
+    ("defects_left", "defects left"),
+)
+VERDICT_TEXT = {
+    "failed": "run failed",
+    "defects": "defects left",
+    "repaired": "repaired",
+    "ok": "clean",
+    "running": "running",
+}
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _badge(css: str, text: str) -> str:
+    return f'<span class="badge v-{_e(css)}">{_e(text)}</span>'
+
+
+def _options(name: str, label: str, values: list[str], chosen: str) -> str:
+    opts = [f'<option value="">every {label}</option>']
+    opts += [
+        f'<option value="{_e(v)}"{" selected" if v == chosen else ""}>{_e(v)}</option>'
+        for v in values
+    ]
+    return (
+        f'<label>{label} <select name="{name}" id="filter-{name}">{"".join(opts)}</select></label>'
+    )
+
+
+def _filters(lines: Sequence[TopicLine], filters: Filters) -> str:
+    topics, consumers = choices(lines)
+    return (
+        '<form id="filters" method="get" action="">'
+        + _options("topic", "topic", topics, filters.topic)
+        + _options("consumer", "consumer", consumers, filters.consumer)
+        + '<button type="submit">show</button> <a href="?">clear</a></form>'
+    )
+
+
+def _glance(states: Sequence[TopicState]) -> str:
+    if not states:
+        return '<p class="muted">no topic reconciled yet</p>'
+    cards = []
+    for s in states:
+        line = s.line
+        cards.append(
+            f'<li class="card v-{_e(s.verdict)}" data-verdict="{_e(s.verdict)}">'
+            f'<div class="card-head"><b>{_e(s.topic)}</b> '
+            f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
+            f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
+            f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
+            f"{line.defects_left} left</div></li>"
+        )
+    return f'<ul id="topics" class="cards">{"".join(cards)}</ul>'
+
+
+def _num(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def _lags(lags: Sequence[Lag]) -> str:
+    if not lags:
+        return '<p class="muted">no consumer reconciled yet</p>'
+    rows = []
+    for lag in lags:
+        behind = lag.sink_behind
+        cls = ' class="warn"' if behind else ""
+        rows.append(
+            f'<tr><td>{_e(lag.consumer)}<div class="muted">{_e(lag.topic)}</div></td>'
+            f"<td>{_num(lag.head)}</td><td>{_num(lag.sink_cursor)}</td>"
+            f"<td{cls}>{_num(behind)}</td><td>{lag.reconciled_through}</td>"
+            f"<td>{_num(lag.unreconciled)}</td></tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "consumer / topic",
+            "head",
+            "sink at",
+            "sink behind",
+            "reconciled",
+            "unreconciled",
+        )
+    )
+    return (
+        f'<table id="lags" class="grid"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _count_cell(line: TopicLine, name: str) -> str:
+    value = getattr(line, name)
+    css = "bad" if name == "defects_left" and value > 0 else "n"
+    return f'<td class="{css}">{value}</td>'
+
+
+def _runs_table(page: Page) -> str:
+    head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
+        f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
+    )
+    body = []
+    for line in page.lines:
+        status = _badge(line.run_status or "running", line.run_status or "running")
+        cells = "".join(_count_cell(line, name) for name, _ in NUMBERS)
+        body.append(
+            f"<tr><td>{_e(line.run_id)}</td>"
+            f'<td>{status}<div class="muted">{_e(line.finished_at)}</div></td>'
+            f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
+            f"{cells}</tr>"
+        )
+    if not body:
+        body.append(f'<tr><td colspan="{3 + len(NUMBERS)}">no reconciliation runs yet</td></tr>')
+    return (
+        f'<table id="runs" class="grid"><thead><tr>{head}</tr></thead>'
+        f"<tbody>\n{chr(10).join(body)}\n</tbody></table>"
+    )
+
+
+def _pager(page: Page, filters: Filters) -> str:
+    def link(number: int, text: str) -> str:
+        query = {k: v for k, v in (("topic", filters.topic), ("consumer", filters.consumer)) if v}
+        query["page"] = str(number)
+        return f'<a href="?{_e(urlencode(query))}" rel="nofollow">{text}</a>'
+
+    prev = link(page.number - 1, "← newer") if page.number > 1 else ""
+    nxt = link(page.number + 1, "older →") if page.number < page.pages else ""
+    return (
+        f'<nav id="pager">{prev} <span>page {page.number} of {page.pages} '
+        f"({page.total} lines)</span> {nxt}</nav>"
+    )
+
+
+def render_page(
+    lines: list[TopicLine],
+    docs_available: bool,
+    error: str | None = None,
+    filters: Filters | None = None,
+    lags: Sequence[Lag] = (),
+) -> str:
+    """The whole page; ``lines`` newest run first, unfiltered (the filters choose from them)."""
+    filters = filters or Filters()
+    kept = [line for line in lines if filters.keeps(line)]
+    page = select(lines, filters)
+    docs = (
+        '<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
+        if docs_available
+        else '<span class="muted">no Data Docs yet: no checkpoint has run</span>'
+    )
+    problem = f'<p class="bad" id="error">{_e(error)}</p>' if error else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>auditsync reconciliation</title>
+<link rel="stylesheet" href="static/report.css"></head>
+<body>
+<header><h1>auditsync reconciliation</h1><p>{docs}</p></header>
+{problem}
+{_filters(lines, filters)}
+<section><h2>Topics, newest run</h2>{_glance(topic_states(kept))}</section>
+<div class="pair">
+<section id="trend"><h2>Recent runs</h2>{chart.render(run_points(kept))}</section>
+<section><h2>Consumer lag</h2>{_lags([lag for lag in lags if filters.keeps(lag)])}</section>
+</div>
+<section><h2>Runs by topic</h2>{_runs_table(page)}{_pager(page, filters)}</section>
+</body></html>
+"""

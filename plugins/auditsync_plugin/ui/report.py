@@ -1,0 +1,162 @@
+"""What the Reconciliation page shows, computed from the run lines (pure, no I/O).
+
+From :func:`runs.pivot`'s lines (one per run, consumer and topic, newest run first) this module
+derives the filtered and paged table (:func:`select`), each (consumer, topic)'s newest state
+with a verdict colour (:func:`topic_states`), one point per run for the chart
+(:func:`run_points`), and each consumer's lag from its progress rows (:func:`lags`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from .runs import TopicLine
+
+PAGE_SIZE = 20
+CHART_RUNS = 12  # the chart shows the newest runs, oldest on the left
+
+# Verdicts, worst first; the page colours each one (see page.py's CSS classes).
+FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = "failed", "defects", "repaired", "ok", "running"
+
+
+class _Named(Protocol):
+    @property
+    def consumer(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    topic: str = ""
+    consumer: str = ""
+    page: int = 1
+
+    @classmethod
+    def parse(cls, topic: str | None, consumer: str | None, page: str | None) -> Filters:
+        """Query parameters as typed; a page that is not a positive number is page 1."""
+        try:
+            number = max(1, int(page or 1))
+        except ValueError:
+            number = 1
+        return cls((topic or "").strip(), (consumer or "").strip(), number)
+
+    def keeps(self, item: _Named) -> bool:
+        """Whether a line, topic state or lag is of the chosen topic and consumer."""
+        return (not self.topic or item.topic == self.topic) and (
+            not self.consumer or item.consumer == self.consumer
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    lines: list[TopicLine]
+    number: int
+    pages: int
+    total: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicState:
+    consumer: str
+    topic: str
+    verdict: str
+    line: TopicLine  # its newest line
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPoint:
+    run_id: str
+    run_status: str
+    delivered: int
+    defects_found: int
+    defects_left: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Lag:
+    consumer: str
+    topic: str
+    head: int | None
+    sink_cursor: int | None
+    reconciled_through: int
+
+    @property
+    def sink_behind(self) -> int | None:
+        if self.head is None or self.sink_cursor is None:
+            return None
+        return max(0, self.head - self.sink_cursor)
+
+    @property
+    def unreconciled(self) -> int | None:
+        return None if self.head is None else max(0, self.head - self.reconciled_through)
+
+
+def select(lines: Sequence[TopicLine], filters: Filters, size: int = PAGE_SIZE) -> Page:
+    """The lines ``filters`` keeps, cut to its page (a page past the end shows the last)."""
+    kept = [line for line in lines if filters.keeps(line)]
+    pages = max(1, math.ceil(len(kept) / size))
+    number = min(filters.page, pages)
+    return Page(kept[(number - 1) * size : number * size], number, pages, len(kept))
+
+
+def verdict(line: TopicLine) -> str:
+    if line.run_status == "running":
+        return RUNNING
+    if line.defects_left > 0:
+        return DEFECTS_LEFT
+    if line.run_status == "failed":
+        return FAILED
+    return REPAIRED if line.backfilled > 0 else CLEAN
+
+
+def topic_states(lines: Iterable[TopicLine]) -> list[TopicState]:
+    """Each (consumer, topic)'s newest line (lines come newest run first), sorted by name."""
+    newest: dict[tuple[str, str], TopicLine] = {}
+    for line in lines:
+        newest.setdefault((line.consumer, line.topic), line)
+    return [TopicState(c, t, verdict(line), line) for (c, t), line in sorted(newest.items())]
+
+
+def defects_found(line: TopicLine) -> int:
+    """Defects reconcile found: those backfilled plus those still left."""
+    return line.backfilled + line.defects_left
+
+
+def run_points(lines: Iterable[TopicLine], limit: int = CHART_RUNS) -> list[RunPoint]:
+    """One point per run (summed over its lines), the newest ``limit`` runs, oldest first."""
+    totals: dict[str, list[Any]] = {}
+    for line in lines:
+        point = totals.setdefault(line.run_id, [line.run_status, 0, 0, 0])
+        point[1] += line.delivered
+        point[2] += defects_found(line)
+        point[3] += line.defects_left
+    newest = list(totals.items())[:limit]
+    return [RunPoint(run_id, *figures) for run_id, figures in reversed(newest)]
+
+
+def lags(
+    progress: Iterable[Mapping[str, Any]], sink_cursors: Mapping[tuple[str, str], int]
+) -> list[Lag]:
+    """Each (consumer, topic) the pipeline reconciled: the topic's head, the sink's cursor
+    (``sink_cursors``, from the landing zone; absent when unknown) and how far it is
+    reconciled. ``progress`` rows: consumer, topic, head_seq, reconciled_through."""
+    return [
+        Lag(
+            row["consumer"],
+            row["topic"],
+            None if row.get("head_seq") is None else int(row["head_seq"]),
+            sink_cursors.get((row["consumer"], row["topic"])),
+            int(row["reconciled_through"]),
+        )
+        for row in progress
+    ]
+
+
+def choices(lines: Iterable[TopicLine]) -> tuple[list[str], list[str]]:
+    """The topics and consumers the filters offer."""
+    lines = list(lines)
+    return sorted({line.topic for line in lines}), sorted({line.consumer for line in lines})
