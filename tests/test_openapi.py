@@ -11,6 +11,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from watch_service.app import create_app
+from watch_service.protocol.errors import ApiError
 from watch_service.server.openapi_routes import DOCUMENT_PATH
 
 from .support import unique
@@ -65,6 +66,17 @@ def test_the_error_schema_is_the_contract_s() -> None:
     error.validate({"error": {"code": "invalid_request", "message": "topics: too many"}})
     assert not error.is_valid({"error": {"code": "invalid_request"}})
     assert not error.is_valid({"error": {"code": "teapot", "message": "x"}})
+    # every code the service can answer with, and no other
+    error_schema = document()["components"]["schemas"]["Error"]
+    codes = set(error_schema["properties"]["error"]["properties"]["code"]["enum"])
+    assert codes == {cls.code for cls in _subclasses(ApiError)}
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = {cls}
+    for sub in cls.__subclasses__():
+        found |= _subclasses(sub)
+    return found
 
 
 @pytest.mark.service
