@@ -55,3 +55,10 @@ async def permify_grpc(pg_url, base_settings):
     yield box
     await box.c.channel.close()
     await box.svc.stop()
+
+
+@pytest.fixture
+def conn(db):
+    """The session database's ``db`` connection, named so that it does not shadow the
+    ``authz_writes as db`` import of the store tests."""
+    return db

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-import psycopg
 import pytest
 
 from watch_service.protocol import authz as pa
@@ -15,12 +14,6 @@ from watch_service.store import topics
 
 pytestmark = pytest.mark.pg
 HISTORY_MS = 3_600_000
-
-
-@pytest.fixture
-async def conn(pg_url):
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as c:
-        yield c
 
 
 async def test_sql_filter_agrees_with_matches(conn):

@@ -204,9 +204,6 @@ class WatchStream:
                 page, head, upto = got
             if page:
                 await self._send(state.records(topic, page, head))
-                if cached is not None:  # live at the tail: how long the newest record took
-                    lag = time.time() - page[-1][0].rec.ts / 1000
-                    self.metrics.delivery_lag.observe(max(lag, 0.0))
             settled = state.settle(topic, not page, upto, head)
             await self._send(settled.caught_up)
             if settled.drained:

@@ -89,7 +89,7 @@ class Metrics:
         )
         self.delivery_lag = Histogram(
             "auditsync_delivery_lag_seconds",
-            "a record's commit ($ts) to the first write of its frame to a live watcher",
+            "a record's commit ($ts) to the tailer's push of its frame to the live watchers",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
