@@ -35,7 +35,7 @@ from watch_service.engine.topic_follower import HistoryLost, TopicGone
 from watch_service.protocol.errors import ApiError
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import HUB, KEYS, POOL, SETTINGS
-from watch_service.web.auth import Key
+from watch_service.web.auth import Key, metadata_authorization
 
 log = logging.getLogger("auditsync.permify.grpc")
 IDLE_S = 1.0
@@ -45,8 +45,7 @@ _CODES = {c.value[0]: c for c in grpc.StatusCode}
 def authenticate(app: web.Application, context: grpc.aio.ServicerContext) -> Key | None:
     """The caller's key from ``authorization`` metadata (None in dev mode): the one place this
     surface authenticates, so it can move to the shared authenticate of every surface."""
-    header = dict(context.invocation_metadata() or ()).get("authorization")
-    return app[KEYS].authenticate(header)
+    return app[KEYS].authenticate(metadata_authorization(context.invocation_metadata()))
 
 
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:

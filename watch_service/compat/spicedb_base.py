@@ -30,7 +30,7 @@ from watch_service.store import authz_reads as reads
 from watch_service.store import authz_schemas
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import KEYS, SETTINGS
-from watch_service.web.auth import authorize
+from watch_service.web.auth import authorize, metadata_authorization
 
 log = logging.getLogger("auditsync.spicedb")
 DIALECT = "spicedb"
@@ -40,14 +40,8 @@ _Code = grpc.StatusCode
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The key of ``authorization: bearer <key>`` (scheme in any case, as SpiceDB accepts it),
     or None when there is no such header."""
-    for name, value in metadata or ():
-        if name.lower() != "authorization":
-            continue
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        scheme, _, key = text.strip().partition(" ")
-        if scheme.lower() == "bearer" and key.strip():
-            return key.strip()
-    return None
+    scheme, _, key = (metadata_authorization(metadata) or "").strip().partition(" ")
+    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
 
 
 class Stale(AuditsyncError):

@@ -148,15 +148,21 @@ class KeyRing:
         """A gRPC call's key: ``authorization`` metadata authenticated, then ``scope`` and
         ``topic`` authorized; raises 401 / 403 like an HTTP route (the caller maps them to
         UNAUTHENTICATED / PERMISSION_DENIED)."""
-        value: str | bytes | None = None
-        for name, item in metadata or ():
-            if name.lower() == "authorization":
-                value = item
-        if isinstance(value, bytes):  # a -bin header; a key is text
-            value = value.decode("utf-8", "surrogateescape")
-        key = self.authenticate(value)
+        key = self.authenticate(metadata_authorization(metadata))
         authorize(key, scope, topic)
         return key
+
+
+def metadata_authorization(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """The ``authorization`` value of a gRPC call's metadata (the last one), as text; None
+    when there is none. The one place every gRPC surface reads it."""
+    value: str | bytes | None = None
+    for name, item in metadata or ():
+        if name.lower() == "authorization":
+            value = item
+    if isinstance(value, bytes):  # a -bin header; a key is text
+        value = value.decode("utf-8", "surrogateescape")
+    return value
 
 
 def hash_secret(secret: str) -> str:
