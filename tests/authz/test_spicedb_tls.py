@@ -199,12 +199,12 @@ async def test_seed_001_examples_over_tls(tls_service):
     continuous, c = run_example(CONTINUOUS, tls_service, not_canceled=flag, watchers=[])
     live, w = run_example(CALLING_WATCH, tls_service)
     tokens: list[str] = []
-    # the from-now watch sees only writes after it opened, which the client cannot observe:
-    # write until it has seen one (each write is one revision), bounded
+    # the two from-now watches see only writes after they opened, which the client cannot
+    # observe: write until both have seen one (each write is one revision), bounded
     for i in range(50):
         resp = await write(client, update(Op.OPERATION_TOUCH, f"{doc}:{i + 1}", "owner", "user:b"))
         tokens.append(resp.written_at.token)
-        if await asyncio.to_thread(w["got"].wait, bool, 0.2):
+        if await asyncio.to_thread(w["got"].wait, bool, 0.2) and c["got"].wait(bool, 0):
             break
     await asyncio.to_thread(historical.join, 10)
     await asyncio.to_thread(live.join, 10)
