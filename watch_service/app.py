@@ -125,7 +125,10 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
         settings.tail_cache_bytes,
         metrics.tail_cache_bytes.set,
         metrics.delivery_lag.observe,
+        lambda n: metrics.frame_sent("record", n),
     )
+    app[APPENDER].committed = hub.appended
+    hub.own_appends = app[APPENDER].in_flight
     tasks = [
         asyncio.create_task(sweeper(app), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
@@ -139,6 +142,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    app[APPENDER].committed = None
     await hub.aclose()
 
 

@@ -126,3 +126,47 @@ async def test_an_http_1_0_client_gets_the_same_frames_unchunked(api, service):
     pushed = record_frame(topic, await api.records(topic), 0, 1, {topic: 0})
     assert await asyncio.wait_for(reader.readexactly(len(pushed)), 10) == pushed
     writer.close()
+
+
+async def test_this_process_appends_are_pushed_without_reading_them_back(api, service):
+    """Records this process commits go to the live streams as they were sent, with no read of
+    the topic; a record another process committed first is read (the NOTIFY) and delivered
+    in its place, every seq once and in order."""
+    from watch_service.protocol.requests import NewRecord
+    from watch_service.store import topics as store
+    from watch_service.web.app_keys import POOL
+
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    reads = tailer.reads
+
+    for n in (1, 2, 3):  # numbers spelled as sent: the frames carry the request's text
+        body = b'{"records":[{"data":{"n":%d,"exact":1.10,"big":1E400}}]}' % n
+        async with api.http.post(
+            f"{api.url}/v0/topics/{topic}/records",
+            data=body,
+            headers={**api.headers, "Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 200, await r.text()
+            ts = (await r.json())["ts"]
+        sent = {"$seq": n, "$ts": ts, "data": {"n": n, "exact": "as sent"}}
+        assert await stream.frame() == record_frame(
+            topic, [sent], n - 1, n, {topic: n - 1}
+        ).replace(b'"exact":"as sent"', b'"exact":1.10,"big":1E400')
+    assert tailer.reads == reads  # taken from the appends themselves, not read back
+
+    # Another process's record (seq 4) comes first: this process's append (seq 5) does not
+    # follow the cache, so the tailer reads both.
+    async with service.app[POOL].connection() as conn:
+        await store.append(conn, topic, [NewRecord('{"from":"elsewhere"}', None, None, None)])
+    await api.append(topic, {"data": {"n": 5}})
+    seqs: list[int] = []
+    while 5 not in seqs:
+        seqs += [r["$seq"] for r in json.loads(fields(await stream.frame())["data"])["records"]]
+    assert seqs == [4, 5]
+    assert tailer.reads > reads
+    stream.close()

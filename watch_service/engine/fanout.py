@@ -19,7 +19,7 @@ from watch_service.protocol.stream_state import Delivered, SharedFrame, record_b
 
 Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
-YIELD_EVERY = 500  # streams pushed to between two turns of the event loop
+YIELD_EVERY = 100  # streams pushed to between two turns of the event loop (≈ 0.5 ms)
 
 
 class Item(Sequenced, Delivered, Protocol):
@@ -35,11 +35,16 @@ class LiveSink(Protocol):
     @property
     def group(self) -> Group: ...
 
+    def wake(self, topic: str) -> None:
+        """The stream's subscription to the tailer: woken when it pages, not while live."""
+        ...
+
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
-        """Write the frames for the records after ``after``; False: the stream cannot take
-        them and pages on its own from here (it has left the live set)."""
+        """Write the frames for the records after ``after`` (the record frames are counted by
+        the caller, any other frame by the stream); False: the stream cannot take them and
+        pages on its own from here (it has left the live set)."""
         ...
 
     def left(self, topic: str) -> None:
@@ -76,10 +81,12 @@ def shared_frames(
 
 
 class LiveSet:
-    """The streams live at one topic's tail, by group."""
+    """The streams live at one topic's tail, by group. ``on_leave`` hears of every stream the
+    set drops by itself (a push it could not take, a tombstone due)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_leave: Callable[[LiveSink], None] | None = None) -> None:
         self.groups: dict[Hashable, set[LiveSink]] = {}
+        self._on_leave = on_leave
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.groups.values())
@@ -99,6 +106,8 @@ class LiveSet:
         groups, self.groups = self.groups, {}
         for sinks in groups.values():
             for sink in sinks:
+                if self._on_leave is not None:
+                    self._on_leave(sink)
                 sink.left(topic)
 
     async def push(
@@ -109,18 +118,25 @@ class LiveSet:
         upto: int,
         head: int,
         encoder: Callable[[Flags], Callable[[T], str]],
-    ) -> None:
-        """Push the records after ``after`` to every live stream, frames built once a group.
-        Every ``YIELD_EVERY`` streams the loop lets other work run (an append must not wait
-        for a push to ten thousand streams); a stream that left meanwhile is skipped."""
-        done = 0
+    ) -> int:
+        """Push the records after ``after`` to every live stream, frames built once a group;
+        returns the record frames written. Every ``YIELD_EVERY`` streams the loop lets other
+        work run (an append must not wait for a push to ten thousand streams); a stream that
+        left meanwhile is skipped."""
+        done = written = 0
         for group, sinks in list(self.groups.items()):
             shared = shared_frames(topic, items, after, upto, head, group, encoder)  # type: ignore[arg-type]
             if not shared:
                 continue
+            per_sink = sum(1 for frame in shared if frame.body is not None)
             for sink in list(sinks):
-                if sink in sinks and not sink.push(topic, after, shared, upto, head):
-                    sinks.discard(sink)
+                if sink in sinks:
+                    if sink.push(topic, after, shared, upto, head):
+                        written += per_sink
+                    else:
+                        sinks.discard(sink)
+                        if self._on_leave is not None:
+                            self._on_leave(sink)
                 done += 1
                 if done % YIELD_EVERY == 0:
                     await asyncio.sleep(0)
@@ -128,3 +144,4 @@ class LiveSet:
                         break  # every stream was dropped meanwhile (a tombstone is due)
             if not sinks and self.groups.get(group) is sinks:
                 del self.groups[group]
+        return written

@@ -14,14 +14,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.engine.tailer import CACHE_BYTES, Tailer, Wake
+from watch_service.protocol.requests import NewRecord
 from watch_service.store import tail
-from watch_service.store.topics import CHANNEL
+from watch_service.store.topics import CHANNEL, AppendResult
 
 log = logging.getLogger("auditsync.tailer")
 SAFETY_POLL_S = 2.0
@@ -38,9 +39,12 @@ class Hub:
         cache_limit: int = CACHE_BYTES,
         on_cache_bytes: Callable[[float], None] | None = None,
         on_delivery_lag: Callable[[float], None] | None = None,
+        on_frames: Callable[[int], None] | None = None,
     ) -> None:
         self.pool, self.db_url = pool, db_url
         self._on_delivery_lag = on_delivery_lag
+        self._on_frames = on_frames  # told how many record frames each push wrote
+        self.own_appends: set[tuple[int, str]] = set()  # the Appender's ``in_flight``
         self.tailers: dict[str, Tailer] = {}
         self.cache_limit = cache_limit  # bytes all tailers' caches may hold together
         self.cache_total = 0
@@ -50,10 +54,13 @@ class Hub:
         self._flush_task: asyncio.Task | None = None
         self._retired: set[asyncio.Task] = set()  # cancelled tailer tasks not yet finished
 
-    def pushed(self, newest_ts_ms: int) -> None:
-        """A push reached the live streams: the newest record's commit-to-write time."""
+    def pushed(self, newest_ts_ms: int, frames: int) -> None:
+        """A push wrote ``frames`` record frames to the live streams: observe the newest
+        record's commit-to-write time, count the frames."""
         if self._on_delivery_lag is not None:
             self._on_delivery_lag(max(time.time() - newest_ts_ms / 1000, 0.0))
+        if self._on_frames is not None and frames:
+            self._on_frames(frames)
 
     def cache_grew(self, added: int) -> None:
         self.cache_total += added
@@ -70,8 +77,18 @@ class Hub:
             tailer = self.tailers[topic] = Tailer(self, topic)
             tailer.kick()
         tailer.subs.add(wake)
+        tailer.asleep.add(wake)
         tailer.strong_subs += strong
+        if strong and tailer.strong_subs == 1:
+            tailer.kick()  # appends taken without a read left ``durable_head`` behind: read
         return tailer
+
+    def appended(self, result: AppendResult, records: Sequence[NewRecord]) -> None:
+        """This process committed ``records`` (the ``Appender`` tells): its tailer of the topic,
+        if any, may take them as they are (``Tailer.offer``)."""
+        tailer = self.tailers.get(result.topic)
+        if tailer is not None:
+            tailer.offer(result, records)
 
     def unsubscribe(self, topic: str, wake: Wake, strong: bool = False) -> None:
         tailer = self.tailers.get(topic)
@@ -79,6 +96,7 @@ class Hub:
             if wake in tailer.subs:
                 tailer.strong_subs -= strong
             tailer.subs.discard(wake)
+            tailer.asleep.discard(wake)
             if not tailer.subs:
                 del self.tailers[topic]
                 task = tailer.close()
@@ -96,10 +114,15 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def dispatch(self, payload: str) -> None:
+    def dispatch(self, payload: str, pid: int = 0) -> None:
+        """A NOTIFY from backend ``pid``. An append this process's ``Appender`` has under way
+        on that backend is skipped: the appender hands its records to the tailer itself
+        (``appended``), which reads only if it cannot take them."""
         kind, head, topic = payload.split(" ", 2)
         tailer = self.tailers.get(topic)
         if tailer is None:
+            return
+        if kind == "a" and (pid, topic) in self.own_appends:
             return
         if kind == "a":
             tailer.kick(int(head))
@@ -144,7 +167,7 @@ class Hub:
                     for tailer in self.tailers.values():
                         tailer.kick()
                     async for note in conn.notifies():
-                        self.dispatch(note.payload)
+                        self.dispatch(note.payload, note.pid)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from watch_service.engine.fanout import Flags, LiveSet, LiveSink
 from watch_service.protocol.paging import build_page
 from watch_service.protocol.records import Record, encode
+from watch_service.protocol.requests import NewRecord
 from watch_service.protocol.tombstones import missed_range
 from watch_service.store import tail
+from watch_service.store.topics import AppendResult
 
 if TYPE_CHECKING:
     from watch_service.engine.hub import Hub
@@ -86,9 +88,10 @@ class Tailer:
         self.cache: list[CachedRecord] = []
         self.cache_after: int | None = None  # cache holds seqs cache_after+1 .. cache_end
         self.cache_bytes = 0  # what the cache holds (``CachedRecord.size`` summed)
-        self.subs: set[Wake] = set()
+        self.subs: set[Wake] = set()  # every subscriber: the tailer lives while there is one
+        self.asleep: set[Wake] = set()  # the subscribers woken on news: all but the live ones
         self.strong_subs = 0  # subscribers with consistency "strong"
-        self.live = LiveSet()  # streams at the tail: pushed to, not woken
+        self.live = LiveSet(self._woken)  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
         self.reads = 0  # refresh reads made (a test counts them to catch a spinning tailer)
@@ -154,10 +157,17 @@ class Tailer:
         if self.deleted or self.cache_after is None:
             return False
         self.live.join(sink)
+        self.asleep.discard(sink.wake)
         return True
 
     def leave(self, sink: LiveSink) -> None:
         self.live.leave(sink)
+        self._woken(sink)
+
+    def _woken(self, sink: LiveSink) -> None:
+        """``sink`` left the live set: wake it on news again (if it still subscribes)."""
+        if sink.wake in self.subs:
+            self.asleep.add(sink.wake)
 
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
@@ -194,7 +204,7 @@ class Tailer:
         self.kick()
 
     def _wake(self) -> None:
-        for wake in tuple(self.subs):
+        for wake in tuple(self.asleep):
             wake(self.topic)
 
     async def _refresh(self) -> None:
@@ -216,7 +226,7 @@ class Tailer:
                 page = await tail.read_tail(conn, self.topic, 2**62, 1)
                 if page is None:
                     return False
-                self.cache_after = page.head_seq
+                self.cache_after = after = page.head_seq
                 fresh: list[CachedRecord] = []
                 lost = False
             else:
@@ -246,13 +256,58 @@ class Tailer:
             self.hub.await_flush(self, page.insert_lsn, self.head)
         if page.deleted:
             self.live.drop_all(self.topic)
-        elif fresh and self.live.groups:
-            await self.live.push(self.topic, fresh, after, self.head, self.head, self.encoder)
-            self.hub.pushed(fresh[-1].rec.ts)
-        self._bound()
+        await self._deliver(fresh, after)
         if fresh or lost or was_deleted != self.deleted or self.durable_head == self.head:
             self._wake()
         return bool(fresh) and page.head_seq > seen
+
+    async def _deliver(self, fresh: list[CachedRecord], after: int) -> None:
+        """Push ``fresh`` (the records after ``after``, now cached) to the live streams."""
+        if fresh and self.live.groups:
+            frames = await self.live.push(
+                self.topic, fresh, after, self.head, self.head, self.encoder
+            )
+            self.hub.pushed(fresh[-1].rec.ts, frames)
+        self._bound()
+
+    def offer(self, result: AppendResult, records: Sequence[NewRecord]) -> None:
+        """Records this process has just committed, as they were sent: cached and pushed
+        without reading them back, when they directly follow the cache and no read is under
+        way. Otherwise the tailer reads them (the append's ``NOTIFY`` is skipped for this).
+        ``durable_head`` is left to reads: a fast path is only taken with no strong
+        subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
+        if (
+            result.trimmed
+            or self.deleted
+            or self.strong_subs
+            or self.cache_end != result.first_seq - 1
+            or (self._task is not None and not self._task.done())
+        ):
+            self.kick(result.last_seq)
+            return
+        after = result.first_seq - 1
+        fresh = [
+            CachedRecord(Record(after + i, result.ts, r.tag, r.node, r.meta, r.data))
+            for i, r in enumerate(records, 1)
+        ]
+        self.cache.extend(fresh)
+        added = sum(item.size for item in fresh)
+        self.cache_bytes += added
+        self.hub.cache_grew(added)
+        self.earliest = max(self.earliest, result.earliest_seq)
+        self.head = max(self.head, result.last_seq)
+        self._task = asyncio.create_task(self._offered(fresh, after), name=f"tailer:{self.topic}")
+
+    async def _offered(self, fresh: list[CachedRecord], after: int) -> None:
+        try:
+            await self._deliver(fresh, after)
+            self._wake()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the streams page on their own from their cursors
+            log.warning("tailer %s push failed: %s", self.topic, exc)
+        if self._again:  # a NOTIFY of another process's append came meanwhile
+            await self._refresh()
 
     def _page_limit(self) -> int:
         """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one

@@ -29,44 +29,52 @@ from watch_service.web.app_keys import METRICS, POOL, SETTINGS, STREAMS
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
 FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
+BATCH_ROWS = 500  # rows a statement writes; the loop runs other work between two
+SWEEP_SLICE = 1000  # streams the sweep looks at between two turns of the loop
 
 
 async def flush(app: web.Application, renew: bool, rows: int) -> None:
     """One round: final writes of ended streams, then changed cursor maps of open ones (at
-    most ``rows`` of them), or with ``renew`` all of them, leases renewed."""
+    most ``rows`` of them), or with ``renew`` all of them, leases renewed; in statements of at
+    most ``BATCH_ROWS`` rows, the loop free between them (ten thousand leases renewed must not
+    hold up the appends and pushes for the time it takes to encode them)."""
     streams: set[WatchStream] = app[STREAMS]
     ended = [s for s in streams if s.closed]
     if ended:
         streams.difference_update(ended)  # slots are free at once; the rows follow
         app[METRICS].open_streams.set(len(streams))
-        try:
-            async with app[POOL].connection() as conn:
-                await sessions.close_streams(
-                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in ended]
-                )
-        except Exception:
-            streams.update(ended)  # retried next round
-            raise
+        for batch in _batches(ended):
+            try:
+                async with app[POOL].connection() as conn:
+                    await sessions.close_streams(
+                        conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in batch]
+                    )
+            except Exception:
+                streams.update(ended)  # retried next round (a final write is idempotent)
+                raise
     due = [s for s in streams if not s.closed and (renew or s.state.dirty)]
     if not renew and len(due) > rows:
         due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)
-    if not due:
-        return
-    now = time.monotonic()
-    for stream in due:
-        stream.state.dirty, stream.flushed_at = False, now
-    try:
-        async with app[POOL].connection() as conn:
-            written = await sessions.save_cursors(
-                conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in due], LEASE_S
-            )
-    except Exception:
-        for stream in due:
-            stream.state.dirty = True
-        raise
-    for stream in due:
-        if (stream.wid, stream.gen) not in written:
-            stream.end("taken over")  # by a stream elsewhere, or the session is gone
+    for batch in _batches(due):
+        now = time.monotonic()
+        for stream in batch:
+            stream.state.dirty, stream.flushed_at = False, now
+        try:
+            async with app[POOL].connection() as conn:
+                written = await sessions.save_cursors(
+                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in batch], LEASE_S
+                )
+        except Exception:
+            for stream in batch:
+                stream.state.dirty = True
+            raise
+        for stream in batch:
+            if (stream.wid, stream.gen) not in written:
+                stream.end("taken over")  # by a stream elsewhere, or the session is gone
+
+
+def _batches(streams: list[WatchStream]) -> list[list[WatchStream]]:
+    return [streams[i : i + BATCH_ROWS] for i in range(0, len(streams), BATCH_ROWS)]
 
 
 async def cursor_flusher(app: web.Application) -> None:
@@ -91,11 +99,14 @@ async def cursor_flusher(app: web.Application) -> None:
         raise
 
 
-def sweep(streams: set[WatchStream], write_timeout_s: float) -> None:
+async def sweep(streams: set[WatchStream], write_timeout_s: float) -> None:
+    """``WatchStream.check`` every open stream, ``SWEEP_SLICE`` of them a turn of the loop."""
     now = time.monotonic()
-    for stream in list(streams):
+    for i, stream in enumerate(list(streams), 1):
         if not stream.closed:
             stream.check(now, write_timeout_s)
+        if i % SWEEP_SLICE == 0:
+            await asyncio.sleep(0)
 
 
 async def sweeper(app: web.Application) -> None:
@@ -104,4 +115,5 @@ async def sweeper(app: web.Application) -> None:
     interval = min(SWEEP_S, timeout / 4)
     while True:
         await asyncio.sleep(interval)
-        sweep(app[STREAMS], timeout)
+        await sweep(app[STREAMS], timeout)
+        app[METRICS].flush_frames()  # other workers' scrapes see this worker's frames

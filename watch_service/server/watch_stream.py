@@ -100,18 +100,24 @@ class WatchStream:
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
-        """Frames from the tailer, written now in one transport write (see ``engine.fanout``)."""
+        """Frames from the tailer, written now in one transport write (see ``engine.fanout``,
+        which counts the record frames). The fan-out's hot path: kept to the checks it needs."""
         t = self.transport
         out = None
-        if self.ending is None and t is not None and not t.is_closing() and not self._full():
+        if (
+            self.ending is None
+            and t is not None
+            and not t.is_closing()
+            and t.get_write_buffer_size() <= HIGH_WATER
+        ):
             out = self.state.pushed(topic, after, shared, upto, head)
         if out is None:
             self.left(topic)
             return False
         if out:
             self._emit(out[0].data if len(out) == 1 else b"".join([o.data for o in out]))
-            for o in out:
-                self.metrics.frames.labels(o.event).inc()
+            if out[-1].event != "record":
+                self.metrics.frame_sent(out[-1].event)
         return True
 
     def end(self, reason: str) -> None:
@@ -176,7 +182,7 @@ class WatchStream:
             remaining = heartbeat - (time.monotonic() - self.last_write)
             if remaining <= 0:
                 self._emit(frames.HEARTBEAT)
-                self.metrics.frames.labels("heartbeat").inc()
+                self.metrics.frame_sent("heartbeat")
                 await self._flow()
                 continue
             try:
@@ -275,7 +281,7 @@ class WatchStream:
             return
         self._emit(out.data)
         self.state.written(out)
-        self.metrics.frames.labels(out.event).inc()
+        self.metrics.frame_sent(out.event)
         await self._flow()
 
     def _emit(self, payload: bytes) -> None:

@@ -122,7 +122,7 @@ async def save_cursors(
         """UPDATE watch_sessions AS s
               SET cursors = u.cursors::jsonb, last_active_at = now(),
                   stream_lease_until = now() + make_interval(secs => %s)
-             FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(wid, gen, cursors)
+             FROM unnest(%b::text[], %b::bigint[], %b::text[]) AS u(wid, gen, cursors)
             WHERE s.wid = u.wid AND s.stream_gen = u.gen
         RETURNING s.wid, s.stream_gen""",
         (
@@ -146,7 +146,7 @@ async def close_streams(
     await conn.execute(
         """UPDATE watch_sessions AS s
               SET cursors = u.cursors::jsonb, last_active_at = now(), stream_lease_until = NULL
-             FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(wid, gen, cursors)
+             FROM unnest(%b::text[], %b::bigint[], %b::text[]) AS u(wid, gen, cursors)
             WHERE s.wid = u.wid AND s.stream_gen = u.gen""",
         (
             [w for w, _, _ in ended],

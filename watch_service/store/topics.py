@@ -51,6 +51,11 @@ class AppendResult:
     last_seq: int
     head_seq: int
     ts: int
+    # The topic's retained start as the append saw it, and whether the append then trimmed
+    # it (a capped topic over its cap): the tailer of the process takes the records without
+    # reading them back only if nothing was trimmed.
+    earliest_seq: int = 1
+    trimmed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,10 +199,11 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     if row is None:
         return None
     head, ts, earliest, max_records = row[:4]
-    if max_records is not None and head - earliest + 1 > max_records:
+    trimmed = max_records is not None and head - earliest + 1 > max_records
+    if trimmed:
         async with conn.transaction():
             await trim_locked(conn, name, current_ms(), lock=True)
-    return AppendResult(name, head - len(records) + 1, head, head, ts)
+    return AppendResult(name, head - len(records) + 1, head, head, ts, earliest, trimmed)
 
 
 async def read(conn: AsyncConnection, name: str, from_seq: int, limit: int) -> ReadResult | None:
