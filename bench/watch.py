@@ -5,7 +5,7 @@ One run, loopback only, bounded (< 5 min), everything it starts stopped by PID:
 * its own embedded PostgreSQL in a temp dir on a free port (destroyed at the end);
 * the floor: a bare relay process (INSERT+NOTIFY in one transaction → one LISTEN → the same SSE
   bytes written to every client socket);
-* the service: ``auditsync serve`` (uvloop) as its own process;
+* the service: ``auditsync serve --workers W`` (default: one per core) as its own processes;
 * watchers: raw-socket SSE clients in two processes (uvloop, ``asyncio.Protocol``), so the
   service's core is not shared with a client's event loop.
 
@@ -44,6 +44,7 @@ RATE = {1: 500, 10: 500, 100: 500, 1000: 100, 10000: 10}  # rec/s per watcher co
 REPEATS = {1: 3, 10: 3, 100: 3, 1000: 3, 10000: 1}
 MEASURE_S = {1: 3, 10: 3, 100: 3, 1000: 4, 10000: 5}
 CLIENT_PROCS = 2
+WORKERS = os.cpu_count() or 1  # the service's workers: ``serve``'s default unless --workers
 IDLE_STREAMS = 5000
 TARGETS = (
     "100 watchers @500/s: p50 ≤ 2 ms, p99 ≤ 5 ms, ≤ 2× floor; 1000 @100/s: the full rate, "
@@ -330,21 +331,51 @@ def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
         "AUDITSYNC_KEYS_FILE": None,
         "AUDITSYNC_MAX_STREAMS": "20000",  # the 10,000-watcher row
     }
-    return ServiceProcess(db_url, port, env=env, log_path=log_path, preexec_fn=raise_nofile).start(
-        timeout=30
-    )
+    service = ServiceProcess(
+        db_url, port, env=env, log_path=log_path, preexec_fn=raise_nofile, workers=WORKERS
+    ).start(timeout=30)
+    if WORKERS > 1:  # listening means one worker is; the supervisor logs when all are
+        deadline = time.monotonic() + 60
+        while f"with {WORKERS} workers" not in log_path.read_text():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not all workers started (log: {log_path})")
+            time.sleep(0.1)
+    return service
+
+
+def _stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid`` and its children (the service's workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for f in map(_stat, _tree(pid)) if f)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its children (the service's workers)."""
+    return [pid] + [
+        int(e)
+        for e in os.listdir("/proc")
+        if e.isdigit() and (f := _stat(int(e))) and int(f[1]) == pid
+    ]
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of ``pid`` and its children, MiB."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
 
 
 async def sessions(http, url: str, topic: str, n: int) -> list[str]:
@@ -443,7 +474,10 @@ async def bench() -> None:
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data json NOT NULL)")
         load = os.getloadavg()[0]
-        log(f"PostgreSQL on {db_url}; load average {load:.1f} on {os.cpu_count()} cores")
+        log(
+            f"PostgreSQL on {db_url}; load average {load:.1f} on {os.cpu_count()} cores; "
+            f"service with {WORKERS} worker(s)"
+        )
         watchers = Watchers(ctx)
         relay_port, svc_port = free_port(), free_port()
         relay = ctx.Process(target=relay_proc, args=(db_url, relay_port), daemon=True)
@@ -551,7 +585,7 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
             f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} | {s['lost'] + s['gaps']}"
         )
     print(f"saturation (100 watchers): {delivered:,.0f} delivered rec/s ({appended:,.0f} appended)")
-    print(f"5,000 idle streams: service RSS {rss:.0f} MiB")
+    print(f"5,000 idle streams: service RSS {rss:.0f} MiB (all {WORKERS} worker(s))")
     print(
         f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
         "(figures are only as good as the machine is quiet)"
@@ -560,7 +594,16 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
 
 
 if __name__ == "__main__":
-    if "--quick" in sys.argv[1:]:  # one repeat, shorter windows (run_all.py --quick)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one repeat, 2 s windows")
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="service workers (default: cores)"
+    )
+    args = parser.parse_args()
+    WORKERS = args.workers
+    if args.quick:  # one repeat, shorter windows (run_all.py --quick)
         REPEATS.update(dict.fromkeys(REPEATS, 1))
         MEASURE_S.update(dict.fromkeys(MEASURE_S, 2))
     raise_nofile()

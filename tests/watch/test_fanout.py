@@ -130,8 +130,7 @@ async def test_an_http_1_0_client_gets_the_same_frames_unchunked(api, service):
 
 async def test_this_process_appends_are_pushed_without_reading_them_back(api, service):
     """Records this process commits go to the live streams as they were sent, with no read of
-    the topic; a record another process committed first is read (the NOTIFY) and delivered
-    in its place, every seq once and in order."""
+    the topic; so do another process's, when its NOTIFY can carry them; bigger ones are read."""
     from watch_service.protocol.requests import NewRecord
     from watch_service.store import topics as store
     from watch_service.web.app_keys import POOL
@@ -159,14 +158,32 @@ async def test_this_process_appends_are_pushed_without_reading_them_back(api, se
         ).replace(b'"exact":"as sent"', b'"exact":1.10,"big":1E400')
     assert tailer.reads == reads  # taken from the appends themselves, not read back
 
-    # Another process's record (seq 4) comes first: this process's append (seq 5) does not
-    # follow the cache, so the tailer reads both.
+    # Another process's append carries its records in its NOTIFY when they fit: taken as
+    # they are (seq 4); one too big for a NOTIFY says only where the head is, and the tailer
+    # reads it (seq 5). Every seq once, in order.
+    big = '{"pad":"%s"}' % ("x" * (store.NOTIFY_RECORDS_BYTES + 1))
     async with service.app[POOL].connection() as conn:
         await store.append(conn, topic, [NewRecord('{"from":"elsewhere"}', None, None, None)])
-    await api.append(topic, {"data": {"n": 5}})
-    seqs: list[int] = []
-    while 5 not in seqs:
-        seqs += [r["$seq"] for r in json.loads(fields(await stream.frame())["data"])["records"]]
-    assert seqs == [4, 5]
-    assert tailer.reads > reads
+        seqs = [r["$seq"] for r in json.loads(fields(await stream.frame())["data"])["records"]]
+        assert (seqs, tailer.reads) == ([4], reads)
+        await store.append(conn, topic, [NewRecord(big, None, None, None)])
+    assert [r["$seq"] for r in json.loads(fields(await stream.frame())["data"])["records"]] == [5]
+    assert tailer.reads == reads + 1
+    stream.close()
+
+
+async def test_a_trim_moves_the_tailers_start_without_a_read(api, service):
+    """Retention's NOTIFY tells the tailers the new start: a tailer taking appends without
+    reading them still knows which seqs are gone (a stream behind them gets its tombstone)."""
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = service.app[HUB].tailers[topic]
+    await api.append(topic, 1, 2, 3, 4, 5)
+    await stream.frame()
+    reads = tailer.reads
+    await api._call("PUT", f"/v0/topics/{topic}", json={"max_records": 2})  # trims 1..3
+    await wait_for(lambda: tailer.earliest == 4, what="the tailer to hear of the trim")
+    assert tailer.reads == reads
     stream.close()

@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from watch_service.engine.tailer import CACHE_BYTES, Tailer, Wake
 from watch_service.protocol.requests import NewRecord
-from watch_service.store import tail
+from watch_service.store import tail, topics
 from watch_service.store.topics import CHANNEL, AppendResult
 
 log = logging.getLogger("auditsync.tailer")
@@ -117,7 +117,15 @@ class Hub:
     def dispatch(self, payload: str, pid: int = 0) -> None:
         """A NOTIFY from backend ``pid``. An append this process's ``Appender`` has under way
         on that backend is skipped: the appender hands its records to the tailer itself
-        (``appended``), which reads only if it cannot take them."""
+        (``appended``). An append that carries its records is offered to the tailer as they
+        are (``Tailer.offer``, which reads only if it cannot take them)."""
+        if payload.startswith("r "):
+            header = payload[: payload.find("\n")]
+            topic = header.rsplit(" ", 1)[1]
+            tailer = self.tailers.get(topic)
+            if tailer is not None and (pid, topic) not in self.own_appends:
+                tailer.offer(*topics.parse_notice(payload))
+            return
         kind, head, topic = payload.split(" ", 2)
         tailer = self.tailers.get(topic)
         if tailer is None:
@@ -126,6 +134,8 @@ class Hub:
             return
         if kind == "a":
             tailer.kick(int(head))
+        elif kind == "t":
+            tailer.on_trimmed(int(head))
         elif kind == "d":
             tailer.on_deleted(int(head))
         elif kind == "c":

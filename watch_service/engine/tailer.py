@@ -199,6 +199,12 @@ class Tailer:
             return task
         return None
 
+    def on_trimmed(self, earliest: int) -> None:
+        """Retention moved the topic's start: streams paging behind it get their tombstone."""
+        if earliest > self.earliest:
+            self.earliest = earliest
+            self._wake()
+
     def on_created(self) -> None:
         self.deleted = False
         self.kick()

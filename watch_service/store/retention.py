@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from watch_service.protocol.tombstones import Tombstone
 
 log = logging.getLogger("auditsync.retention")
+CHANNEL = "auditsync"  # the NOTIFY channel of appends, trims and deletions (``store.topics``)
 
 
 async def run_retention(
@@ -90,6 +91,9 @@ async def trim_locked(
         written.append(await record_gap(conn, name, max(earliest, ttl_until), cap_until - 1, "cap"))
     await conn.execute("DELETE FROM records WHERE topic = %s AND seq < %s", (name, new_earliest))
     await conn.execute("UPDATE topics SET earliest_seq = %s WHERE name = %s", (new_earliest, name))
+    # Tailers that take appends without reading (``engine.tailer.Tailer.offer``) learn here
+    # that the retained start moved.
+    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"t {new_earliest} {name}"))
     return written
 
 

@@ -4,8 +4,11 @@ recorded, never silent).
 L1: an append takes the topic row's lock (``UPDATE topics SET head_seq = head_seq + n``) in the
 same statement that inserts the records, so appends to one topic commit in seq order and a
 reader that sees seq n sees every seq below it. L2: every removal (retention, deletion) writes
-its ``gaps`` row and moves ``earliest_seq`` in the same transaction. Appends and deletes
-``NOTIFY`` channel ``auditsync`` with ``"<kind> <head_seq> <topic>"``, delivered at commit.
+its ``gaps`` row and moves ``earliest_seq`` in the same transaction. Writes ``NOTIFY``
+channel ``auditsync``, delivered at commit: ``"a <head_seq> <topic>"`` (an append),
+``"r <head_seq> <ts> <earliest_seq> <n> <topic>\n<records>"`` (an append that carries its
+records, when they fit), ``"t <earliest_seq> <topic>"`` (a trim), ``"d <head_seq> <topic>"``
+(a deletion), ``"c 0 <topic>"`` (a creation).
 """
 
 from __future__ import annotations
@@ -13,14 +16,18 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import orjson
 from psycopg import AsyncConnection
 
 from watch_service.protocol.records import Record
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.protocol.tombstones import Tombstone, consumer_reason, missed_range
-from watch_service.store.retention import current_ms, record_gap, trim_locked
+from watch_service.store.retention import CHANNEL, current_ms, record_gap, trim_locked
 
-CHANNEL = "auditsync"
+# A NOTIFY payload must stay under 8000 bytes: an append whose records fit carries them
+# ("r ..."), so other processes' tailers take them without a read; a bigger one says only
+# where the head is ("a ...").
+NOTIFY_RECORDS_BYTES = 7000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +95,11 @@ WITH h AS (
               WITH ORDINALITY AS u(tag, node, meta, data, ord)
 )
 SELECT h.head_seq, h.last_ts, h.earliest_seq, h.max_records,
-       pg_notify('auditsync', 'a ' || h.head_seq || ' ' || %(topic)s)
+       pg_notify('auditsync', CASE
+           WHEN %(rows)s::text IS NULL THEN 'a ' || h.head_seq || ' ' || %(topic)s
+           ELSE 'r ' || h.head_seq || ' ' || h.last_ts || ' ' || h.earliest_seq || ' '
+                || %(n)s || ' ' || %(topic)s || E'\n' || %(rows)s::text
+       END)
   FROM h
 """
 
@@ -189,6 +200,7 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     params = {
         "topic": name,
         "n": len(records),
+        "rows": notify_rows(records),
         "tags": list(tags),
         "nodes": list(nodes),
         "metas": list(metas),
@@ -204,6 +216,27 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
         async with conn.transaction():
             await trim_locked(conn, name, current_ms(), lock=True)
     return AppendResult(name, head - len(records) + 1, head, head, ts, earliest, trimmed)
+
+
+def notify_rows(records: list[NewRecord]) -> str | None:
+    """The records as the append's NOTIFY carries them (``[[data, meta, tag, node], ...]``,
+    each text as sent), or None when they would not fit."""
+    size = 0
+    for r in records:
+        size += len(r.data) + len(r.meta or "") + len(r.tag or "") + len(r.node or "") + 16
+        if size > NOTIFY_RECORDS_BYTES:
+            return None
+    rows = orjson.dumps([tuple(r) for r in records])
+    return rows.decode() if len(rows) <= NOTIFY_RECORDS_BYTES else None
+
+
+def parse_notice(payload: str) -> tuple[AppendResult, list[NewRecord]]:
+    """An "r" NOTIFY payload as the append's result and records."""
+    header, rows = payload.split("\n", 1)
+    _, head, ts, earliest, n, topic = header.split(" ", 5)
+    last, count = int(head), int(n)
+    result = AppendResult(topic, last - count + 1, last, last, int(ts), int(earliest))
+    return result, [NewRecord(*row) for row in orjson.loads(rows)]
 
 
 async def read(conn: AsyncConnection, name: str, from_seq: int, limit: int) -> ReadResult | None:
