@@ -43,6 +43,11 @@ SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (disconnects noticed
 Page = Sequence[tuple[Delivered, str]]
 
 
+def http_chunk(payload: bytes) -> bytes:
+    """``payload`` as one HTTP/1.1 chunk."""
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
+
+
 class StreamEnded(AuditsyncError, ConnectionResetError):
     """The stream ends: its client went away, stopped reading, or a newer stream took over."""
 
@@ -110,6 +115,16 @@ class WatchStream:
             and not t.is_closing()
             and t.get_write_buffer_size() <= HIGH_WATER
         ):
+            if (
+                self.chunked
+                and len(shared) == 1
+                and self.state.pushed_solo(topic, after, shared[0], upto)
+            ):
+                data = shared[0].solo_wire(http_chunk)  # the same bytes for every such stream
+                t.write(data)
+                self.sent += len(data)
+                self.last_write = time.monotonic()
+                return True
             out = self.state.pushed(topic, after, shared, upto, head)
         if out is None:
             self.left(topic)
@@ -290,7 +305,7 @@ class WatchStream:
         t = self.transport
         if self.ending is not None or t is None or t.is_closing():
             raise StreamEnded(self.ending or "disconnected")
-        data = b"%x\r\n%b\r\n" % (len(payload), payload) if self.chunked else payload
+        data = http_chunk(payload) if self.chunked else payload
         t.write(data)
         self.sent += len(data)
         self.last_write = time.monotonic()
