@@ -11,6 +11,7 @@ leaves the live set and pages on its own until it is at the tail again.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol, TypeVar
 
@@ -19,7 +20,8 @@ from watch_service.protocol.stream_state import Delivered, SharedFrame, record_b
 
 Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
-YIELD_EVERY = 100  # streams pushed to between two turns of the event loop (≈ 0.5 ms)
+TURN_S = 0.0003  # seconds a push runs before the loop's other work gets a turn
+CHECK_EVERY = 16  # streams pushed to between two looks at the clock
 
 
 class Item(Sequenced, Delivered, Protocol):
@@ -120,10 +122,12 @@ class LiveSet:
         encoder: Callable[[Flags], Callable[[T], str]],
     ) -> int:
         """Push the records after ``after`` to every live stream, frames built once a group;
-        returns the record frames written. Every ``YIELD_EVERY`` streams the loop lets other
-        work run (an append must not wait for a push to ten thousand streams); a stream that
+        returns the record frames written. After ``TURN_S`` of pushing the loop lets other work
+        run (an append must not wait for a push to ten thousand streams; it needs several
+        turns of the loop, each of which may come behind a slice of a push); a stream that
         left meanwhile is skipped."""
         done = written = 0
+        turn_ends = time.perf_counter() + TURN_S
         for group, sinks in list(self.groups.items()):
             shared = shared_frames(topic, items, after, upto, head, group, encoder)  # type: ignore[arg-type]
             if not shared:
@@ -138,8 +142,9 @@ class LiveSet:
                         if self._on_leave is not None:
                             self._on_leave(sink)
                 done += 1
-                if done % YIELD_EVERY == 0:
+                if done % CHECK_EVERY == 0 and time.perf_counter() >= turn_ends:
                     await asyncio.sleep(0)
+                    turn_ends = time.perf_counter() + TURN_S
                     if self.groups.get(group) is not sinks:
                         break  # every stream was dropped meanwhile (a tombstone is due)
             if not sinks and self.groups.get(group) is sinks:
