@@ -49,6 +49,8 @@ async def test_a_failing_request_fails_alone_and_writes_nothing(pool, topic_name
     async with pool.connection() as conn:
         await store.put_topic(conn, topic_name, TopicConfig(None, None))
     appender = Appender(pool)
+    uncertain: list[str] = []
+    appender.uncertain = uncertain.append  # a failed statement has the topic read again
     bad = batch("b", 2) + batch("x", 1, node="n" * 129)  # breaks the node CHECK in the DB
     results = await asyncio.gather(
         appender.append(topic_name, batch("a", 2)),
@@ -59,6 +61,7 @@ async def test_a_failing_request_fails_alone_and_writes_nothing(pool, topic_name
     assert isinstance(results[1], psycopg.errors.CheckViolation)
     assert [(r.first_seq, r.last_seq) for r in (results[0], results[2])] == [(1, 2), (3, 4)]
     assert await contents(pool, topic_name) == [(1, '"a0"'), (2, '"a1"'), (3, '"c0"'), (4, '"c1"')]
+    assert uncertain and set(uncertain) == {topic_name}
 
 
 async def test_unknown_topic_answers_none_to_every_request(pool, topic_name):

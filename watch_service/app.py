@@ -128,6 +128,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
         lambda n: metrics.frame_sent("record", n),
     )
     app[APPENDER].committed = hub.appended
+    app[APPENDER].uncertain = hub.reread
     hub.own_appends = app[APPENDER].in_flight
     tasks = [
         asyncio.create_task(sweeper(app), name="stream-sweep"),
@@ -142,7 +143,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    app[APPENDER].committed = None
+    app[APPENDER].committed = app[APPENDER].uncertain = None
     await hub.aclose()
 
 

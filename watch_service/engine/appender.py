@@ -62,6 +62,7 @@ class Appender:
         # (backend pid, topic) of the statements under way: a NOTIFY from one of them is this
         # process's own append, which ``committed`` hears of (``Hub.dispatch`` skips it).
         self.in_flight: set[tuple[int, str]] = set()
+        self.uncertain: Callable[[str], None] | None = None  # told of a statement that failed
 
     async def _append(
         self, conn: AsyncConnection, topic: str, records: list[NewRecord]
@@ -71,6 +72,12 @@ class Appender:
         self.in_flight.add(key)
         try:
             result = await store.append(conn, topic, records)
+        except BaseException:
+            # It may have committed (a retention trim after it failed, say) with its NOTIFY
+            # skipped as this process's own: whoever follows the topic reads it again.
+            if self.uncertain is not None:
+                self.uncertain(topic)
+            raise
         finally:
             self.in_flight.discard(key)
         if result is not None and self.committed is not None:

@@ -83,6 +83,12 @@ class Hub:
             tailer.kick()  # appends taken without a read left ``durable_head`` behind: read
         return tailer
 
+    def reread(self, topic: str) -> None:
+        """Whatever the topic holds now, its tailer (if any) reads it."""
+        tailer = self.tailers.get(topic)
+        if tailer is not None:
+            tailer.kick()
+
     def appended(self, result: AppendResult, records: Sequence[NewRecord]) -> None:
         """This process committed ``records`` (the ``Appender`` tells): its tailer of the topic,
         if any, may take them as they are (``Tailer.offer``)."""
