@@ -543,8 +543,8 @@ async def bench() -> None:
             after = rss_mib(service.pid)
             log(
                 f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
-                f"service RSS {before:.0f} → {after:.0f} MiB "
-                f"({(after - before) * 1024 / IDLE_STREAMS:.1f} KiB per stream)"
+                f"service RSS {after:.0f} MiB in all ({before:.0f} MiB before them, which is what "
+                "the earlier levels left: memory the processes keep once grown)"
             )
             await watchers.ask("close")
         summary(results, appended, delivered, after)
