@@ -7,8 +7,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from tests.support import wait_for
-from watch_service.engine.appender import SECOND_AT, Appender
+from watch_service.engine.appender import Appender
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
@@ -85,41 +84,3 @@ async def test_concurrent_single_record_requests_are_grouped(pool, topic_name):
     assert appender.queues == {}
     again = await appender.append(topic_name, batch("late", 1))
     assert (again.first_seq, appender.queues) == (51, {})
-
-
-async def _waiting(conn, n: int) -> bool:
-    """``n`` append statements wait on a lock (the topic's row, held by ``conn``)."""
-    cur = await conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND datname = current_database()"
-    )
-    return (await cur.fetchone())[0] == n
-
-
-async def test_a_big_group_goes_out_while_a_statement_is_in_flight(pool, pg_url, topic_name):
-    """With a statement of the topic in flight, ``SECOND_AT`` queued records go out at once on
-    a second connection (PostgreSQL holds them on the topic's row lock); small requests wait
-    and merge. Every request keeps its own range, in the order the lock let them commit."""
-
-    async with pool.connection() as conn:
-        await store.put_topic(conn, topic_name, TopicConfig(None, None))
-    appender = Appender(pool)
-    async with await psycopg.AsyncConnection.connect(pg_url) as locker:
-        # Hold the topic's row lock: the appender's statements queue behind it in PostgreSQL.
-        await locker.execute("SELECT 1 FROM topics WHERE name = %s FOR UPDATE", (topic_name,))
-        first = asyncio.ensure_future(appender.append(topic_name, batch("a", 1)))
-        await wait_for(lambda: _waiting(locker, 1), what="the first statement on the lock")
-        small = [asyncio.ensure_future(appender.append(topic_name, batch(x, 1))) for x in "bc"]
-        big = asyncio.ensure_future(appender.append(topic_name, batch("d", SECOND_AT)))
-        await wait_for(lambda: _waiting(locker, 2), what="a second statement on the lock")
-        assert appender.statements == 2
-        await locker.rollback()  # the lock goes: both statements commit, one after the other
-    results = [await first, *[await s for s in small], await big]
-    assert appender.statements == 2  # a, then b + c + d merged by the second drain
-    assert [(r.first_seq, r.last_seq) for r in results] == [
-        (1, 1),
-        (2, 2),
-        (3, 3),
-        (4, 3 + SECOND_AT),
-    ]
-    assert appender.queues == {}
