@@ -133,6 +133,11 @@ class Tailer:
         if self.hub is not None:
             self.hub.cache_grew(added)
 
+    def _extend(self, fresh: list[CachedRecord]) -> None:
+        """``fresh`` (the records right after the cache) joins it, its bytes counted."""
+        self.cache.extend(fresh)
+        self._grew(sum(item.size for item in fresh))
+
     def _bound(self) -> None:
         """Drop the oldest cached records while the caches hold more than their byte bound (or
         this one more than ``CACHE_RECORDS``): only this cache grew, so only it shrinks."""
@@ -248,10 +253,7 @@ class Tailer:
                 if lost:
                     self._reset(fresh[0].seq - 1 if fresh else page.head_seq)
                 after = self.cache_after + len(self.cache)
-                self.cache.extend(fresh)  # with cache_after, before any await: readers see both
-                added = sum(item.size for item in fresh)
-                self.cache_bytes += added
-                self.hub.cache_grew(added)
+                self._extend(fresh)  # with cache_after, before any await: readers see both
         self.earliest = page.earliest_seq
         was_deleted, self.deleted = self.deleted, page.deleted
         seen = self.cache_after + len(self.cache)
@@ -283,8 +285,7 @@ class Tailer:
         ``durable_head`` is left to reads: a fast path is only taken with no strong
         subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
         if (
-            result.trimmed
-            or self.deleted
+            self.deleted
             or self.strong_subs
             or self.cache_end != result.first_seq - 1
             or (self._task is not None and not self._task.done())
@@ -296,11 +297,8 @@ class Tailer:
             CachedRecord(Record(after + i, result.ts, r.tag, r.node, r.meta, r.data))
             for i, r in enumerate(records, 1)
         ]
-        self.cache.extend(fresh)
-        added = sum(item.size for item in fresh)
-        self.cache_bytes += added
-        self.hub.cache_grew(added)
-        self.earliest = max(self.earliest, result.earliest_seq)
+        self._extend(fresh)
+        self.earliest = max(self.earliest, result.earliest_seq)  # a trim's notice may be ahead
         self.head = max(self.head, result.last_seq)
         self._task = asyncio.create_task(self._offered(fresh, after), name=f"tailer:{self.topic}")
 

@@ -58,11 +58,9 @@ class AppendResult:
     last_seq: int
     head_seq: int
     ts: int
-    # The topic's retained start as the append saw it, and whether the append then trimmed
-    # it (a capped topic over its cap): the tailer of the process takes the records without
-    # reading them back only if nothing was trimmed.
+    # The topic's retained start as the append saw it (a cap's trim right after it is told by
+    # the trim's own NOTIFY).
     earliest_seq: int = 1
-    trimmed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +93,7 @@ WITH h AS (
               WITH ORDINALITY AS u(tag, node, meta, data, ord)
 )
 SELECT h.head_seq, h.last_ts, h.earliest_seq, h.max_records,
-       pg_notify('auditsync', CASE
+       pg_notify(%(channel)s, CASE
            WHEN %(rows)s::text IS NULL THEN 'a ' || h.head_seq || ' ' || %(topic)s
            ELSE 'r ' || h.head_seq || ' ' || h.last_ts || ' ' || h.earliest_seq || ' '
                 || %(n)s || ' ' || %(topic)s || E'\n' || %(rows)s::text
@@ -198,6 +196,7 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     # NewRecord is a tuple (data, meta, tag, node): one zip gives the four column arrays.
     datas, metas, tags, nodes = list(zip(*records, strict=True)) or ((), (), (), ())
     params = {
+        "channel": CHANNEL,
         "topic": name,
         "n": len(records),
         "rows": notify_rows(records),
@@ -211,11 +210,10 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     if row is None:
         return None
     head, ts, earliest, max_records = row[:4]
-    trimmed = max_records is not None and head - earliest + 1 > max_records
-    if trimmed:
+    if max_records is not None and head - earliest + 1 > max_records:
         async with conn.transaction():
             await trim_locked(conn, name, current_ms(), lock=True)
-    return AppendResult(name, head - len(records) + 1, head, head, ts, earliest, trimmed)
+    return AppendResult(name, head - len(records) + 1, head, head, ts, earliest)
 
 
 def notify_rows(records: list[NewRecord]) -> str | None:
