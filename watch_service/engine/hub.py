@@ -76,11 +76,11 @@ class Hub:
         if tailer is None:
             tailer = self.tailers[topic] = Tailer(self, topic)
             tailer.kick()
+        elif strong and not tailer.strong_subs:
+            tailer.kick()  # appends taken without a read left ``durable_head`` behind: read
         tailer.subs.add(wake)
         tailer.asleep.add(wake)
         tailer.strong_subs += strong
-        if strong and tailer.strong_subs == 1:
-            tailer.kick()  # appends taken without a read left ``durable_head`` behind: read
         return tailer
 
     def reread(self, topic: str) -> None:
@@ -121,24 +121,19 @@ class Hub:
                 await task
 
     def dispatch(self, payload: str, pid: int = 0) -> None:
-        """A NOTIFY from backend ``pid``. An append this process's ``Appender`` has under way
-        on that backend is skipped: the appender hands its records to the tailer itself
-        (``appended``). An append that carries its records is offered to the tailer as they
-        are (``Tailer.offer``, which reads only if it cannot take them)."""
-        if payload.startswith("r "):
-            header = payload[: payload.find("\n")]
-            topic = header.rsplit(" ", 1)[1]
-            tailer = self.tailers.get(topic)
-            if tailer is not None and (pid, topic) not in self.own_appends:
-                tailer.offer(*topics.parse_notice(payload))
-            return
-        kind, head, topic = payload.split(" ", 2)
+        """A NOTIFY from backend ``pid`` (its kinds: ``store.topics``). An append this
+        process's ``Appender`` has under way on that backend is skipped: the appender hands
+        its records to the tailer itself (``appended``). An append that carries its records is
+        offered to the tailer as they are (``Tailer.offer``, which reads only if it cannot take
+        them)."""
+        header = payload.partition("\n")[0].split(" ")
+        kind, head, topic = header[0], header[1], header[-1]
         tailer = self.tailers.get(topic)
-        if tailer is None:
+        if tailer is None or (kind in ("a", "r") and (pid, topic) in self.own_appends):
             return
-        if kind == "a" and (pid, topic) in self.own_appends:
-            return
-        if kind == "a":
+        if kind == "r":
+            tailer.offer(*topics.parse_notice(payload))
+        elif kind == "a":
             tailer.kick(int(head))
         elif kind == "t":
             tailer.on_trimmed(int(head))
