@@ -109,21 +109,13 @@ class WatchStream:
         which counts the record frames). The fan-out's hot path: kept to the checks it needs."""
         t = self.transport
         out = None
-        if (
-            self.ending is None
-            and t is not None
-            and not t.is_closing()
-            and t.get_write_buffer_size() <= HIGH_WATER
-        ):
+        if self.ending is None and t is not None and not t.is_closing() and not self._full():
             if (
                 self.chunked
                 and len(shared) == 1
                 and self.state.pushed_solo(topic, after, shared[0], upto)
             ):
-                data = shared[0].solo_wire(http_chunk)  # the same bytes for every such stream
-                t.write(data)
-                self.sent += len(data)
-                self.last_write = time.monotonic()
+                self._write(t, shared[0].solo_wire(http_chunk))  # the same bytes for every stream
                 return True
             out = self.state.pushed(topic, after, shared, upto, head)
         if out is None:
@@ -305,7 +297,10 @@ class WatchStream:
         t = self.transport
         if self.ending is not None or t is None or t.is_closing():
             raise StreamEnded(self.ending or "disconnected")
-        data = http_chunk(payload) if self.chunked else payload
+        self._write(t, http_chunk(payload) if self.chunked else payload)
+
+    def _write(self, t: asyncio.Transport, data: bytes) -> None:
+        """``data``, framed for the wire, to ``t`` (checked open by the caller)."""
         t.write(data)
         self.sent += len(data)
         self.last_write = time.monotonic()
