@@ -100,6 +100,12 @@ SET_REMAINING = """UPDATE reconcile_summary SET remaining = %s, example_seqs = %
                     WHERE run_id = %s AND consumer = %s AND topic = %s AND status = %s"""
 
 
+def _dicts(cur: Any) -> list[dict[str, Any]]:
+    """A cursor's rows as dicts by column name."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
 def _execute(conn: Any, sql: str, params: Any = None) -> Any:
     cur = conn.cursor()
     cur.execute(sql, params)
@@ -152,16 +158,12 @@ def latest_run_since(conn: Any, since: Any) -> str | None:
 
 def recent_runs(conn: Any, limit: int = 20) -> list[dict[str, Any]]:
     """Newest runs first: one dict per (run, consumer, topic, status) with its net count."""
-    cur = _execute(conn, RECENT_RUNS, {"limit": limit})
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return _dicts(_execute(conn, RECENT_RUNS, {"limit": limit}))
 
 
 def consumer_progress(conn: Any, limit: int = 500) -> list[dict[str, Any]]:
     """(consumer, topic, reconciled_through, head_seq, recorded_at) per consumer and topic."""
-    cur = _execute(conn, CONSUMER_PROGRESS, {"limit": limit})
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return _dicts(_execute(conn, CONSUMER_PROGRESS, {"limit": limit}))
 
 
 def run_summary(conn: Any, run_id: str) -> list[tuple]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from . import chart
-from .report import Filters, Lag, Page, TopicState, choices, run_points, select, topic_states
+from .report import Filters, Lag, Page, TopicState, choices, paginate, run_points, topic_states
 from .runs import TopicLine
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
@@ -64,55 +64,60 @@ def _filters(lines: Sequence[TopicLine], filters: Filters) -> str:
     )
 
 
+def _none_yet(what: str) -> str:
+    return f'<p class="muted">no {what} reconciled yet</p>'
+
+
+def _grid(table_id: str, head: str, rows: Sequence[str]) -> str:
+    """A ``grid`` table: ``head`` its heading cells, ``rows`` its ``<tr>`` rows."""
+    body = "\n".join(rows)
+    return (
+        f'<table id="{table_id}" class="grid"><thead><tr>{head}</tr></thead>'
+        f"<tbody>\n{body}\n</tbody></table>"
+    )
+
+
+def _card(s: TopicState) -> str:
+    line = s.line
+    return (
+        f'<li class="card v-{_e(s.verdict)}" data-verdict="{_e(s.verdict)}">'
+        f'<div class="card-head"><b>{_e(s.topic)}</b> '
+        f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
+        f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
+        f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
+        f"{line.defects_left} left</div></li>"
+    )
+
+
 def _glance(states: Sequence[TopicState]) -> str:
     if not states:
-        return '<p class="muted">no topic reconciled yet</p>'
-    cards = []
-    for s in states:
-        line = s.line
-        cards.append(
-            f'<li class="card v-{_e(s.verdict)}" data-verdict="{_e(s.verdict)}">'
-            f'<div class="card-head"><b>{_e(s.topic)}</b> '
-            f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
-            f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
-            f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
-            f"{line.defects_left} left</div></li>"
-        )
-    return f'<ul id="topics" class="cards">{"".join(cards)}</ul>'
+        return _none_yet("topic")
+    return f'<ul id="topics" class="cards">{"".join(_card(s) for s in states)}</ul>'
 
 
 def _num(value: int | None) -> str:
     return "–" if value is None else str(value)
 
 
+LAG_HEADINGS = ("consumer / topic", "head", "sink at", "sink behind", "reconciled", "unreconciled")
+
+
+def _lag_row(lag: Lag) -> str:
+    behind = lag.sink_behind
+    cls = ' class="warn"' if behind else ""
+    return (
+        f'<tr><td>{_e(lag.consumer)}<div class="muted">{_e(lag.topic)}</div></td>'
+        f"<td>{_num(lag.head)}</td><td>{_num(lag.sink_cursor)}</td>"
+        f"<td{cls}>{_num(behind)}</td><td>{lag.reconciled_through}</td>"
+        f"<td>{_num(lag.unreconciled)}</td></tr>"
+    )
+
+
 def _lags(lags: Sequence[Lag]) -> str:
     if not lags:
-        return '<p class="muted">no consumer reconciled yet</p>'
-    rows = []
-    for lag in lags:
-        behind = lag.sink_behind
-        cls = ' class="warn"' if behind else ""
-        rows.append(
-            f'<tr><td>{_e(lag.consumer)}<div class="muted">{_e(lag.topic)}</div></td>'
-            f"<td>{_num(lag.head)}</td><td>{_num(lag.sink_cursor)}</td>"
-            f"<td{cls}>{_num(behind)}</td><td>{lag.reconciled_through}</td>"
-            f"<td>{_num(lag.unreconciled)}</td></tr>"
-        )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "consumer / topic",
-            "head",
-            "sink at",
-            "sink behind",
-            "reconciled",
-            "unreconciled",
-        )
-    )
-    return (
-        f'<table id="lags" class="grid"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
+        return _none_yet("consumer")
+    head = "".join(f"<th>{h}</th>" for h in LAG_HEADINGS)
+    return _grid("lags", head, [_lag_row(lag) for lag in lags])
 
 
 def _count_cell(line: TopicLine, name: str) -> str:
@@ -137,10 +142,7 @@ def _runs_table(page: Page) -> str:
         )
     if not body:
         body.append(f'<tr><td colspan="{3 + len(NUMBERS)}">no reconciliation runs yet</td></tr>')
-    return (
-        f'<table id="runs" class="grid"><thead><tr>{head}</tr></thead>'
-        f"<tbody>\n{chr(10).join(body)}\n</tbody></table>"
-    )
+    return _grid("runs", head, body)
 
 
 def _pager(page: Page, filters: Filters) -> str:
@@ -167,7 +169,7 @@ def render_page(
     """The whole page; ``lines`` newest run first, unfiltered (the filters choose from them)."""
     filters = filters or Filters()
     kept = [line for line in lines if filters.keeps(line)]
-    page = select(lines, filters)
+    page = paginate(kept, filters.page)
     docs = (
         '<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
         if docs_available

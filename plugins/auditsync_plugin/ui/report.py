@@ -97,10 +97,14 @@ class Lag:
 
 def select(lines: Sequence[TopicLine], filters: Filters, size: int = PAGE_SIZE) -> Page:
     """The lines ``filters`` keeps, cut to its page (a page past the end shows the last)."""
-    kept = [line for line in lines if filters.keeps(line)]
+    return paginate([line for line in lines if filters.keeps(line)], filters.page, size)
+
+
+def paginate(kept: Sequence[TopicLine], number: int, size: int = PAGE_SIZE) -> Page:
+    """Page ``number`` of ``kept`` (already filtered; a page past the end shows the last)."""
     pages = max(1, math.ceil(len(kept) / size))
-    number = min(filters.page, pages)
-    return Page(kept[(number - 1) * size : number * size], number, pages, len(kept))
+    number = min(number, pages)
+    return Page(list(kept[(number - 1) * size : number * size]), number, pages, len(kept))
 
 
 def verdict(line: TopicLine) -> str:
