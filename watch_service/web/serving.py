@@ -181,9 +181,8 @@ async def serve(
         shutdown_timeout=shutdown_timeout,
     )
     await runner.setup()
-    # What start-up built lives until shutdown: out of the collector's way for good, so a full
-    # collection walks only what streams and requests made since (a pause every ten thousand
-    # allocations otherwise grows with everything the process ever imported).
+    # What start-up built (modules, the app, the pool) lives until shutdown: out of the
+    # collector's way for good, so a full collection walks only what was made since.
     gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
