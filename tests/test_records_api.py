@@ -101,6 +101,32 @@ async def test_record_shape_round_trips(service, http, topic):
     ) == (topic, 0, 6, 6, 1)
 
 
+async def test_the_append_separators_in_tags_and_data_round_trip(service, http, topic):
+    """The store sends a batch as one text with fields split by \\x1f and records by \\x1e;
+    data and meta hold those only escaped, but a tag may hold them raw: such a batch goes as
+    arrays instead, and both ways store exactly what was sent."""
+    plain = [{"data": {"s": "a\u001eb\u001fc"}, "meta": {"m": "\u001f"}, "tag": "ok", "node": "n"}]
+    odd = [
+        {"data": 1, "tag": "a\u001eb"},
+        {"data": 2, "tag": "\u001f", "node": "n"},
+        {"data": 3, "tag": "tab\there", "meta": {"x": 1}},
+        {"data": 4},
+    ]
+    for batch in (plain, odd):
+        status, body = await post(http, service, topic, batch)
+        assert status == 200, body
+    records = (await read(http, service, topic))["records"]
+    assert [
+        (r["$seq"], r.get("$tag"), r.get("$node"), r.get("meta"), r["data"]) for r in records
+    ] == [
+        (1, "ok", "n", {"m": "\u001f"}, {"s": "a\u001eb\u001fc"}),
+        (2, "a\u001eb", None, None, 1),
+        (3, "\u001f", "n", None, 2),
+        (4, "tab\there", None, {"x": 1}, 3),
+        (5, None, None, None, 4),
+    ]
+
+
 async def test_paging_with_from_seq_and_limit(service, http, topic):
     await post(http, service, topic, [{"data": i} for i in range(25)])
     seen, cursor = [], 0

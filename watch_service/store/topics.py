@@ -76,8 +76,18 @@ class ReadResult:
 
 _TOPIC_COLS = "name, head_seq, earliest_seq, max_records, ttl_ms, created_at"
 
-# The arrays go in binary format ("b" placeholders): psycopg's text-format array dumper
-# escapes every element with a regex, which cost more than the rest of a 100-record append.
+# The records travel as one text parameter: fields joined by \x1f, records by \x1e, NULL as
+# ''. data and meta are compact JSON, where a control character is always escaped; a node is
+# printable; an empty tag, node or meta is not valid. A tag holding a separator is the one
+# case that cannot be split back: such a batch goes as four binary text arrays instead
+# (psycopg's array dumper costs ~1 us a record in Python, the split ~0.1 us).
+SEPARATED_ROWS = """(SELECT nullif(split_part(r, E'\\x1f', 1), '') AS tag,
+               nullif(split_part(r, E'\\x1f', 2), '') AS node,
+               nullif(split_part(r, E'\\x1f', 3), '') AS meta,
+               split_part(r, E'\\x1f', 4) AS data, ord
+          FROM string_to_table(%(records)s, E'\\x1e') WITH ORDINALITY AS s(r, ord)) AS u"""
+ARRAY_ROWS = """unnest(%(tags)b::text[], %(nodes)b::text[], %(metas)b::text[], %(datas)b::text[])
+              WITH ORDINALITY AS u(tag, node, meta, data, ord)"""
 _APPEND = """
 WITH h AS (
     UPDATE topics
@@ -89,17 +99,18 @@ WITH h AS (
     INSERT INTO records (topic, seq, ts, tag, node, meta, data)
     SELECT %(topic)s, h.head_seq - %(n)s + u.ord, h.last_ts, u.tag, u.node,
            u.meta::json, u.data::json
-      FROM h, unnest(%(tags)b::text[], %(nodes)b::text[], %(metas)b::text[], %(datas)b::text[])
-              WITH ORDINALITY AS u(tag, node, meta, data, ord)
+      FROM h, {rows}
 )
 SELECT h.head_seq, h.last_ts, h.earliest_seq, h.max_records,
        pg_notify(%(channel)s, CASE
-           WHEN %(rows)s::text IS NULL THEN 'a ' || h.head_seq || ' ' || %(topic)s
+           WHEN %(notice)s::text IS NULL THEN 'a ' || h.head_seq || ' ' || %(topic)s
            ELSE 'r ' || h.head_seq || ' ' || h.last_ts || ' ' || h.earliest_seq || ' '
-                || %(n)s || ' ' || %(topic)s || E'\n' || %(rows)s::text
+                || %(n)s || ' ' || %(topic)s || E'\\n' || %(notice)s::text
        END)
   FROM h
 """
+_APPEND_SEPARATED = _APPEND.format(rows=SEPARATED_ROWS)
+_APPEND_ARRAYS = _APPEND.format(rows=ARRAY_ROWS)
 
 _READ = """
 SELECT t.head_seq, t.earliest_seq, r.seq, r.ts, r.tag, r.node, r.meta::text, r.data::text
@@ -193,19 +204,24 @@ async def append(conn: AsyncConnection, name: str, records: list[NewRecord]) -> 
     One statement in autocommit: the batch is all there or not at all. A capped topic over its
     cap is trimmed right after, in its own transaction.
     """
-    # NewRecord is a tuple (data, meta, tag, node): one zip gives the four column arrays.
-    datas, metas, tags, nodes = list(zip(*records, strict=True)) or ((), (), (), ())
     params = {
         "channel": CHANNEL,
         "topic": name,
         "n": len(records),
-        "rows": notify_rows(records),
-        "tags": list(tags),
-        "nodes": list(nodes),
-        "metas": list(metas),
-        "datas": list(datas),
+        "notice": notify_rows(records),
     }
-    cur = await conn.execute(_APPEND, params)
+    statement = _APPEND_SEPARATED
+    text = "\x1e".join(
+        [f"{r.tag or ''}\x1f{r.node or ''}\x1f{r.meta or ''}\x1f{r.data}" for r in records]
+    )
+    if text.count("\x1f") == 3 * len(records) and text.count("\x1e") == len(records) - 1:
+        params["records"] = text
+    else:  # a tag holds a separator
+        # NewRecord is a tuple (data, meta, tag, node): one zip gives the four column arrays.
+        datas, metas, tags, nodes = (list(c) for c in zip(*records, strict=True))
+        params.update(tags=tags, nodes=nodes, metas=metas, datas=datas)
+        statement = _APPEND_ARRAYS
+    cur = await conn.execute(statement, params)
     row = await cur.fetchone()
     if row is None:
         return None
