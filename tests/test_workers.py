@@ -22,6 +22,7 @@ import pytest
 
 from tests.support import ServiceProcess, free_port, run_cli, unique, wait_for
 from tests.watch import wire
+from watch_service.engine.relay import owner_of
 from watch_service.serve import MULTIPROC_ENV, WORKER_HEADER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pg]
@@ -156,6 +157,37 @@ async def test_a_writer_on_one_worker_and_watchers_on_both_see_every_seq_once_in
     finally:
         for s in streams:
             s.close()
+
+
+async def relayed_total(client: Pinned) -> float:
+    async with client.session.get(f"{client.url}/metrics") as r:
+        text = await r.text()
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("auditsync_appends_relayed_total")
+    )
+
+
+async def test_writers_on_both_workers_share_the_owners_groups(clients):
+    """Appends to a topic through the worker that does not own it are sent to the owner
+    (engine/relay.py): every request keeps its own range, the ranges tile the topic, and the
+    metric counts exactly the requests the other worker took."""
+    topic = unique("w.t")
+    owner = str(owner_of(topic, 2))
+    on_owner, on_other = await clients(owner), await clients("1" if owner == "0" else "0")
+    await on_owner.call("PUT", f"/v0/topics/{topic}", json={})
+    before = await relayed_total(on_owner)
+    calls = [
+        client.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": i}] * n})
+        for i in range(6)
+        for client, n in ((on_owner, 1), (on_other, 2))
+    ]
+    results = await asyncio.gather(*calls)
+    seqs = sorted(s for r in results for s in range(r["first_seq"], r["last_seq"] + 1))
+    assert seqs == list(range(1, 19))
+    assert [r["last_seq"] - r["first_seq"] + 1 for r in results] == [1, 2] * 6
+    assert await relayed_total(on_owner) - before == 6
 
 
 SHUTDOWN_FRAME = wire.frame(

@@ -42,7 +42,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from watch_service.settings import Settings
 
@@ -66,12 +66,13 @@ def worker_environment(base: Mapping[str, str], metrics_dir: str) -> dict[str, s
     return {**base, MULTIPROC_ENV: metrics_dir}
 
 
-def worker_command(index: int, ready_fd: int, settings_file: str) -> list[str]:
+def worker_command(index: int, workers: int, ready_fd: int, settings_file: str) -> list[str]:
     return [
         sys.executable,
         "-m",
         "watch_service.serve",
         f"--index={index}",
+        f"--workers={workers}",
         f"--ready-fd={ready_fd}",
         f"--settings-file={settings_file}",
     ]
@@ -122,7 +123,7 @@ class Supervisor:
             read_fd, write_fd = os.pipe()
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *worker_command(index, write_fd, self.settings_file),
+                    *worker_command(index, self.count, write_fd, self.settings_file),
                     env=dict(env),
                     pass_fds=(write_fd,),
                     preexec_fn=_die_with_parent,
@@ -220,13 +221,27 @@ def supervise(workers: int, settings: Settings, db_url: str) -> int:
 
 
 # -- the worker ------------------------------------------------------------------------------
-async def _worker(index: int, ready_fd: int, settings: Settings, db_url: str) -> None:
+async def _worker(
+    index: int, workers: int, ready_fd: int, settings: Settings, db_url: str, folder: str
+) -> None:
     from aiohttp import web
 
     from watch_service.app import create_app
+    from watch_service.engine.relay import AppendRelay
+    from watch_service.web.app_keys import APPENDER, METRICS
     from watch_service.web.serving import serve
 
     app = create_app(settings, db_url)
+
+    async def relay_ctx(app: web.Application) -> AsyncIterator[None]:
+        # Appends go to each topic's owner worker (engine/relay.py), over the private folder.
+        relay = AppendRelay(app[APPENDER], index, workers, folder)
+        relay.on_forward = app[METRICS].appends_relayed.inc
+        await relay.start()
+        app[APPENDER].relay = relay
+        yield
+        app[APPENDER].relay = None
+        await relay.aclose()
 
     async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers[WORKER_HEADER] = str(index)
@@ -236,6 +251,7 @@ async def _worker(index: int, ready_fd: int, settings: Settings, db_url: str) ->
         os.close(ready_fd)
 
     app.on_response_prepare.append(name_worker)
+    app.cleanup_ctx.append(relay_ctx)
     await serve(app, settings, reuse_port=True, on_listening=listening)
 
 
@@ -246,6 +262,7 @@ def worker_main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="auditsync-worker")
     parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
     parser.add_argument("--settings-file", required=True)
     args = parser.parse_args(argv)
@@ -253,7 +270,8 @@ def worker_main(argv: list[str] | None = None) -> int:
         settings, db_url = pickle.load(f)
     logs.configure(settings.log_format, worker=args.index)
     settings = worker_settings(settings, args.index)
-    uvloop.run(_worker(args.index, args.ready_fd, settings, db_url))
+    folder = os.path.dirname(args.settings_file)  # the supervisor's private folder
+    uvloop.run(_worker(args.index, args.workers, args.ready_fd, settings, db_url, folder))
     return 0
 
 

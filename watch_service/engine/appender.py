@@ -11,7 +11,8 @@ against 151-171 k with two.)
 
 Each committed statement is told to ``committed`` (the process's ``Hub``): the topic's tailer
 then takes the records as they were sent, without waiting for the ``NOTIFY`` and reading them
-back.
+back. Under ``serve --workers N`` a request for a topic another worker owns goes to that
+worker's groups (``relay``, engine/relay.py); ``submit`` is where both kinds join a group.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import AsyncConnection
@@ -26,6 +28,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from watch_service.protocol.requests import NewRecord
 from watch_service.store import topics as store
+
+if TYPE_CHECKING:
+    from watch_service.engine.relay import AppendRelay
 
 MAX_GROUP_RECORDS = 5000
 MAX_GROUP_BYTES = 16 * 1024 * 1024
@@ -51,6 +56,7 @@ class Appender:
         # process's own append, which ``committed`` hears of (``Hub.dispatch`` skips it).
         self.in_flight: set[tuple[int, str]] = set()
         self.uncertain: Callable[[str], None] | None = None  # told of a statement that failed
+        self.relay: AppendRelay | None = None  # set under ``serve --workers N``
 
     async def _append(
         self, conn: AsyncConnection, topic: str, records: list[NewRecord]
@@ -73,6 +79,14 @@ class Appender:
         return result
 
     async def append(self, topic: str, records: list[NewRecord]) -> store.AppendResult | None:
+        """Append ``records`` to ``topic`` in one of this process's groups, or in the group of
+        the worker that owns the topic (``relay``)."""
+        if self.relay is not None and (owner := await self.relay.owner(topic)) is not None:
+            return await self.relay.forward(owner, topic, records)
+        return await self.submit(topic, records)
+
+    def submit(self, topic: str, records: list[NewRecord]) -> asyncio.Future:
+        """Queue ``records`` for ``topic`` here; the future gets the result."""
         size = sum(len(r.data) + len(r.meta or "") for r in records)
         pending = _Pending(records, size, asyncio.get_running_loop().create_future())
         queue = self.queues.get(topic)
@@ -83,7 +97,7 @@ class Appender:
             task.add_done_callback(self._drains.discard)
         else:
             queue.append(pending)
-        return await pending.future
+        return pending.future
 
     async def _drain(self, topic: str, queue: list[_Pending]) -> None:
         """Commit the topic's queued requests, group after group, on one pooled connection

@@ -66,6 +66,11 @@ class Metrics:
             registry=r,
         )
         self.appends = Counter("auditsync_appends", "append requests committed", registry=r)
+        self.appends_relayed = Counter(
+            "auditsync_appends_relayed",
+            "append requests sent to the worker that owns their topic (serve --workers N)",
+            registry=r,
+        )
         self.records_appended = Counter(
             "auditsync_records_appended", "records appended", registry=r
         )
