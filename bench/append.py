@@ -6,7 +6,9 @@ then measures, each as the median of several repeats on a fresh topic:
 
 * HTTP, single-record requests, from CLIENTS concurrent clients (one connection each);
 * HTTP, 100-record batches, from CLIENTS concurrent clients, to one topic (the target figure),
-  then spread over CLIENTS topics, then against a twin service with synchronous_commit=off;
+  then spread over CLIENTS topics, then against a twin service with synchronous_commit=off
+  (each service runs only for its own stages: an idle one's LISTEN connections would be woken
+  by every commit of the other);
 * the floors, in the same run against the same server: psycopg ``COPY`` of the same rows into a
   scratch table shaped like ``records``, and single-row autocommit ``INSERT``s from one
   connection (what one writer without the service gets).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -32,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,9 +119,9 @@ class CpuMeter:
 
     TICK = os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, service_pids: dict[str, int], postmaster_pid: int) -> None:
-        self.service_pids, self.postmaster_pid = service_pids, postmaster_pid
-        self.service = "sync"  # which service the current stage drives
+    def __init__(self, postmaster_pid: int) -> None:
+        self.postmaster_pid = postmaster_pid
+        self.service_pid = 0  # the service the current stage drives (0: none runs)
 
     @classmethod
     def _stat(cls, pid: int) -> list[str]:
@@ -134,14 +137,14 @@ class CpuMeter:
 
     def sample(self) -> tuple[float, float, float]:
         """CPU seconds so far of (the service and its workers, PostgreSQL, this process)."""
-        service = self.service_pids[self.service]
-        pg, svc = self._cpu(self.postmaster_pid), self._cpu(service)
+        service = self.service_pid
+        pg, svc = self._cpu(self.postmaster_pid), self._cpu(service) if service else 0.0
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 fields = self._stat(int(entry))
                 if fields and int(fields[1]) == self.postmaster_pid:
                     pg += self._cpu(int(entry))
-                elif fields and int(fields[1]) == service:
+                elif service and fields and int(fields[1]) == service:
                     svc += self._cpu(int(entry))
         own = os.times()
         return svc, pg, own.user + own.system
@@ -149,13 +152,23 @@ class CpuMeter:
 
 class Bench:
     def __init__(
-        self, services: dict[str, str], db_url: str, repeats: int, scale: float, cpu: CpuMeter
+        self,
+        start_service: Callable[[str], ServiceProcess],
+        db_url: str,
+        repeats: int,
+        scale: float,
+        cpu: CpuMeter,
     ) -> None:
-        self.services, self.db_url, self.repeats, self.cpu = services, db_url, repeats, cpu
-        self.url = services["sync"]
+        self.start_service, self.db_url, self.repeats, self.cpu = (
+            start_service,
+            db_url,
+            repeats,
+            cpu,
+        )
+        self.url = ""
         self.cpu_per_record: tuple[float, float, float] = (0.0, 0.0, 0.0)
-        self.single_requests = int(2000 * scale)  # per repeat, across all clients
-        self.batched_records = int(60_000 * scale)
+        self.single_requests = int(4000 * scale)  # per repeat, across all clients
+        self.batched_records = int(150_000 * scale)
         self.copy_rows = int(200_000 * scale)
         self.autocommit_rows = int(3000 * scale)
         self.topic_no = 0
@@ -167,12 +180,21 @@ class Bench:
             assert r.status == 201, await r.text()
         return name
 
-    async def http_append(
-        self, per_request: int, total_records: int, topics: int = 1, service: str = "sync"
-    ) -> float:
+    @contextlib.contextmanager
+    def service(self, synchronous_commit: str) -> Iterator[None]:
+        """The service runs for the stages that drive it, alone: an idle twin's LISTEN
+        connections would be woken by every commit of the measured one."""
+        service = self.start_service(synchronous_commit)
+        self.url, self.cpu.service_pid = service.url, service.pid
+        try:
+            yield
+        finally:
+            self.url, self.cpu.service_pid = "", 0
+            service.stop()
+
+    async def http_append(self, per_request: int, total_records: int, topics: int = 1) -> float:
         """records/s with CLIENTS clients, each on its own kept-alive connection, posting
         pre-encoded requests to one topic (or spread over ``topics`` topics)."""
-        self.url, self.cpu.service = self.services[service], service
         requests_per_client = max(1, total_records // per_request // CLIENTS)
         bodies = [
             orjson.dumps({"records": [record(i * per_request + j) for j in range(per_request)]})
@@ -223,7 +245,6 @@ class Bench:
             for r in map(record, range(1024))
         ]
         ts = time.time_ns() // 1_000_000
-        self.cpu.service = "sync"  # idle during COPY: shows as ~0
         async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
             await conn.execute(f"CREATE TABLE {table} (LIKE records INCLUDING ALL)")
             try:
@@ -252,7 +273,6 @@ class Bench:
         self.topic_no += 1
         data = orjson.dumps(record(0)["data"]).decode()
         ts = time.time_ns() // 1_000_000
-        self.cpu.service = "sync"
         async with await psycopg.AsyncConnection.connect(self.db_url, autocommit=True) as conn:
             await conn.execute(f"CREATE TABLE {table} (LIKE records INCLUDING ALL)")
             try:
@@ -294,32 +314,34 @@ class Bench:
         return median
 
     async def run(self) -> dict[str, float]:
-        return {
-            "single": await self.measure(
+        results = {}
+        with self.service("on"):
+            results["single"] = await self.measure(
                 f"HTTP single-record x{CLIENTS} clients",
                 lambda: self.http_append(1, self.single_requests),
-            ),
-            "batched": await self.measure(
+            )
+            results["batched"] = await self.measure(
                 f"HTTP {BATCH}-record batches x{CLIENTS} clients",
                 lambda: self.http_append(BATCH, self.batched_records),
-            ),
+            )
             # the same over CLIENTS topics: how much the per-topic head lock (L1) costs
-            "batched_spread": await self.measure(
+            results["batched_spread"] = await self.measure(
                 f"  same, over {CLIENTS} topics",
                 lambda: self.http_append(BATCH, self.batched_records, topics=CLIENTS),
-            ),
-            "batched_async": await self.measure(
+            )
+        with self.service("off"):
+            results["batched_async"] = await self.measure(
                 "  same, synchronous_commit=off",
-                lambda: self.http_append(BATCH, self.batched_records, service="async"),
-            ),
-            "copy": await self.measure(
-                "floor: psycopg COPY (one connection)", lambda: self.copy(self.copy_rows)
-            ),
-            "autocommit": await self.measure(
-                "floor: single-row autocommit INSERT",
-                lambda: self.autocommit(self.autocommit_rows),
-            ),
-        }
+                lambda: self.http_append(BATCH, self.batched_records),
+            )
+        results["copy"] = await self.measure(
+            "floor: psycopg COPY (one connection)", lambda: self.copy(self.copy_rows)
+        )
+        results["autocommit"] = await self.measure(
+            "floor: single-row autocommit INSERT",
+            lambda: self.autocommit(self.autocommit_rows),
+        )
+        return results
 
 
 def report(results: dict[str, float]) -> bool:
@@ -388,30 +410,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = cluster.start()
         migrate(url)
-        for commit in ("on", "off"):
-            services.append(
-                ServiceProcess(
-                    url,
-                    log_path=base / f"service-{commit}.log",
-                    workers=args.workers,
-                    env={
-                        "AUDITSYNC_RETENTION_INTERVAL_S": "3600",
-                        "AUDITSYNC_SYNCHRONOUS_COMMIT": commit,
-                    },
-                ).start(timeout=60)
+
+        def start_service(commit: str) -> ServiceProcess:
+            log_path = base / f"service-{commit}.log"
+            service = ServiceProcess(
+                url,
+                log_path=log_path,
+                workers=args.workers,
+                env={
+                    "AUDITSYNC_RETENTION_INTERVAL_S": "3600",
+                    "AUDITSYNC_SYNCHRONOUS_COMMIT": commit,
+                },
             )
+            services.append(service)
+            service.start(timeout=60)
             if args.workers > 1:  # listening means one worker is; the supervisor logs all
-                log_path = base / f"service-{commit}.log"
                 deadline = time.monotonic() + 60
                 while f"with {args.workers} workers" not in log_path.read_text():
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"not all workers started (log: {log_path})")
                     time.sleep(0.1)
-        sync, async_ = services
+            return service
+
         print(
-            f"append benchmark: PostgreSQL :{cluster.port}, service {sync.url} "
-            f"(pid {sync.proc.pid}; synchronous_commit=off twin pid {async_.proc.pid}), "
-            f"{args.workers} worker(s) each, {os.cpu_count()} CPUs"
+            f"append benchmark: PostgreSQL :{cluster.port}; the service (then its "
+            f"synchronous_commit=off twin) with {args.workers} worker(s), {os.cpu_count()} CPUs"
         )
         print("  load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
         fsync_ms = fsync_latency_ms(base)
@@ -422,11 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
         bench = Bench(
-            {"sync": sync.url, "async": async_.url},
-            url,
-            args.repeats,
-            0.1 if args.quick else 1.0,
-            CpuMeter({"sync": sync.pid, "async": async_.pid}, postmaster),
+            start_service, url, args.repeats, 0.1 if args.quick else 1.0, CpuMeter(postmaster)
         )
         results = uvloop.run(bench.run())
         report(results)
