@@ -39,6 +39,8 @@ async def read_json_body(request: web.Request) -> bytes:
             f"body of {request.content_length} bytes is over the limit of {limit} bytes"
         )
     try:
+        if request.content.is_eof():  # it came with the header: nothing to wait for
+            return await request.read()
         async with asyncio.timeout(settings.body_timeout_s):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
