@@ -5,7 +5,9 @@ connection and tailers) on a socket bound with ``SO_REUSEPORT``, so the kernel s
 connections over the workers; sessions live in PostgreSQL, so any worker serves any stream.
 Every response of a worker carries ``X-Auditsync-Worker: <index>`` so an operator (and the
 tests) can see which worker answered; ``--workers 1`` runs the app in the one process, as
-before. The gRPC surfaces (SpiceDB, Permify), when enabled, are served by worker 0 alone.
+before. The gRPC surfaces (SpiceDB, Permify), when enabled, are served by worker 0 alone. A
+topic's appends are committed by the worker that owns it (``engine/relay``); the workers reach
+each other over Unix sockets in the supervisor's private folder.
 
 The supervisor (``supervise``):
 
