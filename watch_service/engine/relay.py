@@ -72,11 +72,13 @@ class _Frames(asyncio.Protocol):
             (size,) = _LEN.unpack_from(buf)
             if size > MAX_FRAME_BYTES:
                 log.error("append relay: a frame of %d bytes; closing the connection", size)
-                self.transport.close()
+                if self.transport is not None:
+                    self.transport.close()
                 return
             if len(buf) < 4 + size:
                 return
-            items = orjson.loads(memoryview(buf)[4 : 4 + size])
+            with memoryview(buf) as view:
+                items = orjson.loads(view[4 : 4 + size])
             del buf[: 4 + size]
             self.received(items)
 
@@ -176,9 +178,10 @@ class AppendRelay:
 
     def _replies(self, items: list) -> None:
         for rid, result in items:
-            topic, future = self.waiting.pop(rid, (None, None))
-            if future is None or future.done():
+            waiting = self.waiting.pop(rid, None)
+            if waiting is None or waiting[1].done():
                 continue
+            topic, future = waiting
             if result is None:
                 future.set_result(None)
             elif isinstance(result, dict):
