@@ -102,9 +102,17 @@ async def clients(two_workers):
         await client.close()
 
 
+def owned_by(worker: str, prefix: str = "w.t") -> str:
+    """A new topic name whose appends worker ``worker`` commits (engine/relay.py), so a
+    pinned writer's connection stays where it is (web/handoff.py)."""
+    while str(owner_of(topic := unique(prefix), 2)) != worker:
+        pass
+    return topic
+
+
 async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
     w0, w1 = await clients("0"), await clients("1")
-    topic = unique("w.t")
+    topic = owned_by("0")
     await w0.call("PUT", f"/v0/topics/{topic}", json={})
     await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
     created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
@@ -123,7 +131,7 @@ async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
 
 
 async def open_live_streams(clients: list[Pinned]) -> tuple[str, list[wire.Stream]]:
-    topic = unique("w.t")
+    topic = owned_by(clients[0].worker)
     await clients[0].call("PUT", f"/v0/topics/{topic}", json={})
     streams = []
     for client in clients:
@@ -159,35 +167,160 @@ async def test_a_writer_on_one_worker_and_watchers_on_both_see_every_seq_once_in
             s.close()
 
 
-async def relayed_total(client: Pinned) -> float:
-    async with client.session.get(f"{client.url}/metrics") as r:
+async def series_total(url: str, name: str) -> float:
+    """The value of counter ``name`` summed over both workers, as /metrics exposes it."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
         text = await r.text()
-    return sum(
-        float(line.split()[-1])
-        for line in text.splitlines()
-        if line.startswith("auditsync_appends_relayed_total")
-    )
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
-async def test_writers_on_both_workers_share_the_owners_groups(clients):
+async def relayed_total(client: Pinned) -> float:
+    return await series_total(client.url, "auditsync_appends_relayed_total")
+
+
+async def test_writers_on_both_workers_share_the_owners_groups(two_workers, clients):
     """Appends to a topic through the worker that does not own it are sent to the owner
     (engine/relay.py): every request keeps its own range, the ranges tile the topic, and the
-    metric counts exactly the requests the other worker took."""
-    topic = unique("w.t")
-    owner = str(owner_of(topic, 2))
-    on_owner, on_other = await clients(owner), await clients("1" if owner == "0" else "0")
-    await on_owner.call("PUT", f"/v0/topics/{topic}", json={})
-    before = await relayed_total(on_owner)
-    calls = [
-        client.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": i}] * n})
-        for i in range(6)
-        for client, n in ((on_owner, 1), (on_other, 2))
-    ]
-    results = await asyncio.gather(*calls)
-    seqs = sorted(s for r in results for s in range(r["first_seq"], r["last_seq"] + 1))
-    assert seqs == list(range(1, 19))
-    assert [r["last_seq"] - r["first_seq"] + 1 for r in results] == [1, 2] * 6
-    assert await relayed_total(on_owner) - before == 6
+    metric counts exactly the requests the other worker took. (Chunked bodies keep that
+    connection on its worker: see the hand-off tests below.)"""
+    topic = owned_by("1")
+    on_owner = await clients("1")
+    on_other = await RawConnection.to_worker(two_workers.port, "0")
+    try:
+        await on_owner.call("PUT", f"/v0/topics/{topic}", json={})
+        before = await relayed_total(on_owner)
+
+        async def via_other() -> list[dict]:
+            bodies = []
+            for i in range(6):
+                on_other.send(append_request(topic, i, records=2, chunked=True))
+                worker, status, body = await on_other.answer()
+                assert (worker, status) == ("0", 200)
+                bodies.append(body)
+            return bodies
+
+        async def via_owner() -> list[dict]:
+            path = f"/v0/topics/{topic}/records"
+            return [
+                await on_owner.call("POST", path, json={"records": [{"data": i}]}) for i in range(6)
+            ]
+
+        mine, relayed = await asyncio.gather(via_owner(), via_other())
+        results = mine + relayed
+        seqs = sorted(s for r in results for s in range(r["first_seq"], r["last_seq"] + 1))
+        assert seqs == list(range(1, 19))
+        assert [r["last_seq"] - r["first_seq"] + 1 for r in results] == [1] * 6 + [2] * 6
+        assert await relayed_total(on_owner) - before == 6
+    finally:
+        on_other.close()
+
+
+class RawConnection:
+    """One TCP connection speaking HTTP/1.1 byte for byte: what it sends is exactly what the
+    test wrote, so a test controls how requests fall into reads (pipelining, chunking)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def to_worker(cls, port: int, worker: str, attempts: int = 500) -> RawConnection:
+        for _ in range(attempts):
+            conn = cls(*await asyncio.open_connection("127.0.0.1", port))
+            conn.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            if (await conn.answer())[0] == worker:
+                return conn
+            conn.close()
+        raise AssertionError(f"{attempts} new connections and none reached worker {worker}")
+
+    def send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def answer(self) -> tuple[str, int, dict]:
+        """(the worker that answered, status, JSON body) of the next response."""
+        async with asyncio.timeout(10):
+            head = (await self.reader.readuntil(b"\r\n\r\n")).decode()
+            headers = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if ": " in line)
+            body = await self.reader.readexactly(int(headers["Content-Length"]))
+        return headers[WORKER_HEADER], int(head.split(" ")[1]), orjson.loads(body)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def append_request(topic: str, value: int, records: int = 1, chunked: bool = False) -> bytes:
+    body = orjson.dumps({"records": [{"data": value}] * records})
+    head = (
+        f"POST /v0/topics/{topic}/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    )
+    if chunked:
+        return (
+            f"{head}Transfer-Encoding: chunked\r\n\r\n{len(body):x}\r\n".encode()
+            + body
+            + b"\r\n0\r\n\r\n"
+        )
+    return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+async def other_worker_topic(two_workers, owner: str) -> str:
+    """A new topic owned by worker ``owner``, created."""
+    topic = owned_by(owner, "w.h")
+    async with aiohttp.ClientSession() as http:
+        async with http.put(f"{two_workers.url}/v0/topics/{topic}", json={}) as r:
+            assert r.status == 201
+    return topic
+
+
+async def test_a_connection_appending_to_the_other_workers_topic_moves_to_it(two_workers):
+    """Once the first append is answered, the connection itself goes to the topic's owner
+    (web/handoff.py): the same TCP connection, the next answers from the owner, no relay."""
+    conn = await RawConnection.to_worker(two_workers.port, "0")
+    try:
+        topic = await other_worker_topic(two_workers, "1")
+        counters = ("auditsync_connections_passed_total", "auditsync_appends_relayed_total")
+        before = [await series_total(two_workers.url, name) for name in counters]
+        answers = []
+        for i in range(5):
+            conn.send(append_request(topic, i))
+            answers.append(await conn.answer())
+        after = [await series_total(two_workers.url, name) for name in counters]
+        assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1]
+        assert [(w, s, b["first_seq"]) for w, s, b in answers] == [
+            ("0", 200, 1),
+            ("1", 200, 2),
+            ("1", 200, 3),
+            ("1", 200, 4),
+            ("1", 200, 5),
+        ]
+        # a connection is passed once: appends to worker 0's topics now stay on worker 1
+        mine = await other_worker_topic(two_workers, "0")
+        for i in range(2):
+            conn.send(append_request(mine, i))
+            assert (await conn.answer())[:2] == ("1", 200)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["pipelined", "chunked"])
+async def test_a_connection_with_anything_half_read_stays(two_workers, how):
+    """Pipelined requests (bytes of the next request already read) and chunked bodies (no
+    length to account for) keep the connection where it is; its appends are relayed."""
+    conn = await RawConnection.to_worker(two_workers.port, "0")
+    try:
+        topic = await other_worker_topic(two_workers, "1")
+        if how == "pipelined":
+            conn.send(append_request(topic, 1) + append_request(topic, 2))
+            assert (await conn.answer())[:2] == ("0", 200)
+        else:
+            conn.send(append_request(topic, 1, chunked=True))
+            assert (await conn.answer())[:2] == ("0", 200)
+            conn.send(append_request(topic, 2))
+        assert (await conn.answer())[:2] == ("0", 200)
+        for i in range(3, 5):
+            conn.send(append_request(topic, i))
+            worker, status, body = await conn.answer()
+            assert (worker, status, body["first_seq"]) == ("0", 200, i)
+    finally:
+        conn.close()
 
 
 SHUTDOWN_FRAME = wire.frame(

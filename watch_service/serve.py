@@ -230,19 +230,25 @@ async def _worker(
 
     from watch_service.app import create_app
     from watch_service.engine.relay import AppendRelay
-    from watch_service.web.app_keys import APPENDER, METRICS
+    from watch_service.web.app_keys import APPENDER, HANDOFF, METRICS
+    from watch_service.web.handoff import ConnectionHandoff
     from watch_service.web.serving import serve
 
     app = create_app(settings, db_url)
+    handoff = app[HANDOFF] = ConnectionHandoff(index, folder)
 
     async def relay_ctx(app: web.Application) -> AsyncIterator[None]:
-        # Appends go to each topic's owner worker (engine/relay.py), over the private folder.
+        # Appends go to each topic's owner worker (engine/relay.py), and so do the kept-alive
+        # connections that append to it (web/handoff.py), over the private folder.
         relay = AppendRelay(app[APPENDER], index, workers, folder)
         relay.on_forward = app[METRICS].appends_relayed.inc
+        handoff.on_sent = app[METRICS].connections_passed.inc
         await relay.start()
+        handoff.start()
         app[APPENDER].relay = relay
         yield
         app[APPENDER].relay = None
+        await handoff.aclose()
         await relay.aclose()
 
     async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:

@@ -136,6 +136,11 @@ class AppendRelay:
             future.add_done_callback(lambda f, rid=rid: proto.send([rid, _reply(f)]))
 
     # -- the forwarding side ---------------------------------------------------------------
+    def elsewhere(self, topic: str) -> int | None:
+        """The worker that owns ``topic``, if not this one."""
+        owner = owner_of(topic, self.workers)
+        return None if owner == self.index else owner
+
     async def owner(self, topic: str) -> int | None:
         """The worker to send ``topic``'s appends to, connected; None when this worker owns
         the topic or its owner cannot be reached (then this worker appends)."""

@@ -13,6 +13,7 @@ from watch_service.protocol.records import encode_list
 from watch_service.store import topics as store
 from watch_service.web.app_keys import APPENDER, KEYS, METRICS, POOL, SETTINGS
 from watch_service.web.auth import authorize
+from watch_service.web.handoff import HANDOFF_TO
 from watch_service.web.json_body import read_json_body
 
 routes = web.RouteTableDef()
@@ -91,6 +92,9 @@ async def append_records(request: web.Request) -> web.Response:
         raise TopicNotFound(name)
     metrics.appends.inc()
     metrics.records_appended.inc(len(records))
+    relay = request.app[APPENDER].relay
+    if relay is not None and (owner := relay.elsewhere(name)) is not None:
+        request[HANDOFF_TO] = owner  # once answered, the connection goes to the owner
     return json_response(
         {
             "topic": name,

@@ -71,6 +71,11 @@ class Metrics:
             "append requests sent to the worker that owns their topic (serve --workers N)",
             registry=r,
         )
+        self.connections_passed = Counter(
+            "auditsync_connections_passed",
+            "kept-alive connections passed to the worker that owns the topic they append to",
+            registry=r,
+        )
         self.records_appended = Counter(
             "auditsync_records_appended", "records appended", registry=r
         )

@@ -29,7 +29,9 @@ from aiohttp.web_request import BaseRequest
 
 from watch_service.protocol.errors import ApiError, InvalidRequest, RequestTimeout
 from watch_service.settings import Settings
+from watch_service.web.app_keys import HANDOFF
 from watch_service.web.errors import error_response
+from watch_service.web.handoff import HANDOFF_TO, ConnectionHandoff
 from watch_service.web.logs import AccessLogger
 
 log = logging.getLogger("auditsync.server")
@@ -72,12 +74,20 @@ def _raw_response(err: ApiError) -> bytes:
 
 
 class ContractRequestHandler(web_protocol.RequestHandler):
-    """aiohttp's per-connection protocol, with contract error bodies and a header timeout."""
+    """aiohttp's per-connection protocol, with contract error bodies, a header timeout, and
+    the hand-off of its connection to another worker (web/handoff.py)."""
 
     def __init__(self, manager: web_server.Server, *, header_timeout: float, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
         self._header_timer: asyncio.TimerHandle | None = None
+        # For the hand-off: every byte received so far belongs to a request parsed whole (a
+        # header read in one piece, then exactly its Content-Length of body), so nothing of
+        # a next request is left in this handler's parser. Anything else (a header in two
+        # reads, a chunked body, bytes past a request: pipelining) makes it False for good.
+        self._whole = True
+        self._body_left = 0  # bytes of the current request's body still to come
+        self.handed_over = False  # another worker passed this connection here: it stays
 
     def data_received(self, data: bytes) -> None:
         # Idle: no request being handled and none queued (private state of RequestHandler),
@@ -85,10 +95,64 @@ class ContractRequestHandler(web_protocol.RequestHandler):
         idle = self._current_request is None and not self._messages
         count = self._request_count
         super().data_received(data)
+        if self._whole and data:
+            self._account(data, self._request_count - count)
         if self._request_count != count:
             self._cancel_header_timer()  # a whole header (or a parse error) arrived
         elif idle and self._header_timer is None:
             self._header_timer = self._loop.call_later(self._header_timeout, self._timed_out)
+
+    def _account(self, data: bytes, messages: int) -> None:
+        if self._body_left:  # more of a body
+            if messages or len(data) > self._body_left:
+                self._whole = False
+            else:
+                self._body_left -= len(data)
+            return
+        end = data.find(b"\r\n\r\n")  # a new request: its whole header in this read
+        if messages != 1 or len(self._messages) != 1 or end < 0:
+            self._whole = False
+            return
+        message = self._messages[-1][0]
+        length = getattr(message, "headers", {}).get("Content-Length", "0")
+        body = len(data) - end - 4
+        if getattr(message, "chunked", True) or not length.isdigit() or body > int(length):
+            self._whole = False
+        else:
+            self._body_left = int(length) - body
+
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        done = await super().finish_response(request, resp, start_time)
+        owner = request.get(HANDOFF_TO)
+        if (
+            owner is not None
+            and not done[1]
+            and resp.keep_alive
+            and isinstance(request, web.Request)
+        ):
+            self._hand_off(request.app[HANDOFF], owner)
+        return done
+
+    def _hand_off(self, handoff: ConnectionHandoff, owner: int) -> None:
+        """Pass the connection to worker ``owner`` if nothing of it is half-done here."""
+        transport = self.transport
+        if (
+            self.handed_over
+            or not self._whole
+            or self._body_left
+            or self._messages
+            or self._header_timer is not None
+            or self._force_close
+            or self._close
+            or transport is None
+            or transport.get_write_buffer_size()
+        ):
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and handoff.send(sock, owner):
+            self.force_close()  # closes this process's descriptor; the owner holds its own
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -181,6 +245,9 @@ async def serve(
         shutdown_timeout=shutdown_timeout,
     )
     await runner.setup()
+    handoff = app.get(HANDOFF)
+    if handoff is not None:  # connections other workers pass here are served like our own
+        handoff.handler_factory = runner.server
     # What start-up built (modules, the app, the pool) lives until shutdown: out of the
     # collector's way for good, so a full collection walks only what was made since.
     gc.freeze()
@@ -201,4 +268,6 @@ async def serve(
         # KeyboardInterrupt handler while the signal may still be pending at the Python level
         # (uvloop), which would end a clean shutdown in a traceback. A second signal during
         # the shutdown only sets the event again.
+        if handoff is not None:
+            handoff.handler_factory = None  # a connection passed from now on is closed
         await runner.cleanup()

@@ -1,0 +1,119 @@
+"""A kept-alive connection that appends to a topic another worker owns is passed to that worker.
+
+Under ``serve --workers N`` a topic's appends are committed by the worker that owns it
+(``engine/relay``); an append that reaches another worker goes to the owner and back, a hop
+each way, and a client that keeps writing that topic on its connection would pay the hops on
+every request. So once such an append is answered, the worker passes the connection itself to
+the owner: its socket goes over ``SCM_RIGHTS`` on a Unix datagram socket in the supervisor's
+private folder, and the owner serves the connection's next requests as if it had accepted it.
+The client sees nothing: the same TCP connection, answered by another process.
+
+Only a connection with nothing half-done is passed: the request's body read whole, the answer
+written out, no byte of a next request received (``ContractRequestHandler`` keeps track), and
+keep-alive on. A connection is passed at most once, so one that writes topics of several owners
+settles where it lands second. A connection that cannot be passed (or an owner that cannot be
+reached) stays, and its appends keep going through the relay.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("auditsync.handoff")
+
+# The owner a request's connection should go to, set by the append route.
+HANDOFF_TO = web.RequestKey("handoff_to", int)
+
+
+def socket_path(folder: str, index: int) -> str:
+    return os.path.join(folder, f"connections-{index}.sock")
+
+
+class ConnectionHandoff:
+    """This worker's end: the datagram socket where peers' connections arrive, and ``send``."""
+
+    def __init__(self, index: int, folder: str) -> None:
+        self.index, self.folder = index, folder
+        self.inbox: socket.socket | None = None
+        self.outbox: socket.socket | None = None
+        # The aiohttp server whose handlers serve adopted connections (set once serving).
+        self.handler_factory: Callable[[], Any] | None = None
+        self.adopting: set[asyncio.Task] = set()
+        self.on_sent: Callable[[], None] | None = None  # told of every connection passed
+
+    def start(self) -> None:
+        self.inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.inbox.bind(socket_path(self.folder, self.index))
+        self.inbox.setblocking(False)
+        asyncio.get_running_loop().add_reader(self.inbox.fileno(), self._receive)
+        self.outbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.outbox.setblocking(False)
+
+    def send(self, sock: Any, owner: int) -> bool:
+        """Pass the connection ``sock`` to worker ``owner``; False if it cannot take it (then
+        the connection stays here, untouched)."""
+        if self.outbox is None:
+            return False
+        try:
+            # (socket.send_fds of Python 3.11 drops its address argument)
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno()]))]
+            self.outbox.sendmsg([b"c"], rights, 0, socket_path(self.folder, owner))
+        except OSError as exc:  # not there (yet, or any more), or its queue is full
+            log.debug("connection not passed to worker %d: %s", owner, exc)
+            return False
+        if self.on_sent is not None:
+            self.on_sent()
+        return True
+
+    def _receive(self) -> None:
+        assert self.inbox is not None
+        while True:
+            try:
+                _, fds, _, _ = socket.recv_fds(self.inbox, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            for fd in fds:
+                self._adopt(socket.socket(fileno=fd))
+
+    def _adopt(self, sock: socket.socket) -> None:
+        factory = self.handler_factory
+        if factory is None:  # not serving (yet, or any more): the client reconnects
+            sock.close()
+            return
+        sock.setblocking(False)
+
+        def handler() -> Any:
+            protocol = factory()
+            protocol.handed_over = True  # never passed on again
+            return protocol
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(loop.connect_accepted_socket(handler, sock))
+        self.adopting.add(task)
+        task.add_done_callback(self._adopted)
+
+    def _adopted(self, task: asyncio.Task) -> None:
+        self.adopting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a passed connection could not be served: %s", task.exception())
+
+    async def aclose(self) -> None:
+        self.handler_factory = None
+        if self.inbox is not None:
+            asyncio.get_running_loop().remove_reader(self.inbox.fileno())
+            self.inbox.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(socket_path(self.folder, self.index))
+        if self.outbox is not None:
+            self.outbox.close()
+        for task in list(self.adopting):
+            task.cancel()
