@@ -6,8 +6,10 @@ connections over the workers; sessions live in PostgreSQL, so any worker serves 
 Every response of a worker carries ``X-Auditsync-Worker: <index>`` so an operator (and the
 tests) can see which worker answered; ``--workers 1`` runs the app in the one process, as
 before. The gRPC surfaces (SpiceDB, Permify), when enabled, are served by worker 0 alone. A
-topic's appends are committed by the worker that owns it (``engine/relay``); the workers reach
-each other over Unix sockets in the supervisor's private folder.
+topic's appends are committed by the worker that owns it (``engine/relay``), and a kept-alive
+connection that appends to another worker's topic is passed to that worker
+(``web/handoff``); the workers reach each other over Unix sockets in the supervisor's private
+folder.
 
 The supervisor (``supervise``):
 
