@@ -174,8 +174,14 @@ def _split(group: list[_Pending], result: store.AppendResult | None) -> None:
         for p in group:
             _settle(p, None)
         return
-    first = result.first_seq
+    first, topic, head, earliest = (
+        result.first_seq,
+        result.topic,
+        result.head_seq,
+        result.earliest_seq,
+    )
     for p in group:
         last = first + len(p.records) - 1
-        _settle(p, dataclasses.replace(result, first_seq=first, last_seq=last))
+        # (the constructor: 0.5 us a request, dataclasses.replace 1.2)
+        _settle(p, store.AppendResult(topic, first, last, head, result.ts, earliest))
         first = last + 1
