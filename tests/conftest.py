@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from watch_service.settings import Settings
 from watch_service.store.cluster import EmbeddedPostgres
@@ -59,6 +60,15 @@ async def db(pg_url):
     """An autocommit connection to the session's database."""
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+async def pool(pg_url):
+    """A small autocommit connection pool on the session's database (what an app's is)."""
+    async with AsyncConnectionPool(
+        pg_url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+    ) as pool:
+        yield pool
 
 
 @pytest.fixture

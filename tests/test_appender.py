@@ -5,21 +5,12 @@ import asyncio
 
 import psycopg
 import pytest
-from psycopg_pool import AsyncConnectionPool
 
 from watch_service.engine.appender import Appender
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
 pytestmark = pytest.mark.pg
-
-
-@pytest.fixture
-async def pool(pg_url):
-    async with AsyncConnectionPool(
-        pg_url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
-    ) as pool:
-        yield pool
 
 
 def batch(label: str, n: int, node: str | None = None) -> list[NewRecord]:

@@ -9,7 +9,6 @@ import asyncio
 
 import psycopg
 import pytest
-from psycopg_pool import AsyncConnectionPool
 
 from tests.support import unique, wait_for
 from watch_service.engine.appender import Appender
@@ -18,14 +17,6 @@ from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
 pytestmark = pytest.mark.pg
-
-
-@pytest.fixture
-async def pool(pg_url):
-    async with AsyncConnectionPool(
-        pg_url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
-    ) as pool:
-        yield pool
 
 
 @pytest.fixture
