@@ -60,6 +60,12 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PR_SET_PDEATHSIG = 1
 
 
+def all_listening(workers: int) -> str:
+    """What the supervisor's log says once every worker listens (``ServiceProcess`` waits
+    for it): listening on the port alone means only that one worker does."""
+    return f"with {workers} workers (pids"
+
+
 def default_workers() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0))
@@ -111,10 +117,10 @@ class Supervisor:
                 await self._stop_all()
                 return 2
             log.info(
-                "serving on http://%s:%d with %d workers (pids %s)",
+                "serving on http://%s:%d %s %s)",
                 self.host,
                 self.port,
-                self.count,
+                all_listening(self.count),
                 ", ".join(str(p.pid) for p in self.procs),
             )
             return await self._watch()

@@ -74,6 +74,8 @@ class ServiceProcess:
         self.log_path = log_path
         self.preexec_fn = preexec_fn
         self.workers = workers  # one process unless asked: what tests and benches mostly want
+        if workers > 1 and log_path is None:
+            raise ValueError("workers > 1: give a log_path, where start() sees them all listen")
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -101,11 +103,30 @@ class ServiceProcess:
             with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
                 self.proc = self._spawn(out)
         try:
+            deadline = time.monotonic() + timeout
             wait_for_port(self.port, timeout, self.proc, what=f"service (log: {self.log_path})")
+            if self.workers > 1:
+                self._wait_all_listening(deadline)
         except RuntimeError:
             self.stop()
             raise
         return self
+
+    def _wait_all_listening(self, deadline: float) -> None:
+        """Until the supervisor logs that every worker listens (its port answers as soon as
+        one does)."""
+        from watch_service.serve import all_listening
+
+        assert self.log_path is not None and self.proc is not None
+        marker = all_listening(self.workers)
+        while marker not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"service exited with {self.proc.returncode} (log: {self.log_path})"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not all {self.workers} workers listen (log: {self.log_path})")
+            time.sleep(0.05)
 
     def _spawn(self, out: IO[bytes] | int) -> subprocess.Popen:
         return subprocess.Popen(
