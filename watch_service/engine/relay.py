@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import struct
@@ -132,8 +133,11 @@ class AppendRelay:
             records = [NewRecord(*row) for row in rows]
             future = self.appender.submit(topic, records)
             self.serving.add(future)
-            future.add_done_callback(self.serving.discard)
-            future.add_done_callback(lambda f, rid=rid: proto.send([rid, _reply(f)]))
+            future.add_done_callback(functools.partial(self._answer, proto, rid))
+
+    def _answer(self, proto: _Frames, rid: int, future: asyncio.Future) -> None:
+        self.serving.discard(future)
+        proto.send([rid, _reply(future)])
 
     # -- the forwarding side ---------------------------------------------------------------
     def elsewhere(self, topic: str) -> int | None:
