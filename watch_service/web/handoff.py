@@ -93,7 +93,7 @@ class ConnectionHandoff:
 
         def handler() -> Any:
             protocol = factory()
-            protocol.handed_over = True  # never passed on again
+            protocol.keep_here()  # passed once: never again
             return protocol
 
         loop = asyncio.get_running_loop()

@@ -77,17 +77,28 @@ class ContractRequestHandler(web_protocol.RequestHandler):
     """aiohttp's per-connection protocol, with contract error bodies, a header timeout, and
     the hand-off of its connection to another worker (web/handoff.py)."""
 
-    def __init__(self, manager: web_server.Server, *, header_timeout: float, **kwargs: Any):
+    def __init__(
+        self,
+        manager: web_server.Server,
+        *,
+        header_timeout: float,
+        passable: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
         self._header_timer: asyncio.TimerHandle | None = None
-        # For the hand-off: every byte received so far belongs to a request parsed whole (a
-        # header read in one piece, then exactly its Content-Length of body), so nothing of
-        # a next request is left in this handler's parser. Anything else (a header in two
-        # reads, a chunked body, bytes past a request: pipelining) makes it False for good.
-        self._whole = True
+        # For the hand-off (only where there is one): every byte received so far belongs to
+        # a request parsed whole (a header read in one piece, then exactly its Content-Length
+        # of body), so nothing of a next request is left in this handler's parser. Anything
+        # else (a header in two reads, a chunked body, bytes past a request: pipelining), or
+        # a connection another worker passed here (``keep_here``), makes it False for good.
+        self._whole = passable
         self._body_left = 0  # bytes of the current request's body still to come
-        self.handed_over = False  # another worker passed this connection here: it stays
+
+    def keep_here(self) -> None:
+        """This connection is never passed on (another worker passed it here)."""
+        self._whole = False
 
     def data_received(self, data: bytes) -> None:
         # Idle: no request being handled and none queued (private state of RequestHandler),
@@ -139,8 +150,7 @@ class ContractRequestHandler(web_protocol.RequestHandler):
         """Pass the connection to worker ``owner`` if nothing of it is half-done here."""
         transport = self.transport
         if (
-            self.handed_over
-            or not self._whole
+            not self._whole
             or self._body_left
             or self._messages
             or self._header_timer is not None
@@ -192,13 +202,19 @@ class ContractRequestHandler(web_protocol.RequestHandler):
 class ContractServer(web_server.Server):
     """aiohttp's ``Server`` whose connections are ``ContractRequestHandler``s."""
 
-    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, header_timeout: float, passable: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.header_timeout = header_timeout
+        self.header_timeout, self.passable = header_timeout, passable
 
-    def __call__(self) -> web_protocol.RequestHandler:
+    def __call__(self) -> ContractRequestHandler:
         return ContractRequestHandler(
-            self, loop=self._loop, header_timeout=self.header_timeout, **self._kwargs
+            self,
+            loop=self._loop,
+            header_timeout=self.header_timeout,
+            passable=self.passable,
+            **self._kwargs,
         )
 
 
@@ -221,6 +237,7 @@ class ContractRunner(web.AppRunner):
             handler_cancellation=plain.handler_cancellation,
             loop=plain._loop,
             header_timeout=self.header_timeout,
+            passable=self.app.get(HANDOFF) is not None,  # serve --workers N
             **plain._kwargs,
         )
 
