@@ -45,6 +45,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 import psycopg  # noqa: E402
 import uvloop  # noqa: E402
+from _proc import tree_cpu_s  # noqa: E402 (bench/)
 
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
@@ -117,35 +118,14 @@ class CpuMeter:
     """CPU seconds used by the service process, the PostgreSQL server (postmaster and its live
     children) and this process: where the time goes, robust to a busy machine."""
 
-    TICK = os.sysconf("SC_CLK_TCK")
-
     def __init__(self, postmaster_pid: int) -> None:
         self.postmaster_pid = postmaster_pid
         self.service_pid = 0  # the service the current stage drives (0: none runs)
 
-    @classmethod
-    def _stat(cls, pid: int) -> list[str]:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return []
-
-    @classmethod
-    def _cpu(cls, pid: int) -> float:
-        fields = cls._stat(pid)  # fields[11], [12] are utime, stime (after pid and comm)
-        return (int(fields[11]) + int(fields[12])) / cls.TICK if fields else 0.0
-
     def sample(self) -> tuple[float, float, float]:
         """CPU seconds so far of (the service and its workers, PostgreSQL, this process)."""
-        service = self.service_pid
-        pg, svc = self._cpu(self.postmaster_pid), self._cpu(service) if service else 0.0
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                fields = self._stat(int(entry))
-                if fields and int(fields[1]) == self.postmaster_pid:
-                    pg += self._cpu(int(entry))
-                elif service and fields and int(fields[1]) == service:
-                    svc += self._cpu(int(entry))
+        svc = tree_cpu_s(self.service_pid) if self.service_pid else 0.0
+        pg = tree_cpu_s(self.postmaster_pid)
         own = os.times()
         return svc, pg, own.user + own.system
 

@@ -42,6 +42,7 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from _proc import cpu_s  # noqa: E402 (bench/)
 from _reconcile_data import TOPICS, expected, load_source, make_landing  # noqa: E402 (bench/)
 
 from spark_jobs.common import jdbc  # noqa: E402
@@ -71,21 +72,15 @@ SELECT CASE WHEN s.seq IS NULL THEN 'phantom'
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU a process (the Spark JVM: every thread) has used: robust to a busy machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def timed(spark, fn, repeats: int) -> tuple[float, float, object]:
     """Median wall seconds, median JVM CPU seconds, and the last result of ``fn()``."""
     pid = spark.sparkContext._gateway.proc.pid
     walls, cpus, result = [], [], None
     for _ in range(repeats):
-        started, cpu0 = time.monotonic(), cpu_seconds(pid)
+        started, cpu0 = time.monotonic(), cpu_s(pid)
         result = fn()
         walls.append(time.monotonic() - started)
-        cpus.append(cpu_seconds(pid) - cpu0)
+        cpus.append(cpu_s(pid) - cpu0)
     return statistics.median(walls), statistics.median(cpus), result
 
 

@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _proc import tree_cpu_s, tree_rss_mib  # noqa: E402 (bench/)
+
 from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
 RATE = {1: 500, 10: 500, 100: 500, 1000: 100, 10000: 10}  # rec/s per watcher count
@@ -331,45 +333,9 @@ def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
         "AUDITSYNC_KEYS_FILE": None,
         "AUDITSYNC_MAX_STREAMS": "20000",  # the 10,000-watcher row
     }
-    service = ServiceProcess(
+    return ServiceProcess(
         db_url, port, env=env, log_path=log_path, preexec_fn=raise_nofile, workers=WORKERS
     ).start(timeout=60)  # with every worker listening
-    return service
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return []
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its children (the service's workers)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum((int(f[11]) + int(f[12])) / tick for f in map(_stat, _tree(pid)) if f)
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its children (the service's workers)."""
-    return [pid] + [
-        int(e)
-        for e in os.listdir("/proc")
-        if e.isdigit() and (f := _stat(int(e))) and int(f[1]) == pid
-    ]
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of ``pid`` and its children, MiB."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
 
 
 async def sessions(http, url: str, topic: str, n: int) -> list[str]:
@@ -397,14 +363,14 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
     runs, lost, gaps_total = [], 0, 0
     for _ in range(REPEATS[n]):
         await watchers.ask("reset")
-        cpu0, t0 = cpu_s(pid), time.monotonic()
+        cpu0, t0 = tree_cpu_s(pid), time.monotonic()
         sent = await produce(send, RATE[n], MEASURE_S[n])
         elapsed = time.monotonic() - t0
         deadline = time.monotonic() + 5
         # the counts live in the watcher processes: nothing to wait on but their reports
         while await watchers.total() < sent * n and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        cpu = cpu_s(pid) - cpu0
+        cpu = tree_cpu_s(pid) - cpu0
         lats, counts, gaps = await watchers.report()
         lats.sort()
         lost += sum(max(0, sent - c) for c in counts)
@@ -527,14 +493,14 @@ async def bench() -> None:
             )
 
             await put("bench-idle")
-            before = rss_mib(service.pid)
+            before = tree_rss_mib(service.pid)
             paths = await sessions(http, url, "bench-idle", IDLE_STREAMS)
             t_open = time.monotonic()
             await watchers.connect(svc_port, paths, b"caught-up")
             opened = time.monotonic() - t_open
             async with http.get(f"{url}/metrics") as r:
                 gauge = re.search(r"^auditsync_open_streams (\S+)$", await r.text(), re.M)
-            after = rss_mib(service.pid)
+            after = tree_rss_mib(service.pid)
             log(
                 f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
                 f"service RSS {after:.0f} MiB in all ({before:.0f} MiB before them, which is what "
