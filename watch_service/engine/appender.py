@@ -81,8 +81,13 @@ class Appender:
     async def append(self, topic: str, records: list[NewRecord]) -> store.AppendResult | None:
         """Append ``records`` to ``topic`` in one of this process's groups, or in the group of
         the worker that owns the topic (``relay``)."""
-        if self.relay is not None and (owner := await self.relay.owner(topic)) is not None:
-            return await self.relay.forward(owner, topic, records)
+        relay = self.relay
+        if (
+            relay is not None
+            and (owner := relay.elsewhere(topic)) is not None
+            and await relay.reach(owner)
+        ):
+            return await relay.forward(owner, topic, records)
         return await self.submit(topic, records)
 
     def submit(self, topic: str, records: list[NewRecord]) -> asyncio.Future:

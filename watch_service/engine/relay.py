@@ -102,7 +102,8 @@ class _Frames(asyncio.Protocol):
 
 class AppendRelay:
     """This worker's side of the relay: the server its peers send to, and its connections to
-    them (``owner`` connects on first use, ``forward`` sends)."""
+    them (``elsewhere`` names a topic's owner, ``reach`` connects on first use, ``forward``
+    sends)."""
 
     def __init__(self, appender, index: int, workers: int, folder: str) -> None:
         self.appender, self.index, self.workers, self.folder = appender, index, workers, folder
@@ -145,23 +146,22 @@ class AppendRelay:
         owner = owner_of(topic, self.workers)
         return None if owner == self.index else owner
 
-    async def owner(self, topic: str) -> int | None:
-        """The worker to send ``topic``'s appends to, connected; None when this worker owns
-        the topic or its owner cannot be reached (then this worker appends)."""
-        owner = owner_of(topic, self.workers)
-        if owner == self.index or owner in self.peers:
-            return None if owner == self.index else owner
+    async def reach(self, owner: int) -> bool:
+        """Whether worker ``owner`` can be sent appends, connecting on first use; False while
+        it cannot be reached (then this worker appends)."""
+        if owner in self.peers:
+            return True
         if time.monotonic() < self.unreachable_until.get(owner, 0.0):
-            return None
+            return False
         task = self.connecting.get(owner)
         if task is None:
             task = self.connecting[owner] = asyncio.ensure_future(self._connect(owner))
         # Shared by every request waiting for it: one that is cancelled leaves it running.
         await asyncio.shield(task)
-        return owner if owner in self.peers else None
+        return owner in self.peers
 
     def forward(self, owner: int, topic: str, records: list[NewRecord]) -> asyncio.Future:
-        """Send the records to ``owner`` (connected by ``owner()``); the future gets the
+        """Send the records to ``owner`` (connected by ``reach``); the future gets the
         result as ``Appender.submit``'s would."""
         self.ids += 1
         future = asyncio.get_running_loop().create_future()
