@@ -7,8 +7,7 @@ then measures, each as the median of several repeats on a fresh topic:
 * HTTP, single-record requests, from CLIENTS concurrent clients (one connection each);
 * HTTP, 100-record batches, from CLIENTS concurrent clients, to one topic (the target figure),
   then spread over CLIENTS topics, then against a twin service with synchronous_commit=off
-  (each service runs only for its own stages: an idle one's LISTEN connections would be woken
-  by every commit of the other);
+  (each service runs only for its own stages, alone);
 * the floors, in the same run against the same server: psycopg ``COPY`` of the same rows into a
   scratch table shaped like ``records``, and single-row autocommit ``INSERT``s from one
   connection (what one writer without the service gets).
@@ -162,8 +161,8 @@ class Bench:
 
     @contextlib.contextmanager
     def service(self, synchronous_commit: str) -> Iterator[None]:
-        """The service runs for the stages that drive it, alone: an idle twin's LISTEN
-        connections would be woken by every commit of the measured one."""
+        """The service runs for the stages that drive it, alone: an idle twin would hold
+        connections and memory the measured one's PostgreSQL shares."""
         service = self.start_service(synchronous_commit)
         self.url, self.cpu.service_pid = service.url, service.pid
         try:

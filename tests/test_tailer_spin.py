@@ -2,18 +2,19 @@
 while it heard nothing (its LISTEN connection was down), one re-read restarts the cache at the
 head instead of re-reading the same empty range in a loop; and the last subscriber leaving
 cancels its task. Real PostgreSQL; the hub's LISTEN loop is not started, which is the state a
-reset LISTEN connection leaves it in."""
+reset LISTEN connection leaves it in. And the hub LISTENs only while it has tailers."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from tests.support import call, unique, wait_for
 from watch_service.engine.hub import Hub
-from watch_service.store.retention import current_ms, trim
+from watch_service.store.retention import CHANNEL, current_ms, trim
 
 pytestmark = [pytest.mark.pg]
 
@@ -99,3 +100,48 @@ async def test_the_listen_loop_backs_off_one_line_per_attempt(caplog):
     assert all("\n" not in line for line in lines), lines
     delays = [float(line.rsplit(" ", 1)[1].rstrip("s")) for line in lines[:3]]
     assert delays == [0.1, 0.2, 0.4]
+
+
+async def test_the_hub_listens_only_while_it_has_tailers(pool, pg_url, db, http, service):
+    """A process that serves no stream is not woken by every commit: its hub connects but
+    LISTENs from the first tailer on, hears the next append through that LISTEN, and
+    UNLISTENs once the last tailer has gone."""
+    name = unique("hub")
+    hub = Hub(pool, make_conninfo(pg_url, application_name=name))
+    task = asyncio.create_task(hub.run())
+
+    async def last_statement() -> str | None:
+        cur = await db.execute(
+            "SELECT query FROM pg_stat_activity WHERE application_name = %s", (name,)
+        )
+        row = await cur.fetchone()
+        return None if row is None else row[0]
+
+    try:
+        topic = unique("lazy")
+        await put(http, service, topic)
+        await wait_for(lambda: _is(last_statement(), ""), what="the hub's connection")
+        await append(http, service, topic, 1)  # nobody follows it: not heard
+        assert await last_statement() == ""
+
+        woken = asyncio.Event()
+        tailer = hub.subscribe(topic, lambda _t: woken.set())
+        await wait_for(lambda: _is(last_statement(), f"LISTEN {CHANNEL}"), what="LISTEN")
+        for seq in (2, 3):  # the 3rd is heard: LISTEN's own re-read is long over by then
+            woken.clear()
+            await append(http, service, topic, seq)
+            await asyncio.wait_for(woken.wait(), 5)
+            await wait_for(lambda s=seq: tailer.cache_end == s, what=f"seq {seq} read")
+
+        hub.unsubscribe(topic, lambda _t: None)  # not its subscriber: still listening
+        hub.unsubscribe(topic, next(iter(tailer.subs)))
+        await wait_for(lambda: _is(last_statement(), f"UNLISTEN {CHANNEL}"), what="UNLISTEN")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await hub.aclose()
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected

@@ -3,9 +3,10 @@
 One ``Hub`` per process: it subscribes streams to per-topic ``Tailer``s (made on first use,
 closed with their last subscriber), dispatches ``NOTIFY`` payloads to them, re-checks heads by a
 safety poll in case a notification was lost with its connection, waits for WAL flushes for
-``consistency: strong`` watchers, and keeps the byte total of all tailers' caches. Its LISTEN
-loop reconnects with a bounded exponential backoff, one log line per attempt. ``aclose``
-cancels and awaits every task the hub started.
+``consistency: strong`` watchers, and keeps the byte total of all tailers' caches. Its
+connection LISTENs only while the process has tailers (a worker that serves no stream is not
+woken by every commit) and reconnects with a bounded exponential backoff, one log line per
+attempt. ``aclose`` cancels and awaits every task the hub started.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from watch_service.store.topics import CHANNEL, AppendResult
 log = logging.getLogger("auditsync.tailer")
 SAFETY_POLL_S = 2.0
 RECONNECT_S = (0.1, 30.0)  # the LISTEN reconnect backoff: first delay, ceiling
+UNLISTEN_AFTER_S = 1.0  # a process with no tailer for this long stops listening
 
 
 class Hub:
@@ -53,6 +55,7 @@ class Hub:
         self._flush_waits: list[tuple[Tailer, int, int]] = []
         self._flush_task: asyncio.Task | None = None
         self._retired: set[asyncio.Task] = set()  # cancelled tailer tasks not yet finished
+        self._followed = asyncio.Event()  # set while ``run`` should LISTEN (there are tailers)
 
     def pushed(self, newest_ts_ms: int, frames: int) -> None:
         """A push wrote ``frames`` record frames to the live streams: observe the newest
@@ -76,6 +79,7 @@ class Hub:
         if tailer is None:
             tailer = self.tailers[topic] = Tailer(self, topic)
             tailer.kick()
+            self._followed.set()
         elif strong and not tailer.strong_subs:
             tailer.kick()  # appends taken without a read left ``durable_head`` behind: read
         tailer.subs.add(wake)
@@ -165,20 +169,16 @@ class Hub:
             self._flush_waits = pending
 
     async def run(self) -> None:
-        """LISTEN forever, reconnecting with a bounded exponential backoff (one log line per
-        attempt); after any reconnect every tailer re-reads."""
+        """Keep the LISTEN connection, reconnecting with a bounded exponential backoff (one log
+        line per attempt), and LISTEN on it while this process has tailers."""
         delay = RECONNECT_S[0]
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.db_url, autocommit=True
                 ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
                     delay = RECONNECT_S[0]
-                    for tailer in self.tailers.values():
-                        tailer.kick()
-                    async for note in conn.notifies():
-                        self.dispatch(note.payload, note.pid)
+                    await self._listen_while_followed(conn)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -186,6 +186,24 @@ class Hub:
                 log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", reason, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_S[1])
+
+    async def _listen_while_followed(self, conn: psycopg.AsyncConnection) -> None:
+        """LISTEN from the first tailer on; UNLISTEN once there has been none for
+        ``UNLISTEN_AFTER_S``. Each LISTEN is followed by a re-read of every tailer: what was
+        committed before it took effect was heard by no one."""
+        while True:
+            await self._followed.wait()
+            await conn.execute(f"LISTEN {CHANNEL}")
+            for tailer in list(self.tailers.values()):
+                tailer.kick()
+            while self.tailers:
+                async for note in conn.notifies(timeout=UNLISTEN_AFTER_S):
+                    self.dispatch(note.payload, note.pid)
+            await conn.execute(f"UNLISTEN {CHANNEL}")
+            async for note in conn.notifies(timeout=0):  # what came with UNLISTEN: now, not
+                self.dispatch(note.payload, note.pid)  # with the next LISTEN, when it is stale
+            if not self.tailers:
+                self._followed.clear()
 
     async def safety_poll(self) -> None:
         """Re-check heads periodically, in case a notification was lost with a connection."""
