@@ -14,7 +14,7 @@ import platform
 from importlib import metadata
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
@@ -30,6 +30,15 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 def multiprocess_dir() -> str | None:
     """The shared directory of a multi-worker service, or None for one process."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+# In multiprocess mode every increment asks ``os.getpid()`` (a system call: nine per append
+# request) whether the process was forked since. It changes only in a forked child, which the
+# fork hook tells, so the values ask a copy instead (set before any metric is made).
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+if multiprocess_dir() is not None:
+    values.ValueClass = values.MultiProcessValue(process_identifier=lambda: _pid[0])
 
 
 def worker_exited(pid: int, shared: str | None = None) -> None:
