@@ -62,9 +62,9 @@ async def count_requests(request: web.Request, handler) -> web.StreamResponse:
     response = await handler(request)
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
-    metrics = request.app[METRICS]
-    metrics.http_requests.labels(name, request.method, str(response.status)).inc()
-    metrics.http_duration.labels(name, request.method).observe(time.perf_counter() - started)
+    request.app[METRICS].request_done(
+        name, request.method, response.status, time.perf_counter() - started
+    )
     return response
 
 

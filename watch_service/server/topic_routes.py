@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 from aiohttp import web
 
@@ -16,6 +18,8 @@ from watch_service.web.auth import authorize
 from watch_service.web.handoff import HANDOFF_TO
 from watch_service.web.json_body import read_json_body
 
+# aiohttp tries the routes under one path prefix in the order they were added, and a path's
+# methods share one resource only when added one after another: the appends come first.
 routes = web.RouteTableDef()
 
 
@@ -36,58 +40,17 @@ def caller(request: web.Request, scope: str, topic: str | None = None):
     return key
 
 
-@routes.put("/v0/topics/{topic}")
-async def put_topic(request: web.Request) -> web.Response:
-    name = check_topic(request.match_info["topic"])
-    caller(request, "admin", name)
-    cfg = rq.topic_config(await read_json_body(request))
-    async with request.app[POOL].connection() as conn:
-        topic, created = await store.put_topic(conn, name, cfg)
-    return json_response(topic.as_dict(), 201 if created else 200)
-
-
-@routes.get("/v0/topics")
-async def list_topics(request: web.Request) -> web.Response:
-    key = request.app[KEYS].authenticate(
-        request.headers.get("Authorization"), request.query.get("token")
-    )
-    async with request.app[POOL].connection() as conn:
-        topics = await store.list_topics(conn)
-    if key is not None:
-        topics = [t for t in topics if "read" in key.scopes and key.may_touch(t.name)]
-    return json_response({"topics": [t.as_dict() for t in topics]})
-
-
-@routes.get("/v0/topics/{topic}")
-async def get_topic(request: web.Request) -> web.Response:
-    name = check_topic(request.match_info["topic"])
-    caller(request, "read", name)
-    async with request.app[POOL].connection() as conn:
-        topic = await store.get_topic(conn, name)
-    if topic is None:
-        raise TopicNotFound(name)
-    return json_response(topic.as_dict())
-
-
-@routes.delete("/v0/topics/{topic}")
-async def delete_topic(request: web.Request) -> web.Response:
-    name = check_topic(request.match_info["topic"])
-    caller(request, "admin", name)
-    async with request.app[POOL].connection() as conn:
-        head = await store.delete_topic(conn, name)
-    if head is None:
-        raise TopicNotFound(name)
-    return json_response({"topic": name, "head_seq": head})
-
-
 @routes.post("/v0/topics/{topic}/records")
 async def append_records(request: web.Request) -> web.Response:
     name = check_topic(request.match_info["topic"])
     caller(request, "write", name)
     records = rq.new_records(await read_json_body(request), request.app[SETTINGS].max_record_bytes)
     metrics = request.app[METRICS]
-    with metrics.append_duration.time():
+    started = time.perf_counter()
+    try:
         result = await request.app[APPENDER].append(name, records)
+    finally:
+        metrics.append_duration.observe(time.perf_counter() - started)
     if result is None:
         raise TopicNotFound(name)
     metrics.appends.inc()
@@ -128,3 +91,47 @@ async def read_records(request: web.Request) -> web.Response:
         head + ',"records":' + encode_list(result.records) + "," + orjson.dumps(tail).decode()[1:]
     )
     return web.Response(body=body.encode(), content_type="application/json")
+
+
+@routes.put("/v0/topics/{topic}")
+async def put_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "admin", name)
+    cfg = rq.topic_config(await read_json_body(request))
+    async with request.app[POOL].connection() as conn:
+        topic, created = await store.put_topic(conn, name, cfg)
+    return json_response(topic.as_dict(), 201 if created else 200)
+
+
+@routes.get("/v0/topics/{topic}")
+async def get_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "read", name)
+    async with request.app[POOL].connection() as conn:
+        topic = await store.get_topic(conn, name)
+    if topic is None:
+        raise TopicNotFound(name)
+    return json_response(topic.as_dict())
+
+
+@routes.delete("/v0/topics/{topic}")
+async def delete_topic(request: web.Request) -> web.Response:
+    name = check_topic(request.match_info["topic"])
+    caller(request, "admin", name)
+    async with request.app[POOL].connection() as conn:
+        head = await store.delete_topic(conn, name)
+    if head is None:
+        raise TopicNotFound(name)
+    return json_response({"topic": name, "head_seq": head})
+
+
+@routes.get("/v0/topics")
+async def list_topics(request: web.Request) -> web.Response:
+    key = request.app[KEYS].authenticate(
+        request.headers.get("Authorization"), request.query.get("token")
+    )
+    async with request.app[POOL].connection() as conn:
+        topics = await store.list_topics(conn)
+    if key is not None:
+        topics = [t for t in topics if "read" in key.scopes and key.may_touch(t.name)]
+    return json_response({"topics": [t.as_dict() for t in topics]})

@@ -74,6 +74,9 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        # (route, method, status): the labelled series of ``http_requests`` and
+        # ``http_duration``, found once rather than per request (``request_done``).
+        self._request_series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.appends = Counter("auditsync_appends", "append requests committed", registry=r)
         self.appends_relayed = Counter(
             "auditsync_appends_relayed",
@@ -143,6 +146,18 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=r,
         )
+
+    def request_done(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one answered request and observe its time to the response head."""
+        key = (route, method, status)
+        series = self._request_series.get(key)
+        if series is None:
+            series = self._request_series[key] = (
+                self.http_requests.labels(route, method, str(status)),
+                self.http_duration.labels(route, method),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
 
     def observe_pool(self, stats: dict[str, int]) -> None:
         """Copy ``AsyncConnectionPool.get_stats()`` into the pool gauges (called per scrape)."""
