@@ -24,7 +24,7 @@ from aiohttp import web
 
 from watch_service.server.watch_stream import SWEEP_S, WatchStream
 from watch_service.store import sessions
-from watch_service.web.app_keys import METRICS, POOL, SETTINGS, STREAMS
+from watch_service.web.app_keys import GC_PACER, METRICS, POOL, SETTINGS, STREAMS
 
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
@@ -52,6 +52,8 @@ async def flush(app: web.Application, renew: bool, rows: int) -> None:
             except Exception:
                 streams.update(ended)  # retried next round (a final write is idempotent)
                 raise
+        if (pacer := app.get(GC_PACER)) is not None:  # what they left may be frozen
+            pacer.streams_ended(len(ended), len(streams))
     due = [s for s in streams if not s.closed and (renew or s.state.dirty)]
     if not renew and len(due) > rows:
         due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)

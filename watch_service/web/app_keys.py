@@ -9,6 +9,7 @@ from watch_service.engine.appender import Appender
 from watch_service.engine.hub import Hub
 from watch_service.settings import Settings
 from watch_service.web.auth import KeyRing
+from watch_service.web.gc_pacing import GcPacer
 from watch_service.web.handoff import ConnectionHandoff
 from watch_service.web.metrics import Metrics
 
@@ -21,6 +22,8 @@ HUB = web.AppKey("hub", Hub)
 APPENDER = web.AppKey("appender", Appender)
 # serve --workers N: connections passed to the worker that owns their topic (web/handoff.py)
 HANDOFF = web.AppKey("handoff", ConnectionHandoff)
+# serve: the process's full collections walk what is new (web/gc_pacing.py)
+GC_PACER = web.AppKey("gc_pacer", GcPacer)
 STREAMS = web.AppKey("streams", set)  # open SSE WatchStreams (cursor flusher)
 # Tasks of every open streaming response (SSE, Permify watch): shutdown cancels them.
 STREAM_TASKS = web.AppKey("stream_tasks", set)

@@ -29,8 +29,9 @@ from aiohttp.web_request import BaseRequest
 
 from watch_service.protocol.errors import ApiError, InvalidRequest, RequestTimeout
 from watch_service.settings import Settings
-from watch_service.web.app_keys import HANDOFF
+from watch_service.web.app_keys import GC_PACER, HANDOFF
 from watch_service.web.errors import error_response
+from watch_service.web.gc_pacing import GcPacer
 from watch_service.web.handoff import HANDOFF_TO, ConnectionHandoff
 from watch_service.web.logs import AccessLogger
 
@@ -254,6 +255,7 @@ async def serve(
     """Serve ``app`` until SIGINT or SIGTERM, then shut down: on ``sock`` (bound by the caller
     before anything else started) or on ``settings.host:port``; ``on_listening`` is called once
     it listens. The access log is on with ``settings.access_log``."""
+    pacer = app[GC_PACER] = GcPacer()
     runner = ContractRunner(
         app,
         settings,
@@ -266,7 +268,8 @@ async def serve(
     if handoff is not None:  # connections other workers pass here are served like our own
         handoff.handler_factory = runner.server
     # What start-up built (modules, the app, the pool) lives until shutdown: out of the
-    # collector's way for good, so a full collection walks only what was made since.
+    # collector's way, so a full collection walks only what was made since (and the pacer
+    # freezes what survives each one).
     gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -288,3 +291,4 @@ async def serve(
         if handoff is not None:
             handoff.handler_factory = None  # a connection passed from now on is closed
         await runner.cleanup()
+        pacer.close()
