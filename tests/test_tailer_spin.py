@@ -13,6 +13,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from tests.support import call, unique, wait_for
+from watch_service.engine import hub as hub_module
 from watch_service.engine.hub import Hub
 from watch_service.store.retention import CHANNEL, current_ms, trim
 
@@ -145,3 +146,29 @@ async def test_the_hub_listens_only_while_it_has_tailers(pool, pg_url, db, http,
 
 async def _is(value, expected) -> bool:
     return await value == expected
+
+
+async def test_the_safety_poll_reads_only_topics_heard_of_by_nothing(
+    hub, http, service, monkeypatch
+):
+    """A topic whose notifications arrive shows its head with the next one; only a quiet
+    topic can hide a lost notification, so only quiet topics' heads are read (a busy topic's
+    row, updated by every append, is left alone). Here nothing LISTENs: what the quiet topic
+    got is found by the poll alone."""
+    monkeypatch.setattr(hub_module, "SAFETY_POLL_S", 0.2)
+    busy, quiet = unique("busy"), unique("quiet")
+    for topic in (busy, quiet):
+        await put(http, service, topic)
+    tailers = {t: hub.subscribe(t, lambda _t: None) for t in (busy, quiet)}
+    await wait_for(lambda: sorted(hub.quiet_topics()) == sorted([busy, quiet]), what="quiet")
+    hub.dispatch(f"a 0 {busy}")  # news of ``busy`` (its head is not past the tailer's)
+    assert hub.quiet_topics() == [quiet]
+
+    poll = asyncio.create_task(hub.safety_poll())
+    try:
+        await append(http, service, quiet, 1, 2)
+        await wait_for(lambda: tailers[quiet].cache_end == 2, what="the poll's read")
+    finally:
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll

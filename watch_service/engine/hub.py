@@ -98,6 +98,7 @@ class Hub:
         if any, may take them as they are (``Tailer.offer``)."""
         tailer = self.tailers.get(result.topic)
         if tailer is not None:
+            tailer.heard_at = time.monotonic()
             tailer.offer(result, records)
 
     def unsubscribe(self, topic: str, wake: Wake, strong: bool = False) -> None:
@@ -133,7 +134,10 @@ class Hub:
         header = payload.partition("\n")[0].split(" ")
         kind, head, topic = header[0], header[1], header[-1]
         tailer = self.tailers.get(topic)
-        if tailer is None or (kind in ("a", "r") and (pid, topic) in self.own_appends):
+        if tailer is None:
+            return
+        tailer.heard_at = time.monotonic()
+        if kind in ("a", "r") and (pid, topic) in self.own_appends:
             return
         if kind == "r":
             tailer.offer(*topics.parse_notice(payload))
@@ -205,15 +209,25 @@ class Hub:
             if not self.tailers:
                 self._followed.clear()
 
+    def quiet_topics(self) -> list[str]:
+        """The followed topics nothing was heard of for ``SAFETY_POLL_S``. Only these can hide
+        a lost notification: the next one of a topic that is heard of shows its head, and the
+        tailer reads whatever it missed."""
+        since = time.monotonic() - SAFETY_POLL_S
+        return [name for name, t in self.tailers.items() if t.heard_at <= since]
+
     async def safety_poll(self) -> None:
-        """Re-check heads periodically, in case a notification was lost with a connection."""
+        """Re-check the heads of quiet topics periodically, in case a notification was lost
+        with a connection. A busy topic is left alone: reading its row, which every append
+        updates, stalled those appends for 6-7 ms every poll (measured at 500 appends/s)."""
         while True:
             await asyncio.sleep(SAFETY_POLL_S)
-            if not self.tailers:
+            quiet = self.quiet_topics()
+            if not quiet:
                 continue
             with contextlib.suppress(Exception):
                 async with self.pool.connection() as conn:
-                    heads = await tail.topic_heads(conn, list(self.tailers))
+                    heads = await tail.topic_heads(conn, quiet)
                     for name, head in heads.items():
                         if name in self.tailers and head > self.tailers[name].head:
                             self.tailers[name].kick(head)

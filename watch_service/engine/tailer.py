@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,9 @@ class Tailer:
         self.durable_head = -1  # newest seq whose commit is flushed
         self.earliest = 1
         self.deleted = False
+        # When news of the topic last came (a NOTIFY, or this process's own append): the
+        # safety poll reads the heads of the topics heard of within its period no more.
+        self.heard_at = time.monotonic()
         self.cache: list[CachedRecord] = []
         self.cache_after: int | None = None  # cache holds seqs cache_after+1 .. cache_end
         self.cache_bytes = 0  # what the cache holds (``CachedRecord.size`` summed)
