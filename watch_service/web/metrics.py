@@ -35,9 +35,9 @@ def multiprocess_dir() -> str | None:
 # In multiprocess mode every increment asks ``os.getpid()`` (a system call: nine per append
 # request) whether the process was forked since. It changes only in a forked child, which the
 # fork hook tells, so the values ask a copy instead (set before any metric is made).
-_pid = [os.getpid()]
-os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 if multiprocess_dir() is not None:
+    _pid = [os.getpid()]
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: _pid[0])
 
 
