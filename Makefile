@@ -8,15 +8,20 @@ LOCAL := .local
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
-SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv
+SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv openjdk-17-jre-headless
 # uv from PATH, else the one a bootstrap venv under $(LOCAL) holds (made on first use: Debian's
 # system Python is externally managed, so nothing is pip-installed into it).
 UV_BOOT := $(LOCAL)/uv-bootstrap
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps uv venv spicedb-native ui-assets demo lint format test bench airflow clean
+.PHONY: setup system-deps uv venv jars spicedb-native ui-assets demo lint format test bench airflow clean
 
-setup: system-deps venv spicedb-native ui-assets
+setup: system-deps venv jars spicedb-native ui-assets
+
+# The pinned jars (Iceberg's Spark runtime, hadoop-aws, the AWS SDK bundle, the PostgreSQL JDBC
+# driver, S3Proxy) from Maven Central into $(LOCAL)/jars, SHA-256 checked; never at run time.
+jars: venv
+	@$(PY) -m spark_jobs.common.jars
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps

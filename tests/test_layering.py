@@ -37,6 +37,7 @@ WS = "watch_service"
 WS_LAYERS = {
     "protocol": "protocol",
     "settings": "settings",
+    "storage": "storage",
     "store": "store",
     "engine": "engine",
     "web": "web",
@@ -53,6 +54,7 @@ WS_LAYERS = {
 SERVICE = {
     "protocol",
     "settings",
+    "storage",
     "store",
     "engine",
     "web",
@@ -64,7 +66,7 @@ SERVICE = {
     "package",
 }
 EVERYTHING = SERVICE | {"cli", "tools", "spark_jobs", "plugins", "bench", "dags", "tests"}
-DATA_SIDE = {"protocol", "store", "settings", "package"}
+DATA_SIDE = {"protocol", "store", "settings", "storage", "package"}
 
 # layer -> (the layers it may import, the rule in words)
 RULES: dict[str, tuple[set[str], str]] = {
@@ -74,6 +76,7 @@ RULES: dict[str, tuple[set[str], str]] = {
         "protocol is pure: it imports nothing of ours but protocol, and no I/O library",
     ),
     "settings": ({"protocol", "package"}, "settings.py imports only protocol"),
+    "storage": ({"protocol", "package"}, "storage.py (locations, filesystems) imports only protocol"),
     "store": ({"store", "protocol", "settings", "package"}, "store -> protocol, settings"),
     "engine": ({"engine"} | DATA_SIDE, "engine -> store, protocol, settings"),
     "web": ({"web", "engine"} | DATA_SIDE, "web -> engine, store, protocol, settings"),

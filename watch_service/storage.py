@@ -1,0 +1,407 @@
+"""The one module that names a landing or warehouse location: a local path, ``file://…`` or
+``s3://bucket/prefix``, and the filesystem that reaches it.
+
+Everything else takes a :class:`Location` (what the user wrote, parsed once) and a
+:class:`Storage` (the location with its filesystem) from here, and never calls ``os`` or
+``pathlib`` on a landing or warehouse location. A scheme this module does not support
+(``gs://``, ``abfss://``, a typo such as ``s3:/x``) is refused with :class:`StorageError`,
+never taken for a relative path.
+
+S3-compatible stores are addressed path-style. Credentials and the endpoint come from the
+standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``) or are given explicitly
+(:class:`S3Config`, e.g. from an Airflow ``aws`` connection). The same settings are translated
+here for each client that reaches the store: pyarrow (the sink, the plugin), Hadoop's s3a (the
+Spark steps) and pyiceberg (the CLI and the UI reading Iceberg tables without a JVM).
+
+Writes are whole objects: on a local disk a temp file, fsync and rename (atomic and durable);
+on object storage one PUT (atomic by the store's contract). Nothing here renames to commit
+anything on object storage; the table format owns the warehouse's commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from watch_service.protocol.errors import AuditsyncError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+SCHEMES = ("file", "s3")
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+TMP_PREFIX = ".tmp-"
+DEFAULT_REGION = "us-east-1"
+
+
+class StorageError(AuditsyncError):
+    """A location cannot be used: an unsupported scheme, a malformed bucket, missing settings.
+    Commands print the message in one line and exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A parsed location. ``scheme`` is ``file`` (``path`` absolute) or ``s3`` (``bucket`` and a
+    key prefix ``path`` without leading or trailing slash, possibly empty)."""
+
+    scheme: str
+    path: str
+    bucket: str = ""
+
+    @classmethod
+    def parse(cls, text: str | os.PathLike[str]) -> Location:
+        raw = os.fspath(text).strip()
+        if not raw:
+            raise StorageError("empty location: give a path, file:///… or s3://bucket/prefix")
+        m = _SCHEME_RE.match(raw)
+        if m is None:
+            return cls("file", str(Path(raw).expanduser().resolve()))
+        scheme = m.group(1).lower()
+        parsed = urllib.parse.urlsplit(raw)
+        if scheme not in SCHEMES or not raw[m.end() :].startswith("//"):
+            raise StorageError(
+                f"unsupported location {raw!r}: use a local path, file:///absolute/path or "
+                f"s3://bucket/prefix (supported schemes: {', '.join(SCHEMES)})"
+            )
+        if parsed.query or parsed.fragment:
+            raise StorageError(f"location {raw!r}: no query or fragment allowed")
+        if scheme == "file":
+            if parsed.netloc not in ("", "localhost"):
+                raise StorageError(f"location {raw!r}: file:// takes no host (file:///abs/path)")
+            path = urllib.parse.unquote(parsed.path)
+            if not path.startswith("/"):
+                raise StorageError(f"location {raw!r}: file:// needs an absolute path")
+            return cls("file", str(Path(path).resolve()))
+        bucket = parsed.netloc
+        if not _BUCKET_RE.fullmatch(bucket) or ".." in bucket:
+            raise StorageError(
+                f"location {raw!r}: {bucket!r} is not a valid bucket name (3-63 characters: "
+                f"lower-case letters, digits, dots and hyphens)"
+            )
+        prefix = urllib.parse.unquote(parsed.path).strip("/")
+        if any(part in (".", "..") for part in prefix.split("/")) or "//" in prefix:
+            raise StorageError(f"location {raw!r}: the prefix holds an empty, . or .. part")
+        return cls("s3", prefix, bucket)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    @property
+    def uri(self) -> str:
+        """The canonical text: ``file:///abs`` or ``s3://bucket/prefix``."""
+        if self.is_local:
+            return Path(self.path).as_uri()
+        return f"s3://{self.bucket}/{self.path}".rstrip("/")
+
+    @property
+    def hadoop_uri(self) -> str:
+        """What Spark (Hadoop's filesystems) is given: ``file:/abs`` or ``s3a://bucket/prefix``."""
+        if self.is_local:
+            return Path(self.path).as_uri()
+        return f"s3a://{self.bucket}/{self.path}".rstrip("/")
+
+    @property
+    def fs_path(self) -> str:
+        """The path pyarrow's filesystem of this location takes."""
+        if self.is_local:
+            return self.path
+        return f"{self.bucket}/{self.path}".rstrip("/")
+
+    def join(self, *parts: str) -> Location:
+        rel = PurePosixPath(*parts) if parts else PurePosixPath()
+        if rel.is_absolute() or ".." in rel.parts:
+            raise StorageError(f"{'/'.join(parts)!r}: not a relative path inside {self.uri}")
+        if self.is_local:
+            return Location("file", str(Path(self.path, *rel.parts)))
+        joined = "/".join(p for p in (self.path, str(rel)) if p and p != ".")
+        return Location("s3", joined, self.bucket)
+
+    def local_path(self) -> Path:
+        """The local folder of a ``file`` location (for tools that only work locally)."""
+        if not self.is_local:
+            raise StorageError(f"{self.uri} is not on a local filesystem")
+        return Path(self.path)
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Config:
+    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself."""
+
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+    region: str = DEFAULT_REGION
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> S3Config:
+        env = os.environ if environ is None else environ
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        if endpoint and not endpoint.startswith(("http://", "https://")):
+            raise StorageError(f"AWS_ENDPOINT_URL={endpoint!r}: expected http(s)://host[:port]")
+        return cls(
+            endpoint=endpoint,
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION,
+        )
+
+    def environ(self) -> dict[str, str]:
+        """The same settings as the standard AWS variables (for a child process)."""
+        pairs = {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_SESSION_TOKEN": self.session_token,
+            "AWS_REGION": self.region,
+        }
+        return {k: v for k, v in pairs.items() if v}
+
+    @property
+    def secure(self) -> bool:
+        return not (self.endpoint or "").startswith("http://")
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """Hadoop s3a settings (without the ``spark.hadoop.`` prefix), path-style."""
+        conf = {
+            "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": self.region,
+            "fs.s3a.connection.ssl.enabled": "true" if self.secure else "false",
+        }
+        if self.endpoint:
+            conf["fs.s3a.endpoint"] = self.endpoint
+        if self.access_key and self.secret_key:
+            conf["fs.s3a.access.key"] = self.access_key
+            conf["fs.s3a.secret.key"] = self.secret_key
+            if self.session_token:
+                conf["fs.s3a.session.token"] = self.session_token
+                conf["fs.s3a.aws.credentials.provider"] = (
+                    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+                )
+            else:
+                conf["fs.s3a.aws.credentials.provider"] = (
+                    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+                )
+        return conf
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        props = {"s3.region": self.region, "s3.force-virtual-addressing": "false"}
+        if self.endpoint:
+            props["s3.endpoint"] = self.endpoint
+        if self.access_key and self.secret_key:
+            props["s3.access-key-id"] = self.access_key
+            props["s3.secret-access-key"] = self.secret_key
+        if self.session_token:
+            props["s3.session-token"] = self.session_token
+        return props
+
+    def filesystem(self) -> pafs.FileSystem:
+        import pyarrow.fs as pafs
+
+        options: dict[str, object] = {
+            "region": self.region,
+            "force_virtual_addressing": False,
+            "allow_bucket_creation": False,
+        }
+        if self.endpoint:
+            parsed = urllib.parse.urlsplit(self.endpoint)
+            options["endpoint_override"] = parsed.netloc
+            options["scheme"] = parsed.scheme
+        if self.access_key and self.secret_key:
+            options.update(
+                access_key=self.access_key,
+                secret_key=self.secret_key,
+                session_token=self.session_token,
+            )
+        return pafs.S3FileSystem(**options)  # type: ignore[arg-type]
+
+
+def hadoop_conf(locations: list[Location], s3: S3Config | None = None) -> dict[str, str]:
+    """The Hadoop settings Spark needs for these locations (s3a only where one is on S3)."""
+    if all(loc.is_local for loc in locations):
+        return {}
+    return (s3 or S3Config.from_env()).hadoop_conf()
+
+
+class Storage:
+    """A location and the filesystem that reaches it: the one door to its files.
+
+    Paths given to the methods are relative to the location, ``/``-separated."""
+
+    def __init__(self, location: Location, s3: S3Config | None = None) -> None:
+        self.location = location
+        self._s3 = s3
+        self._fs: pafs.FileSystem | None = None
+
+    @classmethod
+    def at(cls, text: str | os.PathLike[str], s3: S3Config | None = None) -> Storage:
+        return cls(Location.parse(text), s3)
+
+    @property
+    def s3(self) -> S3Config:
+        if self._s3 is None:
+            self._s3 = S3Config.from_env()
+        return self._s3
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            import pyarrow.fs as pafs
+
+            self._fs = pafs.LocalFileSystem() if self.location.is_local else self.s3.filesystem()
+        return self._fs
+
+    def child(self, *parts: str) -> Storage:
+        """The storage of a sub-location, sharing this one's filesystem."""
+        out = Storage(self.location.join(*parts), self._s3)
+        out._fs = self._fs
+        return out
+
+    def path(self, rel: str = "") -> str:
+        """The filesystem path of ``rel`` (for pyarrow calls that take a path and ``fs``)."""
+        return self.location.join(rel).fs_path if rel else self.location.fs_path
+
+    def uri(self, rel: str = "") -> str:
+        return self.location.join(rel).uri if rel else self.location.uri
+
+    # -- whole objects -------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Create the folder (local) or check the bucket answers (S3); clear errors if not."""
+        import pyarrow.fs as pafs
+
+        if self.location.is_local:
+            Path(self.location.path).mkdir(parents=True, exist_ok=True)
+            return
+        try:
+            info = self.fs.get_file_info(self.location.bucket)
+        except OSError as exc:
+            raise StorageError(f"{self.location.uri}: the object store refused: {exc}") from None
+        if info.type == pafs.FileType.NotFound:
+            raise StorageError(
+                f"{self.location.uri}: bucket {self.location.bucket!r} does not exist "
+                f"(endpoint {self.s3.endpoint or 'AWS'})"
+            )
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Make ``rel`` hold ``data``, all or nothing, durably."""
+        if self.location.is_local:
+            target = Path(self.path(rel))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f"{TMP_PREFIX}{target.name}")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            return
+        with self.fs.open_output_stream(self.path(rel)) as out:
+            out.write(data)
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The object's bytes; None when there is none."""
+        try:
+            with self.fs.open_input_file(self.path(rel)) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if _not_found(exc):
+                return None
+            raise
+
+    def exists(self, rel: str = "") -> bool:
+        import pyarrow.fs as pafs
+
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    def delete(self, rel: str) -> None:
+        """Delete one file; nothing when it is not there."""
+        try:
+            self.fs.delete_file(self.path(rel))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if not _not_found(exc):
+                raise
+
+    def delete_tree(self, rel: str = "") -> None:
+        """Delete a folder (prefix) and everything under it; nothing when it is not there."""
+        import pyarrow.fs as pafs
+
+        target = self.path(rel)
+        if self.fs.get_file_info(target).type == pafs.FileType.NotFound:
+            return
+        self.fs.delete_dir(target)
+
+    def files(self, rel: str = "", recursive: bool = False) -> list[tuple[str, int]]:
+        """``(name relative to rel, size)`` of the files under ``rel``, sorted; temp files
+        and dot-names excluded; empty when the folder does not exist."""
+        return sorted(self._walk(rel, recursive, want_dirs=False))
+
+    def folders(self, rel: str = "") -> list[str]:
+        """Names of the folders directly under ``rel``, sorted."""
+        return sorted(name for name, _ in self._walk(rel, False, want_dirs=True))
+
+    def _walk(self, rel: str, recursive: bool, want_dirs: bool) -> Iterator[tuple[str, int]]:
+        import pyarrow.fs as pafs
+
+        base = self.path(rel).rstrip("/")
+        selector = pafs.FileSelector(base, allow_not_found=True, recursive=recursive)
+        for info in self.fs.get_file_info(selector):
+            name = info.path[len(base) + 1 :] if info.path.startswith(base + "/") else info.path
+            if any(part.startswith(".") for part in name.split("/")):
+                continue
+            if want_dirs and info.type == pafs.FileType.Directory:
+                yield name, 0
+            elif not want_dirs and info.type == pafs.FileType.File:
+                yield name, info.size or 0
+
+    # -- Parquet -------------------------------------------------------------------------
+
+    def write_parquet(self, rel: str, table: pa.Table) -> None:
+        """One Parquet file, whole or not at all (see ``write_bytes``)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self.write_bytes(rel, sink.getvalue().to_pybytes())
+
+    def parquet_schema(self, rel: str) -> pa.Schema:
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(self.path(rel), filesystem=self.fs)
+
+    def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.path(rel), columns=columns, filesystem=self.fs)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _not_found(exc: OSError) -> bool:
+    text = str(exc)
+    return "NoSuchKey" in text or "Path does not exist" in text or "404" in text
