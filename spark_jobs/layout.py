@@ -1,82 +1,85 @@
-"""The warehouse layout: where each pipeline step reads and writes under ``--work``, and the
-arguments each step's ``run(spark, args)`` gets. Pure path building, shared by ``auditsync
-pipeline run`` (``spark_jobs.runner``) and the Airflow DAG so they cannot drift apart;
-importing it costs nothing (no pyspark, no psycopg), as DAG parsing requires.
+"""The warehouse layout: which Iceberg table each pipeline step reads and writes, and the
+arguments each step's ``run(spark, args)`` gets. Pure naming, shared by ``auditsync pipeline
+run`` (``spark_jobs.runner``) and the Airflow DAG so they cannot drift apart; importing it
+costs nothing (no pyspark, no psycopg, no pyarrow), as DAG parsing requires.
 
-Under ``--work`` (layout version 2, the incremental pipeline)::
+The landing zone and the warehouse are locations (a path, ``file://…`` or ``s3://bucket/…``;
+``watch_service.storage`` parses them). Every warehouse table is an Iceberg table in the JDBC
+catalog kept in the project's PostgreSQL (schema ``iceberg``), under the catalog name
+``catalog`` (derived from the warehouse's URI, so several warehouses share one database) and
+the namespace ``audit``:
 
-    _layout.json                           {"version": 2}
-    deliveries/consumer=C/topic=T/bN-*.parquet   compact's batches, appended
-    deliveries/_batches/bNNNNNNNN.json     a batch's commit record (segments consumed, files)
-    ledger/run=R/consumer=C/topic=T/       reconcile's non-delivered verdicts, for late copies
-    audit_log/topic=T/date=D/              the audit log; only touched partitions rewritten
-    runs/R/detail/ summary/ remaining/     one run's window, its counts, defects left
-    runs/R/manifest.json                   batches the run read, audit partitions it wrote
-    audits/A/detail/ summary/              a full audit's verdicts
+    deliveries    compact's batches (one row per delivered frame item, ``batch`` N); the
+                  landing segments a batch consumed are in its snapshot's summary
+    detail        reconcile's verdicts, partitioned by run_id
+    summary       reconcile's counts per (consumer, topic, status), by run_id
+    ledger        reconcile's non-delivered verdicts (for late copies), by run_id
+    remaining     verify's defects left after backfill, by run_id
+    audit_log     one row per topic+seq, partitioned by topic and UTC date
+    audit_detail  audit_summary: a full audit's verdicts, by run_id
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
+import hashlib
+
+from watch_service.storage import Location
 
 STEPS = ("compact", "reconcile", "backfill", "verify")
-LAYOUT_VERSION = 2
+NAMESPACE = "audit"
+TABLES = (
+    "deliveries",
+    "detail",
+    "summary",
+    "ledger",
+    "remaining",
+    "audit_log",
+    "audit_detail",
+    "audit_summary",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    landing: Path
-    work: Path
+    landing: str
+    work: str
     run_id: str
 
-    @property
-    def marker(self) -> Path:
-        return self.work / "_layout.json"
+    def __post_init__(self) -> None:
+        # Parse once: an unsupported scheme fails here, with the location in the message.
+        if self.landing:  # steps after compact need no landing zone
+            object.__setattr__(self, "landing", str(Location.parse(self.landing)))
+        object.__setattr__(self, "work", str(Location.parse(self.work)))
 
     @property
-    def deliveries(self) -> Path:
-        return self.work / "deliveries"
+    def landing_location(self) -> Location:
+        if not self.landing:
+            raise ValueError("this layout has no landing zone (a step after compact)")
+        return Location.parse(self.landing)
 
     @property
-    def batches(self) -> Path:
-        return self.deliveries / "_batches"
+    def warehouse(self) -> Location:
+        return Location.parse(self.work)
 
     @property
-    def ledger(self) -> Path:
-        return self.work / "ledger"
+    def catalog(self) -> str:
+        """The Iceberg catalog name of this warehouse (also its id in the run tables)."""
+        return "wh_" + hashlib.sha256(self.work.encode()).hexdigest()[:16]
 
-    @property
-    def audit_log(self) -> Path:
-        return self.work / "audit_log"
-
-    @property
-    def runs(self) -> Path:
-        return self.work / "runs"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.runs / self.run_id
-
-    def run_path(self, name: str, run_id: str | None = None) -> Path:
-        return self.runs / (run_id or self.run_id) / name
-
-    @property
-    def manifest(self) -> Path:
-        return self.run_dir / "manifest.json"
-
-    @property
-    def audit_dir(self) -> Path:
-        return self.work / "audits" / self.run_id
+    def table(self, name: str) -> str:
+        if name not in TABLES:
+            raise ValueError(f"unknown warehouse table {name!r}; expected one of {TABLES}")
+        return f"{self.catalog}.{NAMESPACE}.{name}"
 
     def step_args(self, step: str, partitions: int = 4) -> list[str]:
         """The step's own flags (never the database URL: it travels in the environment)."""
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
-        common = ["--work", str(self.work), "--run-id", self.run_id]
+        common = ["--work", self.work, "--run-id", self.run_id]
         extra = {
-            "compact": ["--landing", str(self.landing)],
+            "compact": ["--landing", self.landing],
             "reconcile": ["--num-partitions", str(partitions)],
             "backfill": ["--num-partitions", str(partitions)],
             "verify": [],
@@ -88,11 +91,11 @@ class Layout:
     ) -> argparse.Namespace:
         """What ``step``'s parser makes of ``step_args``, for calling ``run`` in-process."""
         values: dict[str, object] = {
-            "work": str(self.work),
+            "work": self.work,
             "run_id": self.run_id,
             "database_url": database_url,
             "master": None,
-            "landing": str(self.landing),
+            "landing": self.landing,
             "num_partitions": partitions,
             "target": "both",
             "examples": 5,
@@ -101,12 +104,3 @@ class Layout:
         }
         values.update(extra)
         return argparse.Namespace(**values)
-
-    def quality_paths(self) -> dict[str, Path]:
-        """One run's slice for Great Expectations (``spark_jobs.common.slices`` reads them)."""
-        return {
-            "reconciliation": self.run_path("summary"),
-            "detail": self.run_path("detail"),
-            "remaining": self.run_path("remaining"),
-            "manifest": self.manifest,
-        }

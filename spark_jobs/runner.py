@@ -1,16 +1,17 @@
 """``auditsync pipeline``: the reconciliation pipeline on this machine, without Airflow.
 
-    auditsync pipeline run   --landing DIR --work DIR [--run-id ID] [--database-url URL]
+    auditsync pipeline run   --landing LOCATION --work LOCATION [--run-id ID] [--database-url URL]
                              [--master local[2]] [--driver-memory 2g] [--num-partitions 4]
                              [--keep-runs 96] [--conf KEY=VALUE ...]
-    auditsync pipeline audit --landing DIR --work DIR [same options]
+    auditsync pipeline audit --landing LOCATION --work LOCATION [same options]
 
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
 printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/layout.py for the warehouse). After the run, the
-outputs of runs older than the newest ``--keep-runs`` are deleted (runs whose repairs are
-still open are kept). Exit status: 0 when verify passes, 1 when defects remain after
+run's interval brought (see spark_jobs/layout.py for the warehouse's Iceberg tables). A
+location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
+run, the per-run rows of runs older than the newest ``--keep-runs`` are deleted (runs whose
+repairs are still open are kept). Exit status: 0 when verify passes, 1 when defects remain after
 backfill, 2 when a step fails to run.
 
 ``audit`` compacts what is new, then re-judges ALL history the incremental runs consumed
@@ -25,7 +26,6 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psycopg
 
@@ -52,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("audit", "re-judge all history and compare with the runs"),
     ):
         p = sub.add_parser(action, help=text)
-        p.add_argument("--landing", required=True, type=Path, help="the sink's landing directory")
-        p.add_argument("--work", required=True, type=Path, help="the warehouse root")
+        p.add_argument(
+            "--landing", required=True, help="the sink's landing zone: a path, file:// or s3://"
+        )
+        p.add_argument(
+            "--work", required=True, help="the warehouse: a path, file:// or s3://bucket/prefix"
+        )
         p.add_argument(
             "--run-id", default=None, help="default: the UTC time, e.g. 20250101T120000Z"
         )
@@ -134,26 +138,29 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     return figures
 
 
-def prune_runs(layout: Layout, keep: int, database_url: str) -> list[str]:
-    """Delete the outputs of runs beyond the newest ``keep`` (never one with open repairs,
-    never the current one); returns the run ids removed."""
-    from spark_jobs.common import storage, store, warehouse
+PRUNED_TABLES = ("detail", "summary", "remaining")
+OLD_RUNS = """SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s
+               ORDER BY recorded_at DESC OFFSET %(keep)s"""
+
+
+def prune_runs(spark, layout: Layout, keep: int, database_url: str) -> list[str]:
+    """Delete the per-run rows (detail, summary, remaining) of runs beyond the newest ``keep``
+    (never one with open repairs, never the current one); returns the run ids removed. The
+    ledger is kept: late copies are judged against it. A partition delete is a metadata-only
+    Iceberg commit; the files go when maintenance expires the snapshots that held them."""
+    from spark_jobs.common import store, tables
     from watch_service.store import runs
 
-    if not layout.runs.is_dir():
-        return []
     with store.connect(database_url) as conn:
-        protected = set(runs.open_repairs(conn, warehouse.identity(layout), layout.run_id)) | {
-            layout.run_id
-        }
-    folders = sorted(
-        (p for p in layout.runs.iterdir() if p.is_dir()),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    removed = [p.name for p in folders[keep:] if p.name not in protected]
-    for name in removed:
-        storage.remove(layout.runs / name)
+        protected = set(runs.open_repairs(conn, layout.catalog, layout.run_id)) | {layout.run_id}
+        old = [r for (r,) in conn.execute(OLD_RUNS, {"warehouse": layout.catalog, "keep": keep})]
+    removed = [r for r in old if r not in protected]
+    if removed:
+        tables.attach(spark, layout, database_url)
+        listed = ", ".join(f"'{tables._quote(r)}'" for r in removed)
+        for name in PRUNED_TABLES:
+            column = tables.run_column(name)
+            spark.sql(f"DELETE FROM {layout.table(name)} WHERE {column} IN ({listed})")
     return removed
 
 
@@ -172,7 +179,7 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
     from watch_service.store import runs
 
     run_id = args.run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    layout = Layout(args.landing.resolve(), args.work.resolve(), run_id)
+    layout = Layout(args.landing, args.work, run_id)
     started = time.monotonic()
     if args.action == "audit":
         figures = audit(spark, layout, url, args.num_partitions)
@@ -199,7 +206,7 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
             flush=True,
         )
         return EXIT_STEP_ERROR
-    removed = prune_runs(layout, args.keep_runs, url)
+    removed = prune_runs(spark, layout, args.keep_runs, url)
     if removed:
         print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)", flush=True)
     if not figures["verify"]["passed"]:
@@ -216,6 +223,13 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from spark_jobs.common.session import JdbcDriverMissing
+    from watch_service.storage import Location, StorageError
+
+    try:
+        Location.parse(args.landing), Location.parse(args.work)
+    except StorageError as exc:
+        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        return EXIT_STEP_ERROR
 
     try:
         url = _database_url(args.database_url)

@@ -19,6 +19,7 @@ Connect when the ``spark_connect_default`` connection exists, else a local JVM. 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,12 +72,26 @@ def default_docs_url() -> str:
     return f"{base.rstrip('/')}/auditsync/docs/index.html"
 
 
-def run_slice(spark, landing: str, warehouse: str, run_id: str) -> dict[str, Any]:
+def run_slice(
+    spark, landing: str, warehouse: str, run_id: str, database_url: str
+) -> dict[str, Any]:
     """The run's datasets, by suite name, as the warehouse layout selects them."""
     from spark_jobs.common.slices import quality_frames
     from spark_jobs.layout import Layout
 
-    return quality_frames(spark, Layout(Path(landing), Path(warehouse), run_id))
+    return quality_frames(spark, Layout(landing, warehouse, run_id), database_url)
+
+
+def database_url(pg_conn_id: str) -> str:
+    """The run tables' PostgreSQL (the warehouse's catalog lives there too)."""
+    from spark_jobs.common.cli import DATABASE_URL_ENV
+
+    from_env = os.environ.get(DATABASE_URL_ENV)
+    if from_env:
+        return from_env
+    from airflow.sdk import BaseHook
+
+    return str(BaseHook.get_connection(pg_conn_id).get_uri())
 
 
 class QualityCheckpointOperator(BaseOperator):
@@ -98,9 +113,11 @@ class QualityCheckpointOperator(BaseOperator):
         docs_url: str | None = None,
         spark_master: str = "local[2]",
         connect_conn_id: str | None = CONNECT_CONN_ID,
+        pg_conn_id: str = PG_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.pg_conn_id = pg_conn_id
         if (datasets is None) == (run is None):
             raise ValueError("QualityCheckpointOperator: give either datasets or run")
         self.gx_root = gx_root
@@ -131,7 +148,11 @@ class QualityCheckpointOperator(BaseOperator):
         try:
             if self.run:
                 frames = run_slice(
-                    spark, self.run["landing"], self.run["warehouse"], self.run["run_id"]
+                    spark,
+                    self.run["landing"],
+                    self.run["warehouse"],
+                    self.run["run_id"],
+                    database_url(self.pg_conn_id),
                 )
             else:
                 frames = {

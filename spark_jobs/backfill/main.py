@@ -4,12 +4,14 @@
         [--target {audit_log,search_index,both}] [--num-partitions N] [--max-pushdown-ranges N]
 
 Re-reads from PostgreSQL (bounded to their seq runs) the ``silent_gap`` and ``mismatch``
-records of this run's detail and of earlier runs whose repairs are still open, merges them
-and the run's verified deliveries into only the audit-log partitions (topic, date) they
-touch (``spark_jobs.common.audit_log``), and upserts the repaired records into the search
-index in bounded chunks. ``--target`` does one of the two only (Airflow may run them as
-parallel tasks); the step is then recorded as ``backfill_<target>``. Re-running writes the
-same rows.
+records of this run's detail and of earlier runs whose repairs are still open, and writes them
+with the run's verified deliveries to the Iceberg audit log (one row per topic+seq): seqs it
+does not hold yet by an append, better copies of seqs it holds by ``MERGE INTO`` on (topic,
+seq). Only the rows of those seqs are read (per topic, bounded by seq), so the cost follows the
+run's records, not the size of the day they land in. It upserts the repaired records into the
+search index in bounded chunks. ``--target`` does one of the two only (Airflow may run them as
+parallel tasks); the step is then recorded as ``backfill_<target>``. Re-running writes the same
+rows.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,22 +26,14 @@ from pyspark.sql import functions as F
 from spark_jobs.backfill.search import upsert_documents
 from spark_jobs.backfill.transforms import (
     delivered_rows,
-    merge_audit_log,
     repair_keys,
     search_records,
     source_rows,
 )
-from spark_jobs.common import (
-    audit_log,
-    jdbc,
-    partitions,
-    progress,
-    storage,
-    store,
-    warehouse,
-)
+from spark_jobs.backfill.writes import write_audit_log
+from spark_jobs.common import jdbc, progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile.late import seq_runs
@@ -71,18 +64,10 @@ def build_parser():
 
 
 def run_details(spark: SparkSession, layout: Layout, run_ids: list[str]) -> DataFrame:
-    """The detail of these runs (those whose outputs still exist), with a ``run_id``."""
-    frames = [
-        spark.read.schema(DETAIL)
-        .parquet(str(layout.run_path("detail", r)))
-        .withColumn("run_id", F.lit(r))
-        for r in run_ids
-        if storage.data_files(layout.run_path("detail", r))
-    ]
-    out = spark.createDataFrame([], DETAIL).withColumn("run_id", F.lit(None).cast("string"))
-    for frame in frames:
-        out = out.unionByName(frame)
-    return out
+    """The detail of these runs (those whose rows still exist), with a ``run_id``."""
+    return tables.runs_rows(spark, layout, "detail", run_ids).select(
+        *[F.col(f.name) for f in DETAIL.fields], "run_id"
+    )
 
 
 def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
@@ -98,32 +83,16 @@ def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
     ]
 
 
-def write_audit_log(
-    spark: SparkSession, layout: Layout, fresh: DataFrame, hook: Callable[[str], None] | None = None
-) -> list[str]:
-    """Merge ``fresh`` into the partitions it touches; returns their folders."""
-    audit_log.recover(layout.audit_log)
-    dated = fresh.withColumn("date", F.to_date(F.timestamp_millis("ts"))).cache()
-    touched = sorted(
-        partitions.folder(topic=r["topic"], date=r["date"])
-        for r in dated.select("topic", "date").distinct().collect()
-    )
-    if not touched:
-        return []
-    existing = audit_log.current(spark, layout.audit_log, touched)
-    merged = merge_audit_log(dated.drop("date"), existing)
-    return audit_log.replace(spark, layout.audit_log, layout.run_id, merged, touched, hook)
-
-
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Repair; returns the step's figures. ``hook(point)`` is called between the audit-log
     partition swaps (tests kill the step there)."""
     timer = progress.Timer()
-    layout = Layout(Path("."), Path(args.work), args.run_id)
-    manifest = storage.read_json(layout.manifest, {})
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
     with store.connect(args.database_url) as conn:
-        carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
-    detail = spark.read.schema(DETAIL).parquet(str(layout.run_path("detail")))
+        carried = runs.open_repairs(conn, layout.catalog, args.run_id)
+        batches = runs.run_batches(conn, args.run_id) or (1, 0)
+    detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)
     everything = detail.unionByName(run_details(spark, layout, carried).drop("run_id"))
     keys = repair_keys(everything).cache()
     spans = repair_spans(keys, args.max_pushdown_ranges)
@@ -133,14 +102,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     repaired = source_rows(records, keys).cache()
     counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
     if args.target in (BOTH, "audit_log"):
-        deliveries = warehouse.read_files(
-            spark, layout.deliveries, manifest.get("deliveries", []), DELIVERIES
+        deliveries = conform(
+            tables.read(spark, layout, "deliveries").filter(F.col("batch").between(*batches)),
+            DELIVERIES,
         )
         written = write_audit_log(
             spark, layout, delivered_rows(deliveries, detail).unionByName(repaired), hook
         )
-        storage.write_json(layout.manifest, {**manifest, "audit_partitions": written})
-        counts["audit_partitions"] = len(written)
+        counts.update(written)
+        store.record_snapshots(args, spark, layout, ("audit_log",))
     if args.target in (BOTH, "search_index"):
         indexed = refused = backfilled = 0
         rows = (tuple(r) for r in search_records(repaired).toLocalIterator())

@@ -1,17 +1,16 @@
-"""Building the SparkSession, and finding the PostgreSQL JDBC driver for it.
+"""Building the SparkSession, with the jars every pipeline JVM carries.
 
-JDBC driver discovery, first hit wins:
-1. ``AUDITSYNC_JDBC_JAR`` — a path to the driver jar;
-2. ``/usr/share/java/postgresql.jar`` — Debian's ``libpostgresql-jdbc-java``;
-3. ``spark.jars.packages=org.postgresql:postgresql:42.7.4`` — only when
-   ``AUDITSYNC_SPARK_MAVEN=1`` says Maven Central is reachable from here.
-Otherwise ``JdbcDriverMissing`` says how to get one. This is the only place that looks the
-driver up: the runner, the DAG, the Spark Connect server and the tests all ask here. Importing
-this module does not import pyspark (the runner and the DAG only need the flags).
+The classpath is the pinned jars ``make setup`` fetched (``spark_jobs.common.jars``): Iceberg's
+Spark runtime, ``hadoop-aws`` with its AWS SDK bundle, and the PostgreSQL JDBC driver
+(``AUDITSYNC_JDBC_JAR`` may name another driver jar). Nothing is fetched at run time: a missing
+jar is ``JarsMissing``, which says to run ``make setup``. This is the only place that builds
+the classpath: the runner, the DAG, the Spark Connect server and the tests all ask here.
+Importing this module does not import pyspark (the runner and the DAG only need the flags).
 
 One builder for every session: a job's own JVM (``spark-submit`` or ``master``), or a client
 of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
-driver on its classpath and keeps its static settings; only session settings travel then.
+jars and Iceberg's SQL extensions and keeps its static settings; only session settings travel
+then (the warehouse's catalog is attached per session: ``spark_jobs.common.tables.attach``).
 """
 
 from __future__ import annotations
@@ -21,61 +20,57 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watch_service.protocol.errors import AuditsyncError
+from spark_jobs.common import jars
+from spark_jobs.common.jars import JarsMissing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JAR_ENV = "AUDITSYNC_JDBC_JAR"
-MAVEN_ENV = "AUDITSYNC_SPARK_MAVEN"
-DEBIAN_JAR = Path("/usr/share/java/postgresql.jar")
-MAVEN_PACKAGE = "org.postgresql:postgresql:42.7.4"
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 # Semantics, not tuning: dates in the audit log's partitions are UTC days.
 BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
+# Static settings a JVM must start with (a Spark Connect server too).
+STATIC_CONF = {"spark.sql.extensions": EXTENSIONS}
+
+# Kept for the callers that report a missing driver: every pinned jar is reported alike now.
+JdbcDriverMissing = JarsMissing
 
 
-class JdbcDriverMissing(AuditsyncError):
-    """No PostgreSQL JDBC driver could be found; the message says how to get one."""
-
-
-def jdbc_driver(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """``("jar", path)`` or ``("package", maven_coordinates)`` for the PostgreSQL driver."""
+def classpath(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The jars of every pipeline JVM, as paths (``JarsMissing`` when one was not fetched)."""
     env = os.environ if environ is None else environ
     explicit = env.get(JAR_ENV, "").strip()
-    if explicit:
-        if not Path(explicit).is_file():
-            raise JdbcDriverMissing(f"{JAR_ENV}={explicit!r}: no such file")
-        return "jar", explicit
-    if DEBIAN_JAR.is_file():
-        return "jar", str(DEBIAN_JAR)
-    if env.get(MAVEN_ENV, "") == "1":
-        return "package", MAVEN_PACKAGE
-    raise JdbcDriverMissing(
-        "no PostgreSQL JDBC driver found: install it with `apt-get install "
-        f"libpostgresql-jdbc-java` (gives {DEBIAN_JAR}), or set {JAR_ENV} to a postgresql "
-        f"jar, or set {MAVEN_ENV}=1 to fetch {MAVEN_PACKAGE} from Maven Central"
-    )
+    if explicit and not Path(explicit).is_file():
+        raise JarsMissing(f"{JAR_ENV}={explicit!r}: no such file")
+    paths = []
+    for jar in jars.SPARK_JARS:
+        if jar is jars.POSTGRESQL and explicit:
+            paths.append(explicit)
+        else:
+            paths.append(str(jars.path_of(jar, env)))
+    return paths
 
 
-def jdbc_conf(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    kind, where = jdbc_driver(environ)
-    return {"spark.jars": where} if kind == "jar" else {"spark.jars.packages": where}
+def jvm_conf(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {"spark.jars": ",".join(classpath(environ)), **STATIC_CONF}
 
 
 def submit_flags(environ: Mapping[str, str] | None = None) -> list[str]:
-    """``spark-submit`` flags that put the driver on the classpath."""
-    kind, where = jdbc_driver(environ)
-    return ["--jars", where] if kind == "jar" else ["--packages", where]
+    """``spark-submit`` flags that put the jars on the classpath and load the extensions."""
+    flags = ["--jars", ",".join(classpath(environ))]
+    for key, value in STATIC_CONF.items():
+        flags += ["--conf", f"{key}={value}"]
+    return flags
 
 
-def submit_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The same, as Airflow's ``SparkSubmitOperator`` keywords (``jars`` or ``packages``)."""
-    kind, where = jdbc_driver(environ)
-    return {"jars": where} if kind == "jar" else {"packages": where}
+def submit_options(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The same, as Airflow's ``SparkSubmitOperator`` keywords."""
+    return {"jars": ",".join(classpath(environ)), "conf": dict(STATIC_CONF)}
 
 
 def build_session(
@@ -96,7 +91,7 @@ def build_session(
     else:
         if master:
             builder = builder.master(master)
-        settings = {**BASE_CONF, **jdbc_conf(), **(conf or {})}
+        settings = {**BASE_CONF, **jvm_conf(), **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -1,35 +1,36 @@
 """One run's slice of the warehouse, as DataFrames, for the Great Expectations checks: the
-deliveries it reconciled, its summary, detail and remaining defects, and the audit-log
-partitions it wrote (from ``runs/<id>/manifest.json``). A slice that is empty comes back as
-an empty DataFrame of the right schema, so a suite runs the same on a quiet interval."""
+deliveries it reconciled (its delivery batches, from ``reconcile_runs``), its summary, detail
+and remaining defects (its partitions of those Iceberg tables), and the audit-log rows it
+wrote (``run_id`` in the audit log). A slice that is empty comes back as an empty DataFrame of
+the right schema, so a suite runs the same on a quiet interval."""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from spark_jobs.common import storage, warehouse
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SUMMARY
+from spark_jobs.common import store, tables
+from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SUMMARY, conform
 from spark_jobs.layout import Layout
 from spark_jobs.verify.transforms import LEFT
+from watch_service.store import runs
 
 
-def _run_table(spark: SparkSession, path, schema) -> DataFrame:
-    if not storage.data_files(path):
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(str(path))
-
-
-def quality_frames(spark: SparkSession, layout: Layout) -> dict[str, DataFrame]:
+def quality_frames(spark: SparkSession, layout: Layout, database_url: str) -> dict[str, DataFrame]:
     """Suite name -> this run's rows."""
-    manifest = storage.read_json(layout.manifest, {})
+    tables.attach(spark, layout, database_url)
+    with store.connect(database_url) as conn:
+        first, last = runs.run_batches(conn, layout.run_id) or (1, 0)
+    run = layout.run_id
     return {
-        "deliveries": warehouse.read_files(
-            spark, layout.deliveries, manifest.get("deliveries", []), DELIVERIES
+        "deliveries": conform(
+            tables.read(spark, layout, "deliveries").filter(F.col("batch").between(first, last)),
+            DELIVERIES,
         ),
-        "reconciliation": _run_table(spark, layout.run_path("summary"), SUMMARY),
-        "detail": _run_table(spark, layout.run_path("detail"), DETAIL),
-        "remaining": _run_table(spark, layout.run_path("remaining"), LEFT),
-        "audit_log": warehouse.read_partitions(
-            spark, layout.audit_log, manifest.get("audit_partitions", []), AUDIT_LOG
+        "reconciliation": conform(tables.run_rows(spark, layout, "summary", run), SUMMARY),
+        "detail": conform(tables.run_rows(spark, layout, "detail", run), DETAIL),
+        "remaining": conform(tables.run_rows(spark, layout, "remaining", run), LEFT),
+        "audit_log": conform(
+            tables.read(spark, layout, "audit_log").filter(F.col("run_id") == run), AUDIT_LOG
         ),
     }

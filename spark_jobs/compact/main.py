@@ -1,51 +1,101 @@
 """compact's entry point: the landing segments not yet compacted -> one new deliveries batch.
 
-    spark-submit spark_jobs/compact/main.py --landing DIR --work DIR --run-id ID
+    spark-submit spark_jobs/compact/main.py --landing LOCATION --work LOCATION --run-id ID
 
-Lists ``<landing>/<consumer>/part-*.parquet``, takes those after each consumer's last
-compacted segment, and appends them as a batch to ``<work>/deliveries`` (partitioned by
-consumer and topic), committed with the record of which segments it consumed
-(``spark_jobs.common.batches``). Nothing new: no batch. The step's figures go to
-``pipeline_runs`` when a database URL is given.
+Lists ``<landing>/<consumer>/part-*.parquet`` (a path, ``file://`` or ``s3://``), takes those
+after each consumer's last compacted segment, and appends them as batch N+1 to the Iceberg
+table ``deliveries``. Which segments the batch consumed, and each consumer's last frame, ride
+in the same commit as the rows (the snapshot's summary property ``auditsync.compact``,
+cumulative), so a crash before the commit leaves nothing and a re-run after it finds the
+segments consumed: every segment is compacted exactly once. Nothing new: no batch. The step's
+figures go to ``pipeline_runs`` when a database URL is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import batches, progress, store, warehouse
+from spark_jobs.common import progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, LANDING
+from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session
 from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
+from watch_service.storage import Storage
+
+SEGMENT_RE = re.compile(r"([^/]+)/part-(\d{12})-(\d{12})\.parquet")
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    consumer: str
+    name: str  # relative to the landing root
+    first: int
+    last: int
+
+
+def new_segments(names: list[str], state: dict) -> list[Segment]:
+    """Segments after each consumer's ``segment_through``, in frame order (pure)."""
+    found: list[Segment] = []
+    for name in names:
+        m = SEGMENT_RE.fullmatch(name)
+        if not m:
+            continue
+        consumer, first, last = m.group(1), int(m.group(2)), int(m.group(3))
+        through = state["consumers"].get(consumer, {}).get("segment_through", 0)
+        if last <= through:
+            continue
+        if first <= through:
+            raise tables.WarehouseError(
+                f"landing segment {name} overlaps frames already compacted "
+                f"(through frame {through})"
+            )
+        found.append(Segment(consumer, name, first, last))
+    return sorted(found, key=lambda s: (s.consumer, s.first))
+
+
+def next_state(
+    state: dict, segments: list[Segment], lasts: dict[str, tuple[int, str | None]], run_id: str
+) -> dict:
+    """The cumulative state after a batch of ``segments`` (pure)."""
+    consumers = {k: dict(v) for k, v in state["consumers"].items()}
+    for seg in segments:
+        entry = consumers.setdefault(seg.consumer, {})
+        entry["segment_through"] = max(entry.get("segment_through", 0), seg.last)
+    for consumer, (frame_no, frame_id) in lasts.items():
+        consumers.setdefault(consumer, {}).update(frame_no=frame_no, frame_id=frame_id)
+    return {"batch": state["batch"] + 1, "run_id": run_id, "consumers": consumers}
 
 
 def build_parser():
     parser = job_parser("compact", "New landing segments -> a deliveries batch.")
-    parser.add_argument("--landing", required=True, help="the sink's landing directory")
-    parser.add_argument("--work", required=True, help="the warehouse root")
+    parser.add_argument("--landing", required=True, help="the sink's landing zone (path or URI)")
+    parser.add_argument("--work", required=True, help="the warehouse (path or URI)")
     add_database(parser)
     return parser
 
 
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
-    """Compact what is new; returns the step's figures. ``hook(point)`` is called at the
-    commit's crash points (tests kill the step there)."""
+    """Compact what is new; returns the step's figures. ``hook(point)`` is called just before
+    the commit (tests kill the step there)."""
     timer = progress.Timer()
-    layout = Layout(Path(args.landing), Path(args.work), args.run_id)
-    warehouse.prepare(layout)
-    batches.recover(layout.deliveries, layout.batches)
-    state = batches.latest(layout.batches)
-    segments = batches.new_segments(layout.landing, state)
+    layout = Layout(args.landing, args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    state = tables.compact_state(spark, layout)
+    landing = Storage(layout.landing_location)
+    segments = new_segments([name for name, _ in landing.files(recursive=True)], state)
     counts: dict[str, object] = {"batch": None, "segments": 0, "rows": 0, "records": 0}
     if segments:
-        landing = spark.read.schema(LANDING).parquet(*[str(s.path) for s in segments])
+        rows = spark.read.schema(LANDING).parquet(
+            *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
+        )
         previous = spark.createDataFrame(
             [
                 (c, v["frame_no"], v.get("frame_id"))
@@ -54,23 +104,27 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             ],
             LAST_FRAMES,
         )
-        staging = layout.deliveries / "_staging" / f"b{state['batch'] + 1:08d}"
-        (
-            compact(landing, previous)
-            .write.mode("overwrite")
-            .partitionBy("consumer", "topic")
-            .parquet(str(staging))
-        )
-        staged = warehouse.read_table(spark, staging, DELIVERIES)
-        stats = staged.agg(
+        batch = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1)).cache()
+        stats = batch.agg(
             F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
         ).first()
         lasts = {
-            r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(staged).collect()
+            r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(batch).collect()
         }
-        record = batches.commit(
-            layout.deliveries, layout.batches, state, args.run_id, staging, segments, lasts, hook
+        record = next_state(state, segments, lasts, args.run_id)
+        if hook:
+            hook("compact.committing")
+        tables.append(
+            layout,
+            "deliveries",
+            batch,
+            {
+                tables.COMPACT_PROPERTY: json.dumps(record, sort_keys=True),
+                tables.RUN_PROPERTY: args.run_id,
+                tables.STEP_PROPERTY: "compact",
+            },
         )
+        batch.unpersist()
         counts = {
             "batch": record["batch"],
             "segments": len(segments),
@@ -79,6 +133,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "compact", figures)
+    store.record_snapshots(args, spark, layout, ("deliveries",))
     return figures
 
 

@@ -3,33 +3,34 @@
     spark-submit spark_jobs/reconcile/main.py --work DIR --run-id ID [--num-partitions N]
         [--full]
 
-Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from
-its ``reconciled_through`` in PostgreSQL, reads the source ``records`` and ``gaps`` of those
-windows only (bounded in the JDBC query), judges late copies of earlier seqs, and writes
-``runs/<id>/detail`` and ``runs/<id>/summary`` (this run's verdicts only), the ledger rows, and
-then, in ONE PostgreSQL transaction, the run's summary rows, windows and consumed batches.
-A crash before that commit leaves nothing an incremental run reads; a re-run redoes it.
+Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from its
+``reconciled_through`` in PostgreSQL, reads the source ``records`` and ``gaps`` of those
+windows only (bounded in the JDBC query), judges late copies of earlier seqs, and writes the
+run's partitions of the Iceberg tables ``detail`` and ``summary`` (this run's verdicts only)
+and ``ledger``, and then, in ONE PostgreSQL transaction, the run's summary rows, windows and
+consumed batches. A crash before that commit leaves nothing an incremental run reads; a re-run
+redoes it.
 
 ``--full`` is the audit mode: every batch the incremental runs consumed, judged from scratch
-into ``audits/<id>/``, compared with the net verdicts of all incremental runs; nothing in
-PostgreSQL changes. It judges against the source as it is now: a seq trimmed by retention
-after its incremental verdict (delivered, filtered) is judged again without its source row
-(trimmed_after_delivery, unverifiable) and shows up as a difference, by design.
+into the tables ``audit_detail`` and ``audit_summary``, compared with the net verdicts of all
+incremental runs; nothing in PostgreSQL changes. It judges against the source as it is now: a
+seq trimmed by retention after its incremental verdict (delivered, filtered) is judged again
+without its source row (trimmed_after_delivery, unverifiable) and shows up as a difference, by
+design.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import batches, jdbc, progress, storage, store, warehouse
+from spark_jobs.common import jdbc, progress, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
@@ -79,16 +80,9 @@ def windows_of(scope_rows: list) -> list[jdbc.Window]:
 
 
 def _ledger(spark: SparkSession, layout: Layout, committed: set[str]) -> DataFrame:
-    """Committed runs' ledger rows; an uncommitted (crashed) run's are removed."""
-    folders = []
-    if layout.ledger.is_dir():
-        for name in sorted(p.name for p in layout.ledger.iterdir()):
-            run = name.removeprefix("run=")
-            if run in committed and run != layout.run_id:
-                folders.append(name)
-            elif not name.startswith((".", "_")) and run != layout.run_id:
-                storage.remove(layout.ledger / name)
-    return warehouse.read_partitions(spark, layout.ledger, folders, LEDGER)
+    """Committed runs' ledger rows (a crashed run's rows, never committed, are ignored)."""
+    runs_ = sorted(committed - {layout.run_id})
+    return conform(tables.runs_rows(spark, layout, "ledger", runs_), LEDGER)
 
 
 def _late(
@@ -118,22 +112,26 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
     the PostgreSQL commit (tests kill the step there)."""
     timer = progress.Timer()
-    layout = Layout(Path("."), Path(args.work), args.run_id)
-    house = warehouse.identity(layout)
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    house = layout.catalog
     with store.connect(args.database_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
-    numbers = batches.committed(layout.batches)
-    latest = numbers[-1] if numbers else 0
+    latest = tables.compact_state(spark, layout)["batch"]
     if latest < last:
-        raise warehouse.WarehouseError(
+        raise tables.WarehouseError(
             f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
             f"holds batches up to {latest} only: this is not the warehouse those runs used"
         )
     first, through = (1, last) if args.full else (last + 1, latest)
-    out = layout.audit_dir if args.full else layout.run_dir
-    files = batches.files_of(layout.batches, first, through)
-    deliveries = warehouse.read_files(spark, layout.deliveries, files, DELIVERIES)
+    detail_table, summary_table = (
+        ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
+    )
+    deliveries = conform(
+        tables.read(spark, layout, "deliveries").filter(F.col("batch").between(first, through)),
+        DELIVERIES,
+    )
     scope, signalled, scope_rows = held_locally(
         spark, deliveries, None if args.full else progress_rows
     )
@@ -141,10 +139,10 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     windows = windows_of(scope_rows)
     records = jdbc.read_records_in(spark, target, windows, args.num_partitions)
     gaps = jdbc.read_gaps_in(spark, target, windows)
-    reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
-        str(out / "detail")
+    tables.replace_run(
+        layout, detail_table, args.run_id, reconcile(deliveries, records, gaps, scope, signalled)
     )
-    window_detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
+    window_detail = conform(tables.run_rows(spark, layout, detail_table, args.run_id), DETAIL)
     summary = summarize(window_detail, args.run_id)
     ledger_rows = conform(
         window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
@@ -161,9 +159,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         late_detail, late_ledger, deltas = late
         summary = merge_summary(summary, deltas, args.run_id)
         ledger_rows = ledger_rows.unionByName(late_ledger)
-        late_detail.write.mode("append").parquet(str(out / "detail"))
-    summary.write.mode("overwrite").parquet(str(out / "summary"))
-    summary_rows = spark.read.schema(SUMMARY).parquet(str(out / "summary")).collect()
+        tables.append(
+            layout,
+            detail_table,
+            late_detail.withColumn("run_id", F.lit(args.run_id)),
+            {tables.RUN_PROPERTY: args.run_id, tables.STEP_PROPERTY: "reconcile.late"},
+        )
+    tables.replace_run(layout, summary_table, args.run_id, summary)
+    summary_rows = tables.run_rows(spark, layout, summary_table, args.run_id).collect()
     net: dict[str, int] = {}
     for r in summary_rows:
         net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
@@ -176,10 +179,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     }
     if args.full:
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
-    ledger_rows.write.mode("overwrite").partitionBy("consumer", "topic").parquet(
-        str(layout.ledger / f"run={args.run_id}")
-    )
-    detail = spark.read.schema(DETAIL).parquet(str(out / "detail"))
+    tables.replace_run(layout, "ledger", args.run_id, ledger_rows)
+    detail = tables.run_rows(spark, layout, "detail", args.run_id)
     repairs_open = (
         detail.filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
         .limit(1)
@@ -213,17 +214,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 for r in summary_rows
             ],
         )
-    storage.write_json(
-        layout.manifest,
-        {
-            "run_id": args.run_id,
-            "batches": [first, through],
-            "deliveries": files,
-            "late": late is not None,
-        },
-    )
     figures = {"seconds": timer.seconds, **counts, "late": late is not None}
     store.record_step(args, "reconcile", figures)
+    store.record_snapshots(args, spark, layout, ("detail", "summary", "ledger"))
     return figures
 
 

@@ -3,27 +3,28 @@
     spark-submit spark_jobs/verify/main.py --work DIR --run-id ID [--examples N]
 
 Counts the defects (silent_gap, mismatch, phantom) of this run's verdicts, and of earlier runs
-whose repairs were still open, that the audit log does not repair; writes them to
-``runs/<id>/remaining`` (Parquet), and in one PostgreSQL transaction records found/remaining
-counts and example seqs in ``reconcile_summary``, which runs still have open repairs, and the
-run's outcome in ``pipeline_runs``. Prints a readable summary; exits 1 when anything remains.
-The audit log is read only in the topics the defects are in, bounded by their seqs.
+whose repairs were still open, that the audit log does not repair; writes them to the run's
+partition of the Iceberg table ``remaining``, and in one PostgreSQL transaction records
+found/remaining counts and example seqs in ``reconcile_summary``, which runs still have open
+repairs, and the run's outcome in ``pipeline_runs``. Prints a readable summary; exits 1 when
+anything remains. The audit log is read only in the topics the defects are in, bounded by their
+seqs.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backfill.main import run_details
-from spark_jobs.common import partitions, progress, store, warehouse
+from spark_jobs.backfill.writes import inside
+from spark_jobs.common import progress, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL
+from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import Layout
 from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
@@ -68,34 +69,32 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
         .agg(F.min("seq").alias("lo"), F.max("seq_to").alias("hi"))
         .collect()
     )
-    folders = [partitions.folder(topic=r["topic"]) for r in bounds]
-    rows = warehouse.read_partitions(spark, layout.audit_log, folders, AUDIT_LOG)
-    inside = F.lit(False)
-    for r in bounds:
-        inside = inside | ((F.col("topic") == r["topic"]) & F.col("seq").between(r["lo"], r["hi"]))
-    return rows.filter(inside)
+    within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
+    return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
 
 
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
     the PostgreSQL commit."""
     timer = progress.Timer()
-    layout = Layout(Path("."), Path(args.work), args.run_id)
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
     with store.connect(args.database_url) as conn:
-        carried = runs.open_repairs(conn, warehouse.identity(layout), args.run_id)
-    own = (
-        spark.read.schema(DETAIL)
-        .parquet(str(layout.run_path("detail")))
-        .withColumn("run_id", F.lit(args.run_id))
+        carried = runs.open_repairs(conn, layout.catalog, args.run_id)
+    own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
+        "run_id", F.lit(args.run_id)
     )
     older = run_details(spark, layout, carried).filter(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
     detail = own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)).cache()
-    remaining_defects(detail, audit_rows_for(spark, layout, detail)).write.mode(
-        "overwrite"
-    ).parquet(str(layout.run_path("remaining")))
-    remaining = spark.read.schema(LEFT).parquet(str(layout.run_path("remaining")))
+    tables.replace_run(
+        layout,
+        "remaining",
+        args.run_id,
+        remaining_defects(detail, audit_rows_for(spark, layout, detail)),
+    )
+    remaining = conform(tables.run_rows(spark, layout, "remaining", args.run_id), LEFT)
     report = defect_report(detail, remaining, args.examples).collect()
     still_open = sorted(
         {
@@ -141,6 +140,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "verify", figures)
+    store.record_snapshots(args, spark, layout, ("remaining",))
     print(render(report), flush=True)
     return figures
 

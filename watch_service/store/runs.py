@@ -25,6 +25,18 @@ INSERT INTO pipeline_runs (run_id, steps) VALUES (%(run_id)s, %(step)s::jsonb)
 ON CONFLICT (run_id) DO UPDATE
    SET steps = pipeline_runs.steps || excluded.steps, updated_at = now()
 """
+RECORD_SNAPSHOTS = """
+INSERT INTO pipeline_runs (run_id, warehouse, snapshots)
+VALUES (%(run_id)s, %(warehouse)s, %(snapshots)s::jsonb)
+ON CONFLICT (run_id) DO UPDATE
+   SET snapshots = pipeline_runs.snapshots || excluded.snapshots,
+       warehouse = excluded.warehouse, updated_at = now()
+"""
+RUN_SNAPSHOTS = """SELECT warehouse, snapshots, finished_at FROM pipeline_runs
+                    WHERE run_id = %(run_id)s"""
+REFERENCED_SNAPSHOTS = """SELECT snapshots FROM pipeline_runs
+                           WHERE warehouse = %(warehouse)s AND started_at >= %(since)s"""
+RUN_BATCHES = """SELECT batch_from, batch_to FROM reconcile_runs WHERE run_id = %(run_id)s"""
 FINISH_RUN = """
 UPDATE pipeline_runs
    SET status = %(status)s, defects_found = %(found)s, defects_remaining = %(remaining)s,
@@ -124,6 +136,42 @@ def record_step(conn: Any, run_id: str, step: str, figures: Mapping[str, object]
         RECORD_STEP,
         {"run_id": run_id, "step": json.dumps({step: dict(figures)}, default=str)},
     )
+
+
+def record_snapshots(
+    conn: Any, run_id: str, warehouse: str, snapshots: Mapping[str, int]
+) -> None:
+    """Merge the tables' snapshot ids a run left into its ``pipeline_runs`` row."""
+    _execute(
+        conn,
+        RECORD_SNAPSHOTS,
+        {"run_id": run_id, "warehouse": warehouse, "snapshots": json.dumps(dict(snapshots))},
+    )
+
+
+def run_snapshots(conn: Any, run_id: str) -> tuple[str | None, dict[str, int], Any] | None:
+    """(warehouse, {table: snapshot id}, finished_at) of a run, or None when unknown."""
+    row = _execute(conn, RUN_SNAPSHOTS, {"run_id": run_id}).fetchone()
+    if row is None:
+        return None
+    snaps = row[1] if isinstance(row[1], dict) else json.loads(row[1] or "{}")
+    return row[0], {k: int(v) for k, v in snaps.items()}, row[2]
+
+
+def referenced_snapshots(conn: Any, warehouse: str, since: Any) -> dict[str, set[int]]:
+    """Per table, the snapshot ids runs started since ``since`` reference."""
+    out: dict[str, set[int]] = {}
+    for (snaps,) in _execute(conn, REFERENCED_SNAPSHOTS, {"warehouse": warehouse, "since": since}):
+        value = snaps if isinstance(snaps, dict) else json.loads(snaps or "{}")
+        for table, snap in value.items():
+            out.setdefault(table, set()).add(int(snap))
+    return out
+
+
+def run_batches(conn: Any, run_id: str) -> tuple[int, int] | None:
+    """The delivery batches a committed reconcile run read, or None."""
+    row = _execute(conn, RUN_BATCHES, {"run_id": run_id}).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
 
 
 def mark_failed(conn: Any, run_id: str) -> None:

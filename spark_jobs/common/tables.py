@@ -1,0 +1,221 @@
+"""The warehouse's Iceberg tables, through Spark: the catalog a session needs, each table's
+schema and partitioning, and the few ways the jobs read and write them.
+
+The table format owns every commit: an append, a dynamic partition overwrite (a step re-run
+under the same run id replaces its own rows), a ``MERGE INTO``. Nothing here renames a file or
+keeps a journal. The catalog is Iceberg's JDBC catalog in the project's PostgreSQL (schema
+``iceberg``, created by migration 020): a commit is one compare-and-swap of a row there, so
+several writers are safe on any object store.
+
+A session gets the catalog of a warehouse by ``attach`` (runtime settings only, so it works
+the same for a job's own JVM and for a client of a long-running Spark Connect server, which
+carries the jars and Iceberg's SQL extensions from its start).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_jobs.common.jdbc import jdbc_target
+from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
+from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.verify.transforms import LEFT
+from watch_service.protocol.errors import AuditsyncError
+from watch_service.storage import S3Config, hadoop_conf
+
+CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
+EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+COMPACT_PROPERTY = "auditsync.compact"
+RUN_PROPERTY = "auditsync.run-id"
+STEP_PROPERTY = "auditsync.step"
+
+_RUN = StructField("run_id", StringType(), False)
+_BATCH = StructField("batch", LongType(), False)
+
+# name -> (schema, partition spec, extra table properties)
+SCHEMAS: dict[str, tuple[StructType, str, dict[str, str]]] = {
+    "deliveries": (StructType([*DELIVERIES.fields, _BATCH]), "consumer", {}),
+    "detail": (StructType([*DETAIL.fields, _RUN]), "run_id", {}),
+    "summary": (SUMMARY, "run_id", {}),
+    "ledger": (StructType([*LEDGER.fields, _RUN]), "run_id", {}),
+    # LEFT's run_id is the run whose defect it is (this run's or a carried one's).
+    "remaining": (
+        StructType([*LEFT.fields, StructField("verify_run", StringType(), False)]),
+        "verify_run",
+        {},
+    ),
+    "audit_log": (
+        StructType([*AUDIT_LOG.fields, _RUN]),
+        "topic, date",
+        {
+            # Repairs are row-level deletes plus new rows, not rewrites of the day's files.
+            "write.merge.mode": "merge-on-read",
+            "write.update.mode": "merge-on-read",
+            "write.delete.mode": "merge-on-read",
+        },
+    ),
+    "audit_detail": (StructType([*DETAIL.fields, _RUN]), "run_id", {}),
+    "audit_summary": (SUMMARY, "run_id", {}),
+}
+BASE_PROPERTIES = {
+    "format-version": "2",
+    "write.parquet.compression-codec": "zstd",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+
+
+class WarehouseError(AuditsyncError):
+    """The warehouse cannot be used as it is; the message says why and what to do."""
+
+
+def catalog_conf(layout: Layout, database_url: str, s3: S3Config | None = None) -> dict[str, str]:
+    """The runtime settings that make ``layout.catalog`` an Iceberg catalog in this session
+    (pure: tested without a JVM)."""
+    target = jdbc_target(database_url)
+    prefix = f"spark.sql.catalog.{layout.catalog}"
+    conf = {
+        prefix: CATALOG_IMPL,
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.uri": f"{target.url}?currentSchema=iceberg",
+        f"{prefix}.jdbc.schema-version": "V1",
+        f"{prefix}.warehouse": layout.warehouse.hadoop_uri,
+        f"{prefix}.cache-enabled": "false",
+    }
+    for key in ("user", "password"):
+        if target.properties.get(key):
+            conf[f"{prefix}.jdbc.{key}"] = target.properties[key]
+    for key, value in hadoop_conf(_locations(layout), s3).items():
+        conf[key] = value  # read by every Hadoop filesystem the session opens
+        conf[f"{prefix}.hadoop.{key}"] = value
+    return conf
+
+
+def _locations(layout: Layout) -> list:
+    return [layout.warehouse, *([layout.landing_location] if layout.landing else [])]
+
+
+def ddl(layout: Layout, name: str) -> str:
+    schema, partitioning, extra = SCHEMAS[name]
+    columns = ", ".join(
+        f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in schema.fields
+    )
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in {**BASE_PROPERTIES, **extra}.items())
+    return (
+        f"CREATE TABLE IF NOT EXISTS {layout.table(name)} ({columns}) USING iceberg "
+        f"PARTITIONED BY ({partitioning}) TBLPROPERTIES ({props})"
+    )
+
+
+def attach(
+    spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
+) -> None:
+    """Configure the warehouse's catalog in this session and create what is missing."""
+    for key, value in catalog_conf(layout, database_url, s3).items():
+        spark.conf.set(key, value)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {layout.catalog}.{NAMESPACE}")
+    existing = {
+        r["tableName"] for r in spark.sql(f"SHOW TABLES IN {layout.catalog}.{NAMESPACE}").collect()
+    }
+    for name in SCHEMAS:
+        if name not in existing:
+            spark.sql(ddl(layout, name))
+            if name == "audit_log":
+                spark.sql(f"ALTER TABLE {layout.table(name)} WRITE ORDERED BY topic, seq")
+
+
+def read(spark: SparkSession, layout: Layout, name: str) -> DataFrame:
+    return spark.table(layout.table(name))
+
+
+def run_column(name: str) -> str:
+    """The column a run-partitioned table is partitioned by."""
+    return SCHEMAS[name][1]
+
+
+def run_rows(spark: SparkSession, layout: Layout, name: str, run_id: str) -> DataFrame:
+    """One run's rows of a run-partitioned table, in the table's schema."""
+    return read(spark, layout, name).filter(F.col(run_column(name)) == run_id)
+
+
+def runs_rows(spark: SparkSession, layout: Layout, name: str, run_ids: list[str]) -> DataFrame:
+    if not run_ids:
+        return spark.createDataFrame([], SCHEMAS[name][0])
+    return read(spark, layout, name).filter(F.col(run_column(name)).isin(*run_ids))
+
+
+def _writer(df: DataFrame, layout: Layout, name: str, properties: Mapping[str, str]) -> Any:
+    writer = conform(df, SCHEMAS[name][0]).writeTo(layout.table(name))
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    return writer
+
+
+def replace_run(layout: Layout, name: str, run_id: str, df: DataFrame) -> None:
+    """Make ``df`` the run's rows of a run-partitioned table (its partition replaced)."""
+    column = run_column(name)
+    rows = df.withColumn(column, F.lit(run_id))
+    spark = df.sparkSession
+    if rows.limit(1).count() == 0:
+        spark.sql(f"DELETE FROM {layout.table(name)} WHERE {column} = '{_quote(run_id)}'")
+        return
+    _writer(rows, layout, name, {RUN_PROPERTY: run_id}).overwritePartitions()
+
+
+def append(layout: Layout, name: str, df: DataFrame, properties: Mapping[str, str]) -> None:
+    _writer(df, layout, name, properties).append()
+
+
+def current_snapshot(spark: SparkSession, layout: Layout, name: str) -> int | None:
+    row = spark.sql(
+        f"SELECT snapshot_id FROM {layout.table(name)}.history "
+        f"WHERE is_current_ancestor ORDER BY made_current_at DESC LIMIT 1"
+    ).first()
+    return None if row is None else int(row["snapshot_id"])
+
+
+def snapshots(spark: SparkSession, layout: Layout, names: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        snap = current_snapshot(spark, layout, name)
+        if snap is not None:
+            out[name] = snap
+    return out
+
+
+def compact_state(spark: SparkSession, layout: Layout) -> dict:
+    """The newest compact commit's cumulative state (batch, per-consumer progress), from the
+    summary of the newest snapshot in the deliveries table's current history that has one."""
+    t = layout.table("deliveries")
+    row = spark.sql(
+        f"SELECT s.summary['{COMPACT_PROPERTY}'] AS state FROM {t}.snapshots s "
+        f"JOIN {t}.history h ON s.snapshot_id = h.snapshot_id "
+        f"WHERE h.is_current_ancestor AND s.summary['{COMPACT_PROPERTY}'] IS NOT NULL "
+        f"ORDER BY h.made_current_at DESC LIMIT 1"
+    ).first()
+    if row is None:
+        return {"batch": 0, "consumers": {}}
+    return json.loads(row["state"])
+
+
+def committed_by(spark: SparkSession, layout: Layout, name: str, run_id: str, step: str) -> bool:
+    """Whether a snapshot in the table's current history was committed by this run's step."""
+    t = layout.table(name)
+    row = spark.sql(
+        f"SELECT count(*) AS n FROM {t}.snapshots s JOIN {t}.history h "
+        f"ON s.snapshot_id = h.snapshot_id WHERE h.is_current_ancestor "
+        f"AND s.summary['{RUN_PROPERTY}'] = '{_quote(run_id)}' "
+        f"AND s.summary['{STEP_PROPERTY}'] = '{_quote(step)}'"
+    ).first()
+    return bool(row and row["n"])
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
