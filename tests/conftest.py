@@ -44,6 +44,30 @@ def pg_cluster():
         shutil.rmtree(base, ignore_errors=True)
 
 
+TEST_BUCKET = "auditsync-test"
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory):
+    """ONE real S3 server (S3Proxy) for the whole test session, with the bucket
+    ``auditsync-test``; its endpoint and keys are this process's standard AWS variables, so
+    every client (pyarrow, Spark's s3a, pyiceberg) finds it as a user's would."""
+    from watch_service.tools.objectstore import ObjectStore
+
+    store = ObjectStore(tmp_path_factory.mktemp("s3")).start(buckets=(TEST_BUCKET,))
+    saved = {k: os.environ.get(k) for k in store.config.environ()}
+    os.environ.update(store.config.environ())
+    try:
+        yield store
+    finally:
+        store.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def pg_url(pg_cluster) -> str:
     migrate(pg_cluster.url)

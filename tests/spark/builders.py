@@ -114,20 +114,20 @@ def write_segment(landing, stream: Stream, after: int, upto: int) -> int:
     """Land ``stream``'s frames ``after < frame_no <= upto`` as one segment file, as the sink
     names it; returns ``upto`` (the next call's ``after``)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from watch_service.protocol.landing import COLUMNS
+    from watch_service.storage import Storage
 
     kinds = {"string": pa.string(), "int64": pa.int64()}
     schema = pa.schema([pa.field(n, kinds[k]) for n, k in COLUMNS])
     frame_no = COLUMN_NAMES.index("frame_no")
     rows = [r for r in stream.rows if after < r[frame_no] <= upto]
     if rows:
-        folder = landing / stream.consumer
-        folder.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist([dict(zip(COLUMN_NAMES, r)) for r in rows], schema=schema)
         first, last = rows[0][frame_no], rows[-1][frame_no]
-        pq.write_table(table, folder / f"part-{first:012d}-{last:012d}.parquet")
+        Storage.at(landing).child(stream.consumer).write_parquet(
+            f"part-{first:012d}-{last:012d}.parquet", table
+        )
     return upto
 
 

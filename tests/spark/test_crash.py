@@ -1,21 +1,20 @@
 """A run killed mid-write, then run again, ends exactly where a clean run ends: the step is
-stopped (an exception from its crash hook, as a kill would) after compact moved some files
-into the deliveries table but before its commit record, after reconcile wrote its outputs but
-before its PostgreSQL commit, and between two audit-log partition swaps (the defect that run
-found stays open and the next run repairs it)."""
+stopped (an exception from its crash hook, as a kill would) after compact computed its batch
+but before the Iceberg commit, after reconcile wrote its outputs but before its PostgreSQL
+commit, between backfill's audit-log append and its MERGE (the defect that run found stays
+open and the next run repairs it), and before verify's commit. On both storages."""
 
 from __future__ import annotations
 
-import pyarrow.dataset as ds
 import pytest
 
 from spark_jobs import runner
 from spark_jobs.common.store import connect
-from spark_jobs.common.warehouse import identity
 from spark_jobs.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique
+from . import places
 from .builders import Stream, make_source, write_segment
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -33,16 +32,11 @@ def kill_at(point: str):
     return hook
 
 
-def table(path, cols) -> list[tuple]:
-    t = ds.dataset(path, format="parquet", partitioning="hive").to_table(columns=cols)
-    return sorted(tuple(str(v) for v in row.values()) for row in t.to_pylist())
-
-
-@pytest.fixture(scope="module")
-def outcome(spark, pg_url, tmp_path_factory):
+@pytest.fixture(scope="module", params=places.STORAGES)
+def outcome(request, spark, pg_url, object_store, tmp_path_factory):
     a, b = unique("ca"), unique("cb")
     make_source(pg_url, {a: {"seqs": list(range(1, 41))}, b: {"seqs": list(range(1, 21))}})
-    root = tmp_path_factory.mktemp("crash")
+    root = places.root(request.param, tmp_path_factory.mktemp("crash"))
     c = (
         Stream("c-" + a, {a: 0, b: 0})
         .records(a, list(range(1, 11)))
@@ -52,13 +46,13 @@ def outcome(spark, pg_url, tmp_path_factory):
         .records(a, list(range(21, 41)))
     )
     d = Stream("d-" + a, {a: 30}).records(a, list(range(31, 41)))
-    landing = root / "landing"
-    clean = Layout(landing, root / "clean", "")
-    crashed = Layout(landing, root / "crashed", "")
+    landing = places.join(root, "landing")
+    clean = Layout(landing, places.join(root, "clean"), "")
+    crashed = Layout(landing, places.join(root, "crashed"), "")
     # Something new for every run; frame 3 drops a.15, so the run killed in backfill leaves a
     # repair open that the next run carries forward.
-    points = ["compact.moving", "backfill.swapping", "compact.committing", "reconcile.committing"]
-    segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
+    points = ["compact.committing", "backfill.merging", "reconcile.committing", "verify.committing"]
+    segments = [(c, 0, 2), (c, 3 - 1, 3), (c, 3, 5), (d, 0, 1)]
     reruns = {}
     for point, segment in zip(points, segments):
         write_segment(landing, *segment)
@@ -82,27 +76,28 @@ def outcome(spark, pg_url, tmp_path_factory):
 
 def test_no_segment_is_skipped_or_counted_twice(outcome):
     cols = ["consumer", "topic", "frame_no", "kind", "seq", "data_sha256", "cursor_before"]
-    crashed = table(outcome["crashed"].deliveries, cols)
-    assert crashed == table(outcome["clean"].deliveries, cols)
+    url = outcome["url"]
+    crashed = places.table_rows(outcome["crashed"], url, "deliveries", cols)
+    assert crashed == places.table_rows(outcome["clean"], url, "deliveries", cols)
     assert len(crashed) == outcome["landed"]
 
 
 def test_verdicts_and_audit_log_equal_a_clean_run(outcome):
     with connect(outcome["url"]) as conn:
-        crashed = runs.cumulative_summary(conn, identity(outcome["crashed"]))
-        clean = runs.cumulative_summary(conn, identity(outcome["clean"]))
+        crashed = runs.cumulative_summary(conn, outcome["crashed"].catalog)
+        clean = runs.cumulative_summary(conn, outcome["clean"].catalog)
     assert crashed == clean and clean
     cols = ["topic", "seq", "ts", "data_sha256", "origin"]
-    audit = table(outcome["crashed"].audit_log, cols)
-    assert audit == table(outcome["clean"].audit_log, cols)
+    audit = places.audit_rows(outcome["crashed"], outcome["url"], cols)
+    assert audit == places.audit_rows(outcome["clean"], outcome["url"], cols)
     assert len({(t, s) for t, s, *_ in audit}) == len(audit) == 40 + 20
 
 
 def test_a_repair_left_open_by_a_killed_backfill_is_carried_forward(outcome):
-    rerun = outcome["reruns"]["backfill.swapping"]
+    rerun = outcome["reruns"]["backfill.merging"]
     assert rerun["reconcile"]["seqs"] == 0  # nothing new to judge
     assert rerun["backfill"]["carried_runs"] == 1  # the killed run's repair
     assert rerun["backfill"]["repair_keys"] == 1  # a.15
     assert rerun["verify"]["carried_runs"] == 1 and rerun["verify"]["passed"]
-    later = outcome["reruns"]["compact.committing"]
+    later = outcome["reruns"]["reconcile.committing"]
     assert later["backfill"]["carried_runs"] == 0  # closed by that verify

@@ -1,0 +1,41 @@
+"""Where a spark test keeps its landing zone and warehouse: a local folder or a fresh prefix
+in the session's S3 server (tests that differ by storage run on both), and the reads tests
+make of them (through the storage module and pyiceberg, as users' tools do)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spark_jobs import readers
+from spark_jobs.layout import Layout
+from watch_service.storage import Storage
+
+from ..conftest import TEST_BUCKET
+from ..support import unique
+
+STORAGES = ("file", "s3")
+
+
+def root(kind: str, tmp: Path) -> str:
+    """A fresh root location of this kind."""
+    return str(tmp) if kind == "file" else f"s3://{TEST_BUCKET}/{unique('t')}"
+
+
+def join(location: str, name: str) -> str:
+    return f"{location.rstrip('/')}/{name}"
+
+
+def audit_rows(
+    layout: Layout, url: str, cols=("topic", "seq", "ts", "data", "data_sha256", "origin")
+) -> list[tuple]:
+    table = readers.audit_log(layout, url).select(list(cols))
+    return sorted(tuple(str(r[c]) for c in cols) for r in table.to_pylist())
+
+
+def table_rows(layout: Layout, url: str, name: str, cols: list[str]) -> list[tuple]:
+    table = readers.scan(readers.load(layout, url, name)).select(cols)
+    return sorted(tuple(str(r[c]) for c in cols) for r in table.to_pylist())
+
+
+def landing_storage(location: str) -> Storage:
+    return Storage.at(location)
