@@ -66,7 +66,9 @@ class SparkStepOperator(SparkSubmitOperator):
             from spark_jobs.common.session import JdbcDriverMissing, submit_options
 
             try:
-                kwargs.update(submit_options())
+                options = submit_options()
+                kwargs["jars"] = options["jars"]
+                kwargs["conf"] = {**options["conf"], **(kwargs.get("conf") or {})}
             except JdbcDriverMissing as exc:  # reported when a spark-submit would need it
                 driver_error = str(exc)
         super().__init__(**kwargs)

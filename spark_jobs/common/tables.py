@@ -117,8 +117,14 @@ def ddl(layout: Layout, name: str) -> str:
 def attach(
     spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
 ) -> None:
-    """Configure the warehouse's catalog in this session and create what is missing."""
-    for key, value in catalog_conf(layout, database_url, s3).items():
+    """Configure the warehouse's catalog in this session and create what is missing (once per
+    session: a marker setting says it was done)."""
+    conf = catalog_conf(layout, database_url, s3)
+    marker = f"spark.sql.catalog.{layout.catalog}.auditsync-attached"
+    digest = str(hash(tuple(sorted(conf.items()))))
+    if spark.conf.get(marker, None) == digest:
+        return
+    for key, value in conf.items():
         spark.conf.set(key, value)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {layout.catalog}.{NAMESPACE}")
     existing = {
@@ -129,6 +135,7 @@ def attach(
             spark.sql(ddl(layout, name))
             if name == "audit_log":
                 spark.sql(f"ALTER TABLE {layout.table(name)} WRITE ORDERED BY topic, seq")
+    spark.conf.set(marker, digest)
 
 
 def read(spark: SparkSession, layout: Layout, name: str) -> DataFrame:

@@ -142,7 +142,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     tables.replace_run(
         layout, detail_table, args.run_id, reconcile(deliveries, records, gaps, scope, signalled)
     )
-    window_detail = conform(tables.run_rows(spark, layout, detail_table, args.run_id), DETAIL)
+    # Pinned: the late copies' rows are appended to the same partition below.
+    judged = tables.current_snapshot(spark, layout, detail_table)
+    window_detail = conform(
+        tables.run_rows(spark, layout, detail_table, args.run_id, judged), DETAIL
+    )
     summary = summarize(window_detail, args.run_id)
     ledger_rows = conform(
         window_detail.filter(F.col("status") != st.DELIVERED).withColumn(

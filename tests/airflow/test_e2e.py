@@ -7,8 +7,10 @@ import collections
 import json
 import sqlite3
 
-import pyarrow.dataset as ds
 import pytest
+
+from spark_jobs import readers
+from spark_jobs.layout import Layout
 
 from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 
@@ -62,10 +64,8 @@ def test_faults_are_found_backfilled_and_the_checkpoint_passes(fault_run, landin
     assert found == sum(landing.faults.values())
 
 
-def test_the_audit_log_is_complete_and_unique(fault_run, landing):
-    table = ds.dataset(
-        fault_run.warehouse / "audit_log", format="parquet", partitioning="hive"
-    ).to_table(columns=["topic", "seq"])
+def test_the_audit_log_is_complete_and_unique(fault_run, landing, pg_url):
+    table = readers.audit_log(Layout("", str(fault_run.warehouse), ""), pg_url)
     seqs = collections.defaultdict(set)
     for topic, seq in zip(table["topic"].to_pylist(), table["seq"].to_pylist()):
         seqs[topic].add(seq)

@@ -11,8 +11,10 @@ import signal
 import subprocess
 import urllib.request
 
-import pyarrow.dataset as ds
 import pytest
+
+from spark_jobs import readers
+from spark_jobs.layout import Layout
 
 from ..support import free_port
 from .conftest import BIN, FAULT_DATE, SUMMARY_SQL, dags_test, pg_rows, wait_until
@@ -102,8 +104,8 @@ def spark_cluster(tmp_path_factory):
                     proc.wait()
 
 
-def _rows(path, columns):
-    table = ds.dataset(path, format="parquet", partitioning="hive").to_table(columns=columns)
+def _rows(warehouse, url, name, columns):
+    table = readers.scan(readers.load(Layout("", str(warehouse), ""), url, name))
     return sorted(zip(*(table[c].to_pylist() for c in columns)), key=repr)
 
 
@@ -133,10 +135,10 @@ def test_the_cluster_gives_the_local_results(
     # Same run id (same data interval): the rerun replaced the rows with identical ones.
     assert pg_rows(pg_url, SUMMARY_SQL, run.run_id) == fault_run.facts["summary"]
     summary = ["consumer", "topic", "status", "count"]
-    assert _rows(run.warehouse / "runs" / run.run_id / "summary", summary) == _rows(
-        fault_run.warehouse / "runs" / run.run_id / "summary", summary
+    assert _rows(run.warehouse, pg_url, "summary", summary) == _rows(
+        fault_run.warehouse, pg_url, "summary", summary
     )
     audit = ["topic", "seq", "ts", "tag", "data", "data_sha256", "origin"]
-    assert _rows(run.warehouse / "audit_log", audit) == _rows(
-        fault_run.warehouse / "audit_log", audit
+    assert _rows(run.warehouse, pg_url, "audit_log", audit) == _rows(
+        fault_run.warehouse, pg_url, "audit_log", audit
     )

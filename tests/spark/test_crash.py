@@ -52,7 +52,7 @@ def outcome(request, spark, pg_url, object_store, tmp_path_factory):
     # Something new for every run; frame 3 drops a.15, so the run killed in backfill leaves a
     # repair open that the next run carries forward.
     points = ["compact.committing", "backfill.merging", "reconcile.committing", "verify.committing"]
-    segments = [(c, 0, 2), (c, 3 - 1, 3), (c, 3, 5), (d, 0, 1)]
+    segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
     reruns = {}
     for point, segment in zip(points, segments):
         write_segment(landing, *segment)
