@@ -88,13 +88,17 @@ def test_start_order(services):
     assert command(services["migrate"]) == "auditsync migrate"
     assert depends(services["watch"]) == {"migrate": "service_completed_successfully"}
     assert "--no-migrate" in command(services["watch"])
-    assert depends(services["sink"]) == {"watch": "service_healthy"}
+    assert depends(services["sink"]) == {
+        "watch": "service_healthy",
+        "objectstore": "service_healthy",
+    }
     assert depends(services["airflow-init"]) == {"airflow-db": "service_healthy"}
     assert command(services["airflow-init"]) == "airflow db migrate"
     for name in AIRFLOW_SERVICES:
         deps = depends(services[name])
         assert deps["airflow-init"] == "service_completed_successfully", name
         assert deps["migrate"] == "service_completed_successfully", name
+        assert deps["objectstore"] == "service_healthy", name
         assert command(services[name]).startswith(f"airflow {name.removeprefix('airflow-')}")
     assert depends(services["airflow-scheduler"])["spark-master"] == "service_started"
     for name in ("spark-worker-1", "spark-worker-2"):
@@ -117,7 +121,7 @@ def test_the_steps_reach_a_spark_connect_server_on_the_cluster(services):
     assert command(server).split()[:3] == ["auditsync", "spark-connect", "serve"]
     assert f"--master {SPARK_MASTER}" in command(server)
     assert "--port 15002" in command(server) and "--host 0.0.0.0" in command(server)
-    assert "data:/data" in server["volumes"]
+    assert server["environment"]["AWS_ENDPOINT_URL"] == "http://objectstore:9000"
     assert depends(services["airflow-scheduler"])["spark-connect"] == "service_healthy"
     for name in AIRFLOW_SERVICES:
         conn = json.loads(services[name]["environment"]["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
@@ -130,13 +134,25 @@ def test_the_steps_reach_a_spark_connect_server_on_the_cluster(services):
     )
 
 
-def test_processes_that_share_files_share_the_data_volume(compose, services):
-    assert "data" in compose["volumes"]
-    for name in ("sink", "spark-worker-1", "spark-worker-2", *AIRFLOW_SERVICES):
-        assert "data:/data" in services[name]["volumes"], name
-    assert "--landing /data/landing" in command(services["sink"])
+def test_nothing_is_shared_but_postgresql_and_the_object_store(compose, services):
+    """The landing zone and the warehouse are s3:// locations in the compose's real S3 server;
+    the sink and the Spark processes mount no shared volume (only the Airflow services share
+    the Great Expectations project)."""
+    assert "objectstore" in services and "objects" in compose["volumes"]
+    store = services["objectstore"]
+    assert "s3proxy-4.1.0-jar-with-dependencies.jar" in command(store)
+    assert "objects:/objects" in store["volumes"]
+    assert "--landing s3://auditsync/landing" in command(services["sink"])
+    for name in ("sink", "spark-worker-1", "spark-worker-2", "spark-connect"):
+        assert "data:/data" not in (services[name].get("volumes") or []), name
+    for name in ("sink", "spark-worker-1", "spark-connect", *AIRFLOW_SERVICES):
+        env = services[name]["environment"]
+        assert env["AWS_ENDPOINT_URL"] == "http://objectstore:9000", name
+        assert REQUIRED_VAR.match(env["AWS_SECRET_ACCESS_KEY"]), name
     env = services["airflow-scheduler"]["environment"]
-    assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == "/data/landing"
+    assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == "s3://auditsync/landing"
+    assert env["AIRFLOW_VAR_AUDITSYNC_WAREHOUSE"] == "s3://auditsync/warehouse"
+    assert "spark_jobs.common.jars" in services["watch"]["build"]["dockerfile_inline"]
 
 
 def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
