@@ -56,6 +56,14 @@ from collections.abc import AsyncIterator, Mapping
 
 from watch_service.settings import Settings
 from watch_service.web.listeners import http_unavailable
+from watch_service.worker_handshake import (
+    GO,
+    LISTENING,
+    STARTED,
+    WorkerChannel,
+    WorkerFds,
+    read_line,
+)
 
 log = logging.getLogger("auditsync.serve")
 
@@ -66,9 +74,6 @@ WORKER_HEADER = "X-Auditsync-Worker"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PR_SET_PDEATHSIG = 1
 LISTEN_BACKLOG = 1024
-# The start-up lines: a worker says STARTED (its app and gRPC servers are up) and waits for GO
-# before it serves the inherited socket, then says LISTENING.
-STARTED, GO, LISTENING = b"started\n", b"go\n", b"listening\n"
 
 
 def all_listening(workers: int) -> str:
@@ -246,35 +251,6 @@ class Supervisor:
             return list(await asyncio.gather(*(p.wait() for p in self.procs)))
 
 
-class WorkerChannel:
-    """The supervisor's two pipes to one starting worker: the lines it says, and the one line
-    that lets it serve the port."""
-
-    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.BaseTransport, go_fd: int):
-        self.reader, self.transport, self.go_fd = reader, transport, go_fd
-
-    @classmethod
-    async def open(cls, ready_fd: int, go_fd: int) -> WorkerChannel:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(ready_fd, "rb", buffering=0)
-        )
-        return cls(reader, transport, go_fd)
-
-    async def said(self, line: bytes) -> bool:
-        """True once the worker says ``line``; False when it closes the pipe first."""
-        return (await self.reader.readline()) == line
-
-    def go(self) -> None:
-        os.write(self.go_fd, GO)
-
-    def close(self) -> None:
-        self.transport.close()
-        with contextlib.suppress(OSError):
-            os.close(self.go_fd)
-
-
 def supervise(workers: int, settings: Settings, db_url: str, sock: socket.socket) -> int:
     """Run ``workers`` workers on ``sock`` (bound to the settings' host and port, not yet
     listening) until SIGTERM/SIGINT; the exit code. The workers inherit ``sock``, so no other
@@ -332,7 +308,7 @@ async def _worker(
 
     async def started() -> bool:
         os.write(fds.ready, STARTED)
-        return await _read_line(fds.go) == GO
+        return await read_line(fds.go) == GO
 
     def listening() -> None:
         os.write(fds.ready, LISTENING)
@@ -342,28 +318,6 @@ async def _worker(
     app.cleanup_ctx.append(relay_ctx)
     sock = socket.socket(fileno=fds.listen)
     await serve(app, settings, sock=sock, on_started=started, on_listening=listening)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerFds:
-    """What a worker inherits: its pipes to the supervisor and the bound HTTP socket."""
-
-    ready: int
-    go: int
-    listen: int
-
-
-async def _read_line(fd: int) -> bytes:
-    """One line from the pipe ``fd`` (empty at its end); the pipe is closed."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
-    try:
-        return await reader.readline()
-    finally:
-        transport.close()
 
 
 def worker_main(argv: list[str] | None = None) -> int:
