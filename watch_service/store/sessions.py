@@ -186,6 +186,8 @@ async def ask_release(conn: AsyncConnection, wid: str, timeout: float) -> bool:
         return False
     finally:
         await conn.execute(f"UNLISTEN {RELEASE_CHANNEL}")
+        async for _ in conn.notifies(timeout=0):  # what came before the UNLISTEN: the pooled
+            pass  # connection's next ask_release must not take it for its own answer
 
 
 async def release(conn: AsyncConnection, wid: str, gen: int, cursors: dict[str, int]) -> bool:
