@@ -47,6 +47,7 @@ WS_LAYERS = {
     "app": "app",
     "cli": "cli",
     "serve": "cli",  # the `serve --workers` supervisor and its workers
+    "worker_handshake": "cli",  # their start-up lines
     "tools": "tools",
     "watch_client": "client",
     "": "package",

@@ -1,9 +1,10 @@
-"""``auditsync serve --workers 2`` (issue 10.2): two processes on one port (SO_REUSEPORT), any
-worker serves any session, a writer on one worker and watchers on both see every seq once and
+"""``auditsync serve --workers 2`` (issue 10.2): two processes on one socket (bound by their
+supervisor, inherited; a second service on the port fails its start), any worker serves any
+session, a writer on one worker and watchers on both see every seq once and
 in order, SIGTERM stops every worker gracefully, a dead worker stops the service, and a worker
 that cannot start fails the start.
 
-The kernel picks the worker for each new connection; every response names its worker
+Whichever worker accepts first takes each new connection; every response names its worker
 (``X-Auditsync-Worker``), so a test opens connections until it holds one to the worker it
 wants and then keeps that connection (one per client session, kept alive)."""
 
@@ -328,6 +329,36 @@ SHUTDOWN_FRAME = wire.frame(
 )
 
 
+async def test_a_second_service_on_the_port_fails_its_start(two_workers, pg_url):
+    """The workers share the one socket their supervisor bound (no SO_REUSEPORT), so a second
+    service on the port, even with other flags, is one line and exit 2, and the first one
+    answers every request after it."""
+    before = worker_pids(two_workers.pid)
+    code, out, err = await run_cli(
+        "serve",
+        "--no-migrate",
+        "--port",
+        str(two_workers.port),
+        "--workers",
+        "2",
+        env={"DATABASE_URL": pg_url},
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"auditsync: cannot listen on 127.0.0.1:{two_workers.port} (AUDITSYNC_PORT / --port): "
+        "the port is already in use\n"
+    )
+    answered: dict[str, int] = {}
+    for _ in range(40):  # a new connection each: the kernel picks its process afresh
+        async with aiohttp.ClientSession() as http, http.get(f"{two_workers.url}/healthz") as r:
+            assert (r.status, await r.json()) == (200, {"status": "ok"})
+            worker = r.headers[WORKER_HEADER]
+            answered[worker] = answered.get(worker, 0) + 1
+    assert sum(answered.values()) == 40 and set(answered) <= {"0", "1"}
+    assert worker_pids(two_workers.pid) == before and all(alive(p) for p in before)
+    assert two_workers.running()
+
+
 async def test_sigterm_stops_every_worker_gracefully(two_workers, clients):
     """The module's last test: it stops the module's service."""
     pids = worker_pids(two_workers.pid)
@@ -373,9 +404,9 @@ async def test_a_dead_worker_stops_the_service_with_an_error(pg_url, tmp_path):
 
 
 async def test_a_port_in_use_fails_the_start_before_any_worker(pg_url):
-    """The supervisor binds the port (SO_REUSEPORT) before starting PostgreSQL or a worker:
-    a port held without SO_REUSEPORT is one line and exit 2, with no worker started."""
-    with socket.socket() as taken:  # no SO_REUSEPORT: the workers cannot bind beside it
+    """The supervisor binds the port before starting PostgreSQL or a worker: a port held by
+    another process is one line and exit 2, with no worker started."""
+    with socket.socket() as taken:
         port = free_port()
         taken.bind(("127.0.0.1", port))
         taken.listen()

@@ -29,7 +29,7 @@ from watch_service.server import (
     topic_routes,
     watch_routes,
 )
-from watch_service.server.stream_upkeep import cursor_flusher, sweeper
+from watch_service.server.stream_upkeep import Releases, cursor_flusher, sweeper
 from watch_service.settings import Settings
 from watch_service.store import authz_writes
 from watch_service.store.database import database_url
@@ -130,6 +130,8 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     app[APPENDER].committed = hub.appended
     app[APPENDER].uncertain = hub.reread
     hub.own_appends = app[APPENDER].in_flight
+    releases = Releases(app)
+    hub.on_takeover = releases.asked
     tasks = [
         asyncio.create_task(sweeper(app), name="stream-sweep"),
         asyncio.create_task(hub.run(), name="listen"),
@@ -143,6 +145,8 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    hub.on_takeover = None
+    await releases.aclose()
     app[APPENDER].committed = app[APPENDER].uncertain = None
     await hub.aclose()
 

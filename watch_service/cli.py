@@ -29,7 +29,7 @@ from watch_service.web.listeners import (
     StartupError,
     bind_http,
     check_grpc,
-    reason,
+    http_unavailable,
 )
 
 log = logging.getLogger("auditsync")
@@ -79,14 +79,11 @@ def _serve(args, settings: Settings) -> int:
     # listens once the application (the pool, the gRPC server) has started.
     check_grpc(settings)
     workers = settings.workers or serve_mod.default_workers()
-    sock = bind_http(
-        settings.host, settings.port, listen=False, what=HTTP_SETTING, reuse_port=workers > 1
-    )
+    sock = bind_http(settings.host, settings.port, listen=False, what=HTTP_SETTING)
     url = ensure_database(settings) if not args.no_migrate else database_url(settings)
     app = create_app(settings, url)  # with workers too: a bad setting fails here, once
     if workers > 1:
-        sock.close()  # each worker binds its own socket to the port (SO_REUSEPORT)
-        code = serve_mod.supervise(workers, settings, url)
+        code = serve_mod.supervise(workers, settings, url, sock)  # the workers inherit sock
         print(_stopped_message(settings, url), file=sys.stderr)
         return code
     try:
@@ -103,9 +100,7 @@ def _serve(args, settings: Settings) -> int:
     except OSError as exc:  # the HTTP port taken between the bind and the listen
         if exc.errno != errno.EADDRINUSE:
             raise
-        raise StartupError(
-            f"cannot listen on {settings.host}:{settings.port} ({HTTP_SETTING}): {reason(exc)}"
-        ) from None
+        raise http_unavailable(settings.host, settings.port, exc) from None
     print(_stopped_message(settings, url), file=sys.stderr)
     return 0
 

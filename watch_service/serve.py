@@ -1,8 +1,11 @@
 """``auditsync serve --workers N``: N worker processes on one port, and their supervisor.
 
 Each worker is its own interpreter running the whole app (``create_app``: its pool, its LISTEN
-connection and tailers) on a socket bound with ``SO_REUSEPORT``, so the kernel spreads new
-connections over the workers; sessions live in PostgreSQL, so any worker serves any stream.
+connection and tailers) on the one listening socket the supervisor bound and every worker
+inherits: each accepts from it, so new connections go to whichever worker takes them first, and
+no process outside the service can join the port (there is no ``SO_REUSEPORT``: a second
+service on the port fails its start). Sessions live in PostgreSQL, so any worker serves any
+stream.
 Every response of a worker carries ``X-Auditsync-Worker: <index>`` so an operator (and the
 tests) can see which worker answered; ``--workers 1`` runs the app in the one process, as
 before. The gRPC surfaces (SpiceDB, Permify), when enabled, are served by worker 0 alone. A
@@ -18,9 +21,11 @@ The supervisor (``supervise``):
   import anything; the folder is removed when the supervisor exits. This is the one place
   that variable is set (:func:`worker_environment`). No worker is ever replaced, so no dead
   worker's metric files need marking: they go with the folder.
-* starts the workers and waits until each says it listens (a line on a pipe); a worker that
-  exits or stays silent for ``START_TIMEOUT_S`` fails the start: the others are stopped and the
-  supervisor exits 2.
+* starts the workers and waits until each says its app (and gRPC servers) started, a line on
+  a pipe; only then does the socket listen and every worker serve it (another line each way),
+  so the port answers, and ``/readyz`` says ready, only once every surface accepts. A worker
+  that exits or stays silent for ``START_TIMEOUT_S`` fails the start: the others are stopped
+  and the supervisor exits 2.
 * forwards SIGTERM and SIGINT to every worker (each shuts down gracefully: streams end with
   their terminal frame and store their cursors) and exits 0 once all have exited.
 * restarts nothing: a worker that dies is logged with its exit status, the others are stopped
@@ -44,11 +49,21 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 
 from watch_service.settings import Settings
+from watch_service.web.listeners import http_unavailable
+from watch_service.worker_handshake import (
+    GO,
+    LISTENING,
+    STARTED,
+    WorkerChannel,
+    WorkerFds,
+    read_line,
+)
 
 log = logging.getLogger("auditsync.serve")
 
@@ -58,6 +73,7 @@ STOP_TIMEOUT_S = 15.0
 WORKER_HEADER = "X-Auditsync-Worker"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PR_SET_PDEATHSIG = 1
+LISTEN_BACKLOG = 1024
 
 
 def all_listening(workers: int) -> str:
@@ -76,7 +92,9 @@ def worker_environment(base: Mapping[str, str], metrics_dir: str) -> dict[str, s
     return {**base, MULTIPROC_ENV: metrics_dir}
 
 
-def worker_command(index: int, workers: int, ready_fd: int, settings_file: str) -> list[str]:
+def worker_command(
+    index: int, workers: int, ready_fd: int, go_fd: int, settings_file: str, listen_fd: int
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -84,6 +102,8 @@ def worker_command(index: int, workers: int, ready_fd: int, settings_file: str) 
         f"--index={index}",
         f"--workers={workers}",
         f"--ready-fd={ready_fd}",
+        f"--go-fd={go_fd}",
+        f"--listen-fd={listen_fd}",
         f"--settings-file={settings_file}",
     ]
 
@@ -102,8 +122,10 @@ def _die_with_parent() -> None:
 
 
 class Supervisor:
-    def __init__(self, workers: int, settings: Settings, settings_file: str) -> None:
-        self.count, self.settings_file = workers, settings_file
+    def __init__(
+        self, workers: int, settings: Settings, settings_file: str, sock: socket.socket
+    ) -> None:
+        self.count, self.settings_file, self.sock = workers, settings_file, sock
         self.host, self.port = settings.host, settings.port
         self.procs: list[asyncio.subprocess.Process] = []
         self.stop_requested = asyncio.Event()
@@ -125,33 +147,62 @@ class Supervisor:
             )
             return await self._watch()
         finally:
+            self.sock.close()
             await self._stop_all()
 
     async def _start(self, env: Mapping[str, str]) -> bool:
-        readers = []
-        for index in range(self.count):
-            read_fd, write_fd = os.pipe()
+        """Every worker started (its app, its gRPC servers), then the port listens, then every
+        worker serves it: the port answers only once every surface does."""
+        channels = [await self._spawn(index, env) for index in range(self.count)]
+        try:
+            if not await self._all_say(channels, STARTED):
+                return False
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *worker_command(index, self.count, write_fd, self.settings_file),
-                    env=dict(env),
-                    pass_fds=(write_fd,),
-                    preexec_fn=_die_with_parent,
-                )
-            finally:
-                os.close(write_fd)
-            self.procs.append(proc)
-            readers.append(asyncio.create_task(_read_ready(read_fd)))
+                self.sock.listen(LISTEN_BACKLOG)
+            except OSError as exc:
+                raise http_unavailable(self.host, self.port, exc) from None
+            for channel in channels:
+                channel.go()
+            if not await self._all_say(channels, LISTENING):
+                return False
+        finally:
+            for channel in channels:
+                channel.close()
+        self.sock.close()  # the workers hold it: the port closes with the last of them
+        return True
+
+    async def _spawn(self, index: int, env: Mapping[str, str]) -> WorkerChannel:
+        ready_read, ready_write = os.pipe()
+        go_read, go_write = os.pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *worker_command(
+                    index, self.count, ready_write, go_read, self.settings_file, self.sock.fileno()
+                ),
+                env=dict(env),
+                pass_fds=(ready_write, go_read, self.sock.fileno()),
+                preexec_fn=_die_with_parent,
+            )
+        except BaseException:
+            for fd in (ready_read, go_write):
+                os.close(fd)
+            raise
+        finally:
+            os.close(ready_write)
+            os.close(go_read)
+        self.procs.append(proc)
+        return await WorkerChannel.open(ready_read, go_write)
+
+    async def _all_say(self, channels: list[WorkerChannel], line: bytes) -> bool:
+        """True once every worker has said ``line``; False (logged) when one exits first or
+        they take longer than START_TIMEOUT_S together."""
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
-                said = await asyncio.gather(*readers)
+                said = await asyncio.gather(*(c.said(line) for c in channels))
         except TimeoutError:
             log.error("a worker did not start listening within %.0f s", START_TIMEOUT_S)
             return False
-        finally:
-            for task in readers:
-                task.cancel()
-        failed = [i for i, ready in enumerate(said) if not ready]
+        failed = [i for i, ok in enumerate(said) if not ok]
         for index in failed:
             proc = self.procs[index]
             code = await proc.wait()
@@ -200,23 +251,11 @@ class Supervisor:
             return list(await asyncio.gather(*(p.wait() for p in self.procs)))
 
 
-async def _read_ready(fd: int) -> bool:
-    """True once the worker writes its ready line; False when it closes the pipe first."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-    )
-    try:
-        return (await reader.readline()) == b"ready\n"
-    finally:
-        transport.close()
-
-
-def supervise(workers: int, settings: Settings, db_url: str) -> int:
-    """Run ``workers`` workers on the settings' host and port until SIGTERM/SIGINT; the exit
-    code. The workers get the supervisor's Settings as resolved from its environment and flags
-    (pickled into the private folder), so every flag reaches them."""
+def supervise(workers: int, settings: Settings, db_url: str, sock: socket.socket) -> int:
+    """Run ``workers`` workers on ``sock`` (bound to the settings' host and port, not yet
+    listening) until SIGTERM/SIGINT; the exit code. The workers inherit ``sock``, so no other
+    process shares the port. They get the supervisor's Settings as resolved from its
+    environment and flags (pickled into the private folder), so every flag reaches them."""
     shared = tempfile.mkdtemp(prefix="auditsync-serve-")  # mode 0700: private
     try:
         metrics_dir = os.path.join(shared, "metrics")
@@ -225,14 +264,19 @@ def supervise(workers: int, settings: Settings, db_url: str) -> int:
         with open(settings_file, "wb") as out:
             pickle.dump((settings, db_url), out)
         env = worker_environment(os.environ, metrics_dir)
-        return asyncio.run(Supervisor(workers, settings, settings_file).run(env))
+        return asyncio.run(Supervisor(workers, settings, settings_file, sock).run(env))
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
 
 # -- the worker ------------------------------------------------------------------------------
 async def _worker(
-    index: int, workers: int, ready_fd: int, settings: Settings, db_url: str, folder: str
+    index: int,
+    workers: int,
+    fds: WorkerFds,
+    settings: Settings,
+    db_url: str,
+    folder: str,
 ) -> None:
     from aiohttp import web
 
@@ -262,13 +306,18 @@ async def _worker(
     async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers[WORKER_HEADER] = str(index)
 
+    async def started() -> bool:
+        os.write(fds.ready, STARTED)
+        return await read_line(fds.go) == GO
+
     def listening() -> None:
-        os.write(ready_fd, b"ready\n")
-        os.close(ready_fd)
+        os.write(fds.ready, LISTENING)
+        os.close(fds.ready)
 
     app.on_response_prepare.append(name_worker)
     app.cleanup_ctx.append(relay_ctx)
-    await serve(app, settings, reuse_port=True, on_listening=listening)
+    sock = socket.socket(fileno=fds.listen)
+    await serve(app, settings, sock=sock, on_started=started, on_listening=listening)
 
 
 def worker_main(argv: list[str] | None = None) -> int:
@@ -280,6 +329,8 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--go-fd", type=int, required=True)
+    parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--settings-file", required=True)
     args = parser.parse_args(argv)
     with open(args.settings_file, "rb") as f:  # written by our own supervisor, mode 0700
@@ -287,7 +338,8 @@ def worker_main(argv: list[str] | None = None) -> int:
     logs.configure(settings.log_format, worker=args.index)
     settings = worker_settings(settings, args.index)
     folder = os.path.dirname(args.settings_file)  # the supervisor's private folder
-    uvloop.run(_worker(args.index, args.workers, args.ready_fd, settings, db_url, folder))
+    fds = WorkerFds(args.ready_fd, args.go_fd, args.listen_fd)
+    uvloop.run(_worker(args.index, args.workers, fds, settings, db_url, folder))
     return 0
 
 

@@ -1,11 +1,13 @@
 """The seed-001 reconnect loop across a service restart (a real process, stopped and started
-on the same gRPC port): no change lost or repeated past ``changes_through``."""
+on the same gRPC port): no change lost or repeated past ``changes_through``; and readiness
+covers the gRPC surface (a 200 from ``/readyz`` means a gRPC call succeeds at once)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
+import aiohttp
 import grpc
 import pytest
 from authzed.api.v1 import InsecureClient, WatchRequest
@@ -105,3 +107,37 @@ async def test_reconnect_loop_survives_restart(pg_url, tmp_path):
         if "watcher" in locals():
             watcher.stop.set()
             await asyncio.to_thread(watcher.thread.join, 5)
+
+
+async def ready(url: str, proc: ServiceProcess) -> None:
+    """Return at the first 200 from ``/readyz``: the moment a client may start calling."""
+    async with aiohttp.ClientSession() as http:
+
+        async def answers_200() -> bool:
+            assert proc.running(), "the service exited while starting"
+            try:
+                async with http.get(f"{url}/readyz") as r:
+                    return r.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await wait_for(answers_200, timeout=60, what="/readyz 200")
+
+
+async def test_ready_means_the_grpc_port_answers(pg_url, tmp_path):
+    """``serve --workers 2`` with the SpiceDB gRPC surface on worker 0, started three times on
+    the same ports: the first 200 of ``/readyz`` is followed at once by a gRPC call with the
+    official client, on a fresh channel, and it succeeds every time."""
+    grpc_port, log_path = free_port(), tmp_path / "svc.log"
+    env = {"AUDITSYNC_GRPC_PORT": str(grpc_port), "AUDITSYNC_GRPC_KEY": GRPC_KEY}
+    svc = ServiceProcess(pg_url, env=env, log_path=log_path, workers=2)
+    for _ in range(3):
+        await asyncio.to_thread(svc.spawn)
+        try:
+            await ready(svc.url, svc)
+            client = InsecureClient(
+                f"127.0.0.1:{grpc_port}", GRPC_KEY, options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            await defined_type(client)  # ReadSchema + WriteSchema: UNAVAILABLE if not up
+        finally:
+            assert await asyncio.to_thread(svc.stop) == 0

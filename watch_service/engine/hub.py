@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from watch_service.engine.tailer import CACHE_BYTES, Tailer, Wake
 from watch_service.protocol.requests import NewRecord
-from watch_service.store import tail, topics
+from watch_service.store import sessions, tail, topics
 from watch_service.store.topics import CHANNEL, AppendResult
 
 log = logging.getLogger("auditsync.tailer")
@@ -56,6 +56,10 @@ class Hub:
         self._flush_task: asyncio.Task | None = None
         self._retired: set[asyncio.Task] = set()  # cancelled tailer tasks not yet finished
         self._followed = asyncio.Event()  # set while ``run`` should LISTEN (there are tailers)
+        # Told the wid of a session another process takes over (``store.sessions``): its
+        # stream here, if any, stores its cursors and releases it. A process that holds a
+        # stream has a tailer, so it listens.
+        self.on_takeover: Callable[[str], None] | None = None
 
     def pushed(self, newest_ts_ms: int, frames: int) -> None:
         """A push wrote ``frames`` record frames to the live streams: observe the newest
@@ -126,13 +130,18 @@ class Hub:
                 await task
 
     def dispatch(self, payload: str, pid: int = 0) -> None:
-        """A NOTIFY from backend ``pid`` (its kinds: ``store.topics``). An append this
+        """A NOTIFY from backend ``pid`` (its kinds: ``store.topics``, and a takeover's
+        ``store.sessions.TAKEOVER``). An append this
         process's ``Appender`` has under way on that backend is skipped: the appender hands
         its records to the tailer itself (``appended``). An append that carries its records is
         offered to the tailer as they are (``Tailer.offer``, which reads only if it cannot take
         them)."""
         header = payload.partition("\n")[0].split(" ")
         kind, head, topic = header[0], header[1], header[-1]
+        if kind == sessions.TAKEOVER:
+            if self.on_takeover is not None:
+                self.on_takeover(header[1])
+            return
         tailer = self.tailers.get(topic)
         if tailer is None:
             return

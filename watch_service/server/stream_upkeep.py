@@ -10,6 +10,10 @@ streams a crash re-delivers a few seconds more, never skips.
 
 ``sweeper``: notices gone clients and clients whose socket buffer has not drained for
 ``write_timeout_s`` (``WatchStream.check``), with no timer per write.
+
+``Releases``: a GET in another process (or replica) that takes over a session asks its stream
+here to end and store its cursors at once (``store.sessions.ask_release``), rather than leave
+the takeover the cursors of the last batched write.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from watch_service.web.app_keys import GC_PACER, METRICS, POOL, SETTINGS, STREAM
 
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
+TAKEOVER_WAIT_S = 0.5  # how long a takeover waits for the stream it replaces to release
 FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
 BATCH_ROWS = 500  # rows a statement writes; the loop runs other work between two
 SWEEP_SLICE = 1000  # streams the sweep looks at between two turns of the loop
@@ -119,3 +124,38 @@ async def sweeper(app: web.Application) -> None:
         await asyncio.sleep(interval)
         await sweep(app[STREAMS], timeout)
         app[METRICS].flush_frames()  # other workers' scrapes see this worker's frames
+
+
+class Releases:
+    """Answers this process gives to takeovers asked elsewhere, and their tasks."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.tasks: set[asyncio.Task] = set()
+
+    def asked(self, wid: str) -> None:
+        """Another process takes ``wid`` over: its streams here end now (their cursors are
+        what they handed to the socket) and the newest one's are stored."""
+        held = [s for s in self.app[STREAMS] if s.wid == wid]
+        if not held:
+            return
+        for stream in held:
+            stream.end("taken over")
+        newest = max(held, key=lambda s: s.gen)
+        task = asyncio.create_task(self._release(newest), name="release")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _release(self, stream: WatchStream) -> None:
+        try:
+            async with self.app[POOL].connection() as conn:
+                await sessions.release(conn, stream.wid, stream.gen, dict(stream.state.cursors))
+        except Exception as exc:  # the takeover proceeds after its bound; the flusher retries
+            log.warning("stream %s: release for a takeover failed: %s", stream.wid, exc)
+
+    async def aclose(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        for task in list(self.tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -26,7 +26,7 @@ from watch_service.protocol.errors import (
 from watch_service.protocol.names import check_wid
 from watch_service.protocol.watch_request import WatchDefinition, watch_definition
 from watch_service.server import session_gc
-from watch_service.server.stream_upkeep import LEASE_S
+from watch_service.server.stream_upkeep import LEASE_S, TAKEOVER_WAIT_S
 from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
@@ -147,7 +147,6 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         )
 
     definition = WatchDefinition.from_json(row.definition)
-    server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
     client = cursor_codec.parse_last_event_id(
         request.headers.get("Last-Event-ID"), list(definition.topics)
     )
@@ -156,6 +155,13 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         stream.end("taken over")  # one wid, one stream: its writes are fenced off below
     if older:  # the newest one's cursors are newer than the row's (write-behind)
         server_cursors = dict(max(older, key=lambda s: s.gen).state.cursors)
+    else:  # a stream elsewhere stores its cursors first (bounded), then they are read
+        async with app[POOL].connection() as conn:
+            await sessions.ask_release(conn, wid, TAKEOVER_WAIT_S)
+            row = await sessions.load(conn, wid)
+        if row is None:
+            raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
+        server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
     cursors = cursor_codec.rewind(server_cursors, client)
     async with app[POOL].connection() as conn:
         gen = await sessions.open_stream(conn, wid, cursors, LEASE_S)

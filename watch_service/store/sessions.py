@@ -4,6 +4,12 @@ Cursor writes are write-behind (batched by the caller), so a crash can re-delive
 skip. A stream holds a lease it renews; the idle GC never takes a session whose lease is live.
 Each stream opens with the session's next ``stream_gen`` (its fence): every later write of that
 stream matches only while no newer stream took the session over.
+
+A takeover first asks the stream it replaces, wherever it runs, to store its cursors and
+release the lease (:func:`ask_release`: a ``w <wid>`` notice on the service's NOTIFY channel,
+answered by :func:`release` on ``RELEASE_CHANNEL``), so a client's own crash re-delivers only
+what was written to its socket and never processed, not everything since the last batched
+write. A holder that does not answer in time is fenced off as before.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ import orjson
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
+from watch_service.store.retention import CHANNEL
+
 _CAP_LOCK = 0x77736B  # "wsk": the advisory-lock class of the per-key session cap
+TAKEOVER = "w"  # the kind of the notice asking a session's stream to release it: ``w <wid>``
+RELEASE_CHANNEL = "auditsync_release"  # where a released session's wid is announced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,3 +164,43 @@ async def close_streams(
             [orjson.dumps(c).decode() for _, _, c in ended],
         ),
     )
+
+
+async def ask_release(conn: AsyncConnection, wid: str, timeout: float) -> bool:
+    """When a stream holds a live lease on ``wid``, ask it (wherever it runs) to store its
+    cursors and release the session, and wait up to ``timeout`` seconds for that; True once
+    no live lease is held. ``conn`` must be in autocommit mode (LISTEN takes effect at once)."""
+    await conn.execute(f"LISTEN {RELEASE_CHANNEL}")
+    try:
+        # Listening before looking: a release from now on is heard, one before it is seen.
+        cur = await conn.execute(
+            "SELECT stream_lease_until > now() FROM watch_sessions WHERE wid = %s", (wid,)
+        )
+        row = await cur.fetchone()
+        if row is None or not row[0]:
+            return True
+        await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{TAKEOVER} {wid}"))
+        async for note in conn.notifies(timeout=timeout):
+            if note.payload == wid:
+                return True
+        return False
+    finally:
+        await conn.execute(f"UNLISTEN {RELEASE_CHANNEL}")
+        async for _ in conn.notifies(timeout=0):  # what came before the UNLISTEN: the pooled
+            pass  # connection's next ask_release must not take it for its own answer
+
+
+async def release(conn: AsyncConnection, wid: str, gen: int, cursors: dict[str, int]) -> bool:
+    """The answer to :func:`ask_release` from the stream of generation ``gen``, ended: its
+    cursors stored, its lease released and the release announced, in one statement (the
+    announcement is delivered at its commit). False when a newer stream holds the session."""
+    cur = await conn.execute(
+        """WITH done AS (
+               UPDATE watch_sessions
+                  SET cursors = %s, last_active_at = now(), stream_lease_until = NULL
+                WHERE wid = %s AND stream_gen = %s
+            RETURNING wid)
+           SELECT pg_notify(%s, wid) FROM done""",
+        (Jsonb(cursors), wid, gen, RELEASE_CHANNEL),
+    )
+    return await cur.fetchone() is not None

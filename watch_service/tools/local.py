@@ -96,12 +96,17 @@ class ServiceProcess:
                 env[name] = value
         return env
 
-    def start(self, timeout: float = 20.0) -> ServiceProcess:
+    def spawn(self) -> ServiceProcess:
+        """Start the process and return at once (``start`` also waits until it serves)."""
         if self.log_path is None:
             self.proc = self._spawn(subprocess.DEVNULL)
         else:
             with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
                 self.proc = self._spawn(out)
+        return self
+
+    def start(self, timeout: float = 20.0) -> ServiceProcess:
+        self.spawn()
         try:
             deadline = time.monotonic() + timeout
             wait_for_port(self.port, timeout, self.proc, what=f"service (log: {self.log_path})")

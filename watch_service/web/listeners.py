@@ -2,9 +2,9 @@
 
 ``auditsync serve`` binds its HTTP socket here and checks that the gRPC port is free *before*
 starting the application, so a port in use, a host that does not resolve or a missing extra is
-one line naming the setting, never a traceback after "serving on". A supervisor that forks
-workers (``SO_REUSEPORT``) calls :func:`check_listeners` once before forking and
-:func:`bind_http` in each worker.
+one line naming the setting, never a traceback after "serving on". The HTTP socket is never
+``SO_REUSEPORT``: a port another process holds fails the start, and no later process can join
+ours. A supervisor of workers binds it once here and its workers inherit it.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ def reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def bind_http(
-    host: str, port: int, *, reuse_port: bool = False, listen: bool = True, what: str = ""
-) -> socket.socket:
+def bind_http(host: str, port: int, *, listen: bool = True, what: str = "") -> socket.socket:
     """A TCP socket bound to ``host:port`` (and listening, unless ``listen`` is false: the
     server then listens once it is ready, so an open port still means a ready service);
     :class:`StartupError` naming ``what`` (the setting) when it cannot be had."""
@@ -49,8 +47,6 @@ def bind_http(
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         if listen:
             sock.listen(1024)
@@ -61,6 +57,12 @@ def bind_http(
     return sock
 
 
+def http_unavailable(host: str, port: int, exc: OSError) -> StartupError:
+    """The one line for an HTTP socket that bound but cannot listen (the port was taken
+    between the bind and the listen)."""
+    return StartupError(f"cannot listen on {host}:{port} ({HTTP_SETTING}): {reason(exc)}")
+
+
 def check_authz_extra() -> None:
     """The gRPC surface needs the ``authz`` extra; say how to install it when it is missing."""
     missing = [m for m in AUTHZ_MODULES if importlib.util.find_spec(m) is None]
@@ -69,12 +71,6 @@ def check_authz_extra() -> None:
             f"AUDITSYNC_GRPC_PORT / --grpc-port: the SpiceDB gRPC surface needs "
             f"{', '.join(missing)}: pip install 'auditsync[authz]'"
         )
-
-
-def check_listeners(settings: Settings, *, reuse_port: bool = False) -> None:
-    """Every listener ``settings`` asks for can be bound now (each is bound, then released)."""
-    bind_http(settings.host, settings.port, reuse_port=reuse_port, what=HTTP_SETTING).close()
-    check_grpc(settings)
 
 
 HTTP_SETTING = "AUDITSYNC_PORT / --port"

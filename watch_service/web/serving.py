@@ -18,7 +18,7 @@ import gc
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -248,13 +248,15 @@ async def serve(
     settings: Settings,
     *,
     sock: socket.socket | None = None,
-    reuse_port: bool = False,
+    on_started: Callable[[], Awaitable[bool]] | None = None,
     on_listening: Callable[[], None] | None = None,
     shutdown_timeout: float = 5.0,
 ) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then shut down: on ``sock`` (bound by the caller
-    before anything else started) or on ``settings.host:port``; ``on_listening`` is called once
-    it listens. The access log is on with ``settings.access_log``."""
+    before anything else started) or on ``settings.host:port``. Once the app has started (its
+    pool, its gRPC servers), ``on_started`` is awaited, if given: the socket is served only when
+    it says True (a worker waits there for its supervisor). ``on_listening`` is called once it
+    listens. The access log is on with ``settings.access_log``."""
     pacer = app[GC_PACER] = GcPacer()
     runner = ContractRunner(
         app,
@@ -276,10 +278,12 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
+        if on_started is not None and not await _until_stopped(on_started(), stop):
+            return
         if sock is not None:
             await web.SockSite(runner, sock).start()
         else:
-            await web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port).start()
+            await web.TCPSite(runner, settings.host, settings.port).start()
         if on_listening is not None:
             on_listening()
         await stop.wait()
@@ -292,3 +296,14 @@ async def serve(
             handoff.handler_factory = None  # a connection passed from now on is closed
         await runner.cleanup()
         pacer.close()
+
+
+async def _until_stopped(go: Awaitable[bool], stop: asyncio.Event) -> bool:
+    """What ``go`` answers, or False as soon as ``stop`` is set."""
+    going, stopping = asyncio.ensure_future(go), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({going, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        return going.done() and not stop.is_set() and going.result()
+    finally:
+        going.cancel()
+        stopping.cancel()
