@@ -227,7 +227,7 @@ class S3Config:
                 secret_key=self.secret_key,
                 session_token=self.session_token,
             )
-        return pafs.S3FileSystem(**options)  # type: ignore[arg-type]
+        return pafs.S3FileSystem(**options)
 
 
 def hadoop_conf(locations: list[Location], s3: S3Config | None = None) -> dict[str, str]:

@@ -138,8 +138,12 @@ def attach(
     spark.conf.set(marker, digest)
 
 
-def read(spark: SparkSession, layout: Layout, name: str) -> DataFrame:
-    return spark.table(layout.table(name))
+def read(spark: SparkSession, layout: Layout, name: str, snapshot: int | None = None) -> DataFrame:
+    """The table now, or at ``snapshot``: a DataFrame is evaluated lazily, so one read again
+    after a later commit to the same table must pin the snapshot it means."""
+    if snapshot is None:
+        return spark.table(layout.table(name))
+    return spark.sql(f"SELECT * FROM {layout.table(name)} VERSION AS OF {int(snapshot)}")
 
 
 def run_column(name: str) -> str:
@@ -147,9 +151,11 @@ def run_column(name: str) -> str:
     return SCHEMAS[name][1]
 
 
-def run_rows(spark: SparkSession, layout: Layout, name: str, run_id: str) -> DataFrame:
+def run_rows(
+    spark: SparkSession, layout: Layout, name: str, run_id: str, snapshot: int | None = None
+) -> DataFrame:
     """One run's rows of a run-partitioned table, in the table's schema."""
-    return read(spark, layout, name).filter(F.col(run_column(name)) == run_id)
+    return read(spark, layout, name, snapshot).filter(F.col(run_column(name)) == run_id)
 
 
 def runs_rows(spark: SparkSession, layout: Layout, name: str, run_ids: list[str]) -> DataFrame:

@@ -138,9 +138,7 @@ def record_step(conn: Any, run_id: str, step: str, figures: Mapping[str, object]
     )
 
 
-def record_snapshots(
-    conn: Any, run_id: str, warehouse: str, snapshots: Mapping[str, int]
-) -> None:
+def record_snapshots(conn: Any, run_id: str, warehouse: str, snapshots: Mapping[str, int]) -> None:
     """Merge the tables' snapshot ids a run left into its ``pipeline_runs`` row."""
     _execute(
         conn,
