@@ -50,6 +50,7 @@ from watch_service.web.auth import KeyRing
 from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
+from watch_service.web.nul_gate import refuse_nul
 
 log = logging.getLogger("auditsync.server")
 
@@ -169,7 +170,7 @@ async def _authz_history(app: web.Application) -> None:
 
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[count_requests, error_middleware, authenticate_first],
+        middlewares=[count_requests, error_middleware, authenticate_first, refuse_nul],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
