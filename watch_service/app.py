@@ -33,7 +33,7 @@ from watch_service.server.stream_upkeep import cursor_flusher, sweeper
 from watch_service.settings import Settings
 from watch_service.store import authz_writes
 from watch_service.store.database import database_url
-from watch_service.store.retention import run_retention
+from watch_service.store.retention import RetentionLeader
 from watch_service.web import cors
 from watch_service.web.app_keys import (
     APPENDER,
@@ -94,14 +94,14 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     await pool.close()
 
 
-async def retention_loop(app: web.Application) -> None:
+async def retention_loop(app: web.Application, leader: RetentionLeader) -> None:
+    """Every interval, a pass if this worker leads retention (one pass per service), else a
+    try to become the leader."""
     settings, metrics = app[SETTINGS], app[METRICS]
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
-            await run_retention(
-                app[POOL], lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc()
-            )
+            await leader.run_pass(lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass is retried next interval, never fatal
@@ -109,11 +109,13 @@ async def retention_loop(app: web.Application) -> None:
 
 
 async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(retention_loop(app), name="retention")
+    leader = RetentionLeader(app[DB_URL], connection_kwargs(app[SETTINGS]))
+    task = asyncio.create_task(retention_loop(app, leader), name="retention")
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await leader.close()
 
 
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
