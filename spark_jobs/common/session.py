@@ -9,8 +9,10 @@ Otherwise ``JdbcDriverMissing`` says how to get one. This is the only place that
 driver up: the runner, the DAG, the Spark Connect server and the tests all ask here. Importing
 this module does not import pyspark (the runner and the DAG only need the flags).
 
-``stop_session`` is the one way a session ends: it also closes the py4j gateway of a JVM this
-process started, while logging still has its handlers (see its docstring).
+``stop_session`` ends the session of a process that is done with Spark (a job's ``main``, the
+runner, the tests' shared session): it also closes the py4j gateway of a JVM this process
+started, while logging still has its handlers (see its docstring). Code that runs in a process
+that may start Spark again (the GX operator in an Airflow worker) calls ``SparkSession.stop``.
 
 One builder for every session: a job's own JVM (``spark-submit`` or ``master``), or a client
 of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
