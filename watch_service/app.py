@@ -43,6 +43,7 @@ from watch_service.web.app_keys import (
     METRICS,
     POOL,
     SETTINGS,
+    STREAM_SLOTS,
     STREAM_TASKS,
     STREAMS,
 )
@@ -51,6 +52,7 @@ from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
 from watch_service.web.nul_gate import refuse_nul
+from watch_service.web.stream_slots import StreamSlots
 
 log = logging.getLogger("auditsync.server")
 
@@ -183,6 +185,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     cors.install(app, settings.cors_origins)
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
+    app[STREAM_SLOTS] = StreamSlots(settings.max_streams)  # serve --workers N: shared
     app[STREAM_TASKS] = set()
     app.cleanup_ctx.append(_retention_ctx)
     app.cleanup_ctx.append(_watch_ctx)
