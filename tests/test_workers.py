@@ -465,3 +465,24 @@ def test_each_worker_gets_its_share_of_the_tail_cache_budget():
     assert [p.grpc_port for p in parts] == [50051, None, None]
     assert sum(share(64 << 20, i, 16) for i in range(16)) == 64 << 20
     assert worker_settings(settings, 0, 1) == settings
+
+
+def test_shared_stream_slots_count_every_worker(tmp_path):
+    """Two workers' views of one slot file (web/stream_slots.py): a take anywhere counts
+    everywhere, a give-back frees the slot for either, and a closed view takes nothing."""
+    from watch_service.web.stream_slots import SharedStreamSlots
+
+    w0, w1 = (SharedStreamSlots(2, str(tmp_path), i, 2) for i in range(2))
+    try:
+        assert (w0.try_take(), w1.try_take()) == (True, True)
+        assert (w0.try_take(), w1.try_take()) == (False, False)
+        assert (w0.total(), w1.total()) == (2, 2)
+        w0.give_back()
+        assert w1.try_take() and (w0.held, w1.held, w1.total()) == (0, 2, 2)
+        w1.close()
+        assert not w1.try_take()
+        w1.give_back()  # after close: nothing to give back to
+        assert w0.total() == 2 and not w0.try_take()
+    finally:
+        w0.close()
+        w1.close()

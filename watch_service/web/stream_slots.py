@@ -54,6 +54,7 @@ class SharedStreamSlots(StreamSlots):
             if os.fstat(self.fd).st_size < size:
                 os.ftruncate(self.fd, size)  # zeros: no worker holds a slot yet
         self.map = mmap.mmap(self.fd, size)
+        self.closed = False
 
     def _locked(self) -> _Flock:
         return _Flock(self.fd)
@@ -62,6 +63,8 @@ class SharedStreamSlots(StreamSlots):
         return sum(_COUNT.unpack_from(self.map, i * _COUNT.size)[0] for i in range(self.workers))
 
     def try_take(self) -> bool:
+        if self.closed:  # the worker is stopping
+            return False
         with self._locked():
             if self.total() >= self.cap:
                 return False
@@ -69,6 +72,8 @@ class SharedStreamSlots(StreamSlots):
         return True
 
     def give_back(self) -> None:
+        if self.closed:  # a stream that outlived the worker's cleanup: the file goes too
+            return
         with self._locked():
             self._add(-1)
 
@@ -77,8 +82,10 @@ class SharedStreamSlots(StreamSlots):
         _COUNT.pack_into(self.map, self.index * _COUNT.size, self.held)
 
     def close(self) -> None:
-        self.map.close()
-        os.close(self.fd)
+        if not self.closed:
+            self.closed = True
+            self.map.close()
+            os.close(self.fd)
 
 
 class _Flock:
