@@ -244,7 +244,9 @@ def main(argv: list[str]) -> int:
     try:
         return execute(spark, args, url)
     finally:
-        spark.stop()
+        from spark_jobs.common.session import stop_session
+
+        stop_session(spark)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ answers."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import dataclasses
 import json
@@ -25,8 +26,17 @@ REL = {
     "relation": "viewer",
     "subject": {"type": "user", "id": "u1"},
 }
+
+
+def page_token(*parts: str) -> str:
+    """A Permify page token of ``parts`` (what the service's tokens look like)."""
+    return base64.urlsafe_b64encode(orjson.dumps(list(parts))).decode()
+
+
 JUNK: list = [None, True, -1, 0, 10**30, 1.5, "", "\x00", "a\x00b", MARKER, "ü" * 300]
 JUNK += [[], {}, [[[[[]]]]], {"$": None}, "x" * 5000]
+# page tokens that decode to text with a NUL (relationship and attribute reads)
+JUNK += [page_token("doc", "a\x00b", "viewer", "user", "u1", ""), page_token("doc", "d1", "\x00")]
 DOC = {"entity": {"type": "doc"}}
 
 
@@ -55,6 +65,7 @@ ROUTES = [
     Route("GET", "/healthz", None, ""),
     Route("GET", "/readyz", None, ""),
     Route("GET", "/metrics", None, ""),
+    Route("GET", "/v0/search", None, ""),
     Route("POST", "/v1/tenants/create", {"id": "{new}", "name": "n"}, ""),
     Route("POST", "/v1/tenants/list", {"page_size": 10}, ""),
     Route("DELETE", "/v1/tenants/{name}", None, "tenant"),
@@ -69,10 +80,15 @@ ROUTES = [
     Route(
         "POST",
         "/v1/tenants/{name}/data/relationships/read",
-        {"filter": DOC, "page_size": 5},
+        {"filter": DOC, "page_size": 5, "continuous_token": ""},
         "tenant",
     ),
-    Route("POST", "/v1/tenants/{name}/data/attributes/read", {"filter": DOC}, "tenant"),
+    Route(
+        "POST",
+        "/v1/tenants/{name}/data/attributes/read",
+        {"filter": DOC, "continuous_token": ""},
+        "tenant",
+    ),
     Route("POST", "/v1/tenants/{name}/watch", {"snap_token": ""}, "tenant"),
 ]
 BAD_NAMES = ["", "%00", "a%00b", "..", "-x", "a b", "%ff%fe", "ü", "x" * 300, MARKER + "%0a"]
@@ -174,10 +190,10 @@ class Fuzzer:
         return {k: v for k, v in out.items() if v}
 
     def query(self) -> dict[str, str]:
-        vals = ["0", "-1", "x", str(10**30), "", "\x00", "1e3", "5"]
+        vals = ["0", "-1", "x", str(10**30), "", "\x00", "a\x00b", "1e3", "5"]
         return {
             k: self.rnd.choice(vals)
-            for k in ("from_seq", "limit", "token")
+            for k in ("from_seq", "limit", "token", "q", "cursor")
             if self.rnd.random() < 0.4
         }
 

@@ -14,6 +14,7 @@ raw asyncio streams for bytes aiohttp's parser refuses), and
 import asyncio
 import collections
 import dataclasses
+import os
 
 import aiohttp
 import orjson
@@ -40,9 +41,10 @@ from .support import InProcessService
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
-SEED = 11
-CLIENT_REQUESTS = 4000
-RAW_REQUESTS = 1000
+# A longer or different run: FUZZ_SEED=23 FUZZ_CLIENT_REQUESTS=40000 pytest tests/test_fuzz.py
+SEED = int(os.environ.get("FUZZ_SEED", "11"))
+CLIENT_REQUESTS = int(os.environ.get("FUZZ_CLIENT_REQUESTS", "4000"))
+RAW_REQUESTS = int(os.environ.get("FUZZ_RAW_REQUESTS", "1000"))
 WORKERS = 8
 
 
@@ -140,6 +142,7 @@ class Acked:
     schema_writes: int = 0  # each is a change record with no snap token in its answer
     statuses: dict = dataclasses.field(default_factory=dict)
     ok_routes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    nul_refused: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 async def client_request(http, url: str, fz: Fuzzer, acked: Acked, change_head: int) -> None:
@@ -171,6 +174,8 @@ async def client_request(http, url: str, fz: Fuzzer, acked: Acked, change_head: 
     acked.ok_routes[route.method + " " + route.path] += 200 <= status < 300
     if not 200 <= status < 300:
         check_error(status, ctype, raw, path)
+        if b"NUL characters are not allowed" in raw:
+            acked.nul_refused[route.method + " " + route.path] += 1
         return
     if not streaming:
         record_ack(acked, fz, route, name, raw, ctype, change_head)
@@ -243,6 +248,7 @@ async def test_fuzz_every_route(fuzz_service, http, db):
     print(f"fuzz: {CLIENT_REQUESTS} client + {RAW_REQUESTS} raw requests")
     print(f"fuzz: statuses {sorted(acked.statuses.items())}")
     print(f"fuzz: 2xx by route {dict(acked.ok_routes)}")
+    print(f"fuzz: NUL refused (4xx) by route {dict(acked.nul_refused)}")
     print(f"fuzz: 5xx seen: {len(FIVE_XX)}")
     assert not FIVE_XX, f"{len(FIVE_XX)} x 5xx: {FIVE_XX[:10]}"
     assert sum(answered) > RAW_REQUESTS * 0.9

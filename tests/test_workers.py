@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support import ServiceProcess, free_port, run_cli, unique
+from tests.support import ServiceProcess, free_port, run_cli, unique, wait_for
 from tests.watch import wire
 from watch_service.engine.relay import owner_of
 from watch_service.serve import MULTIPROC_ENV, WORKER_HEADER
@@ -424,3 +424,96 @@ async def test_a_port_in_use_fails_the_start_before_any_worker(pg_url):
         f"auditsync: cannot listen on 127.0.0.1:{port} (AUDITSYNC_PORT / --port): "
         "the port is already in use\n"
     )
+
+
+async def test_the_stream_cap_counts_every_workers_streams(pg_url, tmp_path):
+    """AUDITSYNC_MAX_STREAMS is service-wide (web/stream_slots.py): with a cap of 3 and two
+    workers, 2 streams on worker 0 and 1 on worker 1 fill it; a 4th is 429 on either worker
+    (worker 1 alone holds 1, under any per-worker share); a stream that ends frees its slot."""
+    svc = ServiceProcess(
+        pg_url, workers=2, log_path=tmp_path / "service.log", env={"AUDITSYNC_MAX_STREAMS": "3"}
+    )
+    await asyncio.to_thread(svc.start, 60)
+    made: list[Pinned] = []
+    streams: list[wire.Stream] = []
+    try:
+        for worker in ("0", "0", "1", "0", "1"):
+            made.append(await pinned(svc.url, worker))
+        a0, b0, a1, c0, c1 = made
+        topic = owned_by("0")
+        await a0.call("PUT", f"/v0/topics/{topic}", json={})
+        wids = [
+            (await a0.call("POST", "/v0/watch", json={"topics": {topic: {}}}))["wid"]
+            for _ in range(5)
+        ]
+        for client, wid in zip((a0, b0, a1), wids, strict=False):
+            streams.append(await client.stream(wid))
+        for client, wid in ((c0, wids[3]), (c1, wids[4])):
+            async with client.session.get(f"{svc.url}/v0/watch/{wid}", headers=wire.SSE) as r:
+                assert (r.status, r.headers[WORKER_HEADER], r.headers["Retry-After"]) == (
+                    429,
+                    client.worker,
+                    "2",
+                )
+                assert await r.json() == {
+                    "error": {
+                        "code": "throttled",
+                        "message": "stream cap of 3 open streams (service-wide) reached; "
+                        "retry later",
+                    }
+                }
+        streams.pop(0).close()  # worker 0's first stream ends: one slot is free, anywhere
+
+        async def admitted() -> bool:
+            resp = await c1.session.get(f"{svc.url}/v0/watch/{wids[4]}", headers=wire.SSE)
+            if resp.status == 429:
+                await resp.read()
+                return False
+            assert resp.status == 200 and resp.headers[WORKER_HEADER] == "1"
+            streams.append(wire.Stream(resp))
+            return True
+
+        await wait_for(admitted, timeout=10, what="the freed slot to admit a stream")
+    finally:
+        for stream in streams:
+            stream.close()
+        for client in made:
+            await client.close()
+        await asyncio.to_thread(svc.stop)
+
+
+def test_each_worker_gets_its_share_of_the_tail_cache_budget():
+    """AUDITSYNC_TAIL_CACHE_BYTES is service-wide: the workers' parts add up to it exactly;
+    the stream cap stays whole (counted together), the pool is per worker."""
+    from watch_service.serve import share, worker_settings
+    from watch_service.settings import Settings
+
+    settings = Settings(tail_cache_bytes=10, max_streams=7, pool_max=4, grpc_port=50051)
+    parts = [worker_settings(settings, i, 3) for i in range(3)]
+    assert [p.tail_cache_bytes for p in parts] == [4, 3, 3]
+    assert [p.max_streams for p in parts] == [7, 7, 7]
+    assert [p.pool_max for p in parts] == [4, 4, 4]
+    assert [p.grpc_port for p in parts] == [50051, None, None]
+    assert sum(share(64 << 20, i, 16) for i in range(16)) == 64 << 20
+    assert worker_settings(settings, 0, 1) == settings
+
+
+def test_shared_stream_slots_count_every_worker(tmp_path):
+    """Two workers' views of one slot file (web/stream_slots.py): a take anywhere counts
+    everywhere, a give-back frees the slot for either, and a closed view takes nothing."""
+    from watch_service.web.stream_slots import SharedStreamSlots
+
+    w0, w1 = (SharedStreamSlots(2, str(tmp_path), i, 2) for i in range(2))
+    try:
+        assert (w0.try_take(), w1.try_take()) == (True, True)
+        assert (w0.try_take(), w1.try_take()) == (False, False)
+        assert (w0.total(), w1.total()) == (2, 2)
+        w0.give_back()
+        assert w1.try_take() and (w0.held, w1.held, w1.total()) == (0, 2, 2)
+        w1.close()
+        assert not w1.try_take()
+        w1.give_back()  # after close: nothing to give back to
+        assert w0.total() == 2 and not w0.try_take()
+    finally:
+        w0.close()
+        w1.close()

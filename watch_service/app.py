@@ -33,7 +33,7 @@ from watch_service.server.stream_upkeep import Releases, cursor_flusher, sweeper
 from watch_service.settings import Settings
 from watch_service.store import authz_writes
 from watch_service.store.database import database_url
-from watch_service.store.retention import run_retention
+from watch_service.store.retention import RetentionLeader
 from watch_service.web import cors
 from watch_service.web.app_keys import (
     APPENDER,
@@ -43,6 +43,7 @@ from watch_service.web.app_keys import (
     METRICS,
     POOL,
     SETTINGS,
+    STREAM_SLOTS,
     STREAM_TASKS,
     STREAMS,
 )
@@ -50,6 +51,8 @@ from watch_service.web.auth import KeyRing
 from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
 from watch_service.web.metrics import Metrics
+from watch_service.web.nul_gate import refuse_nul
+from watch_service.web.stream_slots import StreamSlots
 
 log = logging.getLogger("auditsync.server")
 
@@ -93,14 +96,14 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     await pool.close()
 
 
-async def retention_loop(app: web.Application) -> None:
+async def retention_loop(app: web.Application, leader: RetentionLeader) -> None:
+    """Every interval, a pass if this worker leads retention (one pass per service), else a
+    try to become the leader."""
     settings, metrics = app[SETTINGS], app[METRICS]
     while True:
         await asyncio.sleep(settings.retention_interval_s)
         try:
-            await run_retention(
-                app[POOL], lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc()
-            )
+            await leader.run_pass(lambda _topic, gap: metrics.trimmed.labels(gap.reason).inc())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass is retried next interval, never fatal
@@ -108,11 +111,13 @@ async def retention_loop(app: web.Application) -> None:
 
 
 async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(retention_loop(app), name="retention")
+    leader = RetentionLeader(app[DB_URL], connection_kwargs(app[SETTINGS]))
+    task = asyncio.create_task(retention_loop(app, leader), name="retention")
     yield
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await leader.close()
 
 
 async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -173,7 +178,7 @@ async def _authz_history(app: web.Application) -> None:
 
 def create_app(settings: Settings, db_url: str | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[count_requests, error_middleware, authenticate_first],
+        middlewares=[count_requests, error_middleware, authenticate_first, refuse_nul],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
@@ -184,6 +189,7 @@ def create_app(settings: Settings, db_url: str | None = None) -> web.Application
     cors.install(app, settings.cors_origins)
     app.cleanup_ctx.append(_pool_ctx)
     app[STREAMS] = set()
+    app[STREAM_SLOTS] = StreamSlots(settings.max_streams)  # serve --workers N: shared
     app[STREAM_TASKS] = set()
     app.cleanup_ctx.append(_retention_ctx)
     app.cleanup_ctx.append(_watch_ctx)

@@ -108,11 +108,23 @@ def worker_command(
     ]
 
 
-def worker_settings(settings: Settings, index: int) -> Settings:
-    """A worker's settings: the supervisor's, with the gRPC surfaces on worker 0 alone."""
+def share(total: int, index: int, workers: int) -> int:
+    """Worker ``index``'s part of a service-wide budget: ``total // workers``, one more for the
+    first ``total % workers`` workers, so the parts add up to ``total`` exactly."""
+    return total // workers + (1 if index < total % workers else 0)
+
+
+def worker_settings(settings: Settings, index: int, workers: int) -> Settings:
+    """A worker's settings: the supervisor's, with the gRPC surfaces on worker 0 alone and the
+    service-wide tail cache budget divided (``share``). ``max_streams`` stays whole: the
+    workers count their streams together (``web.stream_slots``). ``pool_min``/``pool_max``
+    stay whole too: they are per worker by definition (README, Configuration)."""
+    tail = share(settings.tail_cache_bytes, index, workers)
     if index == 0:
-        return settings
-    return dataclasses.replace(settings, grpc_port=None, permify_grpc_port=None)
+        return dataclasses.replace(settings, tail_cache_bytes=tail)
+    return dataclasses.replace(
+        settings, grpc_port=None, permify_grpc_port=None, tail_cache_bytes=tail
+    )
 
 
 def _die_with_parent() -> None:
@@ -282,12 +294,15 @@ async def _worker(
 
     from watch_service.app import create_app
     from watch_service.engine.relay import AppendRelay
-    from watch_service.web.app_keys import APPENDER, HANDOFF, METRICS
+    from watch_service.web.app_keys import APPENDER, HANDOFF, METRICS, STREAM_SLOTS
     from watch_service.web.handoff import ConnectionHandoff
     from watch_service.web.serving import serve
+    from watch_service.web.stream_slots import SharedStreamSlots
 
     app = create_app(settings, db_url)
     handoff = app[HANDOFF] = ConnectionHandoff(index, folder)
+    # AUDITSYNC_MAX_STREAMS counts the streams of every worker (web/stream_slots.py)
+    app[STREAM_SLOTS] = SharedStreamSlots(settings.max_streams, folder, index, workers)
 
     async def relay_ctx(app: web.Application) -> AsyncIterator[None]:
         # Appends go to each topic's owner worker (engine/relay.py), and so do the kept-alive
@@ -302,6 +317,7 @@ async def _worker(
         app[APPENDER].relay = None
         await handoff.aclose()
         await relay.aclose()
+        app[STREAM_SLOTS].close()
 
     async def name_worker(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers[WORKER_HEADER] = str(index)
@@ -336,7 +352,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     with open(args.settings_file, "rb") as f:  # written by our own supervisor, mode 0700
         settings, db_url = pickle.load(f)
     logs.configure(settings.log_format, worker=args.index)
-    settings = worker_settings(settings, args.index)
+    settings = worker_settings(settings, args.index, args.workers)
     folder = os.path.dirname(args.settings_file)  # the supervisor's private folder
     fds = WorkerFds(args.ready_fd, args.go_fd, args.listen_fd)
     uvloop.run(_worker(args.index, args.workers, fds, settings, db_url, folder))

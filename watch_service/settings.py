@@ -36,20 +36,26 @@ class Settings:
     keys_file: Path | None = None
     max_body_bytes: int = 8 * 1024 * 1024
     max_record_bytes: int = 1024 * 1024
+    # Per worker: each `serve` worker has its own pool (the service: workers x pool_max).
     pool_min: int = 2
     pool_max: int = 10
     pool_timeout_s: float = 5.0
     # `serve` worker processes on one port; None: one per core the process may run on.
     workers: int | None = None
+    # Service-wide: one pass per interval, by the worker holding the retention leader lock.
     retention_interval_s: float = 5.0
     # SSE watch (seed 002)
     session_ttl_ms: int = 300_000
+    # Service-wide: open SSE streams of every worker together (web/stream_slots.py).
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
-    max_sessions_per_key: int = 1_000  # live watch sessions one bearer key may hold (429 above)
+    # Service-wide (counted in PostgreSQL): live watch sessions one key may hold (429 above).
+    max_sessions_per_key: int = 1_000
     session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
-    tail_cache_bytes: int = 64 * 1024 * 1024  # all shared tailers' record caches together
+    # Service-wide: all tailers' record caches of every worker together; each worker gets an
+    # equal part (serve.share).
+    tail_cache_bytes: int = 64 * 1024 * 1024
     # "on": an append is acknowledged once its commit is flushed; "off": once it is in the WAL
     # buffer (faster; `consistency: strong` watchers then wait for the flush).
     synchronous_commit: str = "on"

@@ -34,7 +34,7 @@ from spark_jobs.backfill.writes import write_audit_log
 from spark_jobs.common import jdbc, progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
-from spark_jobs.common.session import build_session
+from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile.late import seq_runs
 from watch_service.store import runs
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(spark, args)
     step = "backfill" if args.target == BOTH else f"backfill_{args.target}"
     progress.emit(step, figures["seconds"], figures)
-    spark.stop()
+    stop_session(spark)
     return 0
 
 

@@ -7,6 +7,11 @@ jar is ``JarsMissing``, which says to run ``make setup``. This is the only place
 the classpath: the runner, the DAG, the Spark Connect server and the tests all ask here.
 Importing this module does not import pyspark (the runner and the DAG only need the flags).
 
+``stop_session`` ends the session of a process that is done with Spark (a job's ``main``, the
+runner, the tests' shared session): it also closes the py4j gateway of a JVM this process
+started, while logging still has its handlers (see its docstring). Code that runs in a process
+that may start Spark again (the GX operator in an Airflow worker) calls ``SparkSession.stop``.
+
 One builder for every session: a job's own JVM (``spark-submit`` or ``master``), or a client
 of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
 jars and Iceberg's SQL extensions and keeps its static settings; only session settings travel
@@ -15,6 +20,7 @@ then (the warehouse's catalog is attached per session: ``spark_jobs.common.table
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,3 +101,32 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop ``spark``; for a local JVM this process launched, also close the py4j gateway and
+    let the JVM exit now, and stop py4j's logger from reaching the root handlers.
+
+    ``SparkSession.stop`` keeps the gateway for a next session, so its connections used to be
+    closed by py4j's finalisers at interpreter exit, each logging "Closing down clientserver
+    connection" to handlers whose streams were already closed by then (pytest's capture, a
+    redirected stdout): ``--- Logging error --- ValueError: I/O operation on closed file``
+    after a green run. Those finalisers still run at exit, so py4j's messages stop at its
+    own logger from here on. A later ``build_session`` launches a fresh gateway."""
+    spark.stop()
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:  # Spark Connect, or a gateway already closed
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)  # pyspark's launched JVM: it exits when stdin closes
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    py4j = logging.getLogger("py4j")
+    py4j.propagate = False
+    if not py4j.handlers:
+        py4j.addHandler(logging.NullHandler())

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from spark_jobs.common import progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
-from spark_jobs.common.session import build_session
+from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
 from watch_service.storage import Storage
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("auditsync-compact", args.master)
     figures = run(spark, args)
     progress.emit("compact", figures["seconds"], figures)
-    spark.stop()
+    stop_session(spark)
     return 0
 
 

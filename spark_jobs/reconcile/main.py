@@ -31,7 +31,7 @@ from spark_jobs.common import jdbc, progress, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
-from spark_jobs.common.session import build_session
+from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
 from spark_jobs.reconcile.scope import (
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("auditsync-reconcile", args.master)
     figures = run(spark, args)
     progress.emit("reconcile", figures["seconds"], figures)
-    spark.stop()
+    stop_session(spark)
     return 0 if figures.get("agree", True) else 1
 
 

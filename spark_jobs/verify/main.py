@@ -25,7 +25,7 @@ from spark_jobs.common import progress, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
-from spark_jobs.common.session import build_session
+from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("auditsync-verify", args.master)
     figures = run(spark, args)
     progress.emit("verify", figures["seconds"], figures)
-    spark.stop()
+    stop_session(spark)
     return 0 if figures["passed"] else 1
 
 

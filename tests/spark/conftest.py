@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from spark_jobs.common.session import build_session
+from spark_jobs.common.session import build_session, stop_session
 
 
 @pytest.fixture(scope="session")
@@ -32,4 +32,4 @@ def spark():
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
-    session.stop()
+    stop_session(session)  # the gateway closes while pytest's capture is open

@@ -29,6 +29,7 @@ from watch_service.compat import permify_json as pj
 from watch_service.compat import permify_ops as ops
 from watch_service.compat import permify_stream as stream
 from watch_service.compat import tls
+from watch_service.compat.grpc_nul import RefuseNul
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
 from watch_service.engine.topic_follower import HistoryLost, TopicGone
@@ -67,10 +68,10 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 
 def _doc(request: Message) -> dict:
-    doc = json_format.MessageToDict(
+    # no string in it holds a NUL: the server's interceptor (compat.grpc_nul) has refused those
+    return json_format.MessageToDict(
         request, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return pj.check_no_nul(doc, "request")
 
 
 class _Base:
@@ -197,10 +198,11 @@ def build_server(app: web.Application) -> grpc.aio.Server:
     """The server with every servicer and no port yet (the caller binds it, insecure or
     with credentials: ``add_insecure_port`` / ``add_secure_port``)."""
     server = grpc.aio.server(
+        interceptors=[RefuseNul()],
         options=[
             ("grpc.max_receive_message_length", app[SETTINGS].max_body_bytes),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     pb_grpc.add_TenancyServicer_to_server(Tenancy(app), server)
     pb_grpc.add_SchemaServicer_to_server(Schema(app), server)

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from watch_service.protocol import authz as pa
+from watch_service.protocol import nul
 from watch_service.protocol.errors import AuditsyncError
 
 # gRPC status codes and the HTTP status grpc-gateway gives each.
@@ -50,17 +51,11 @@ def parse_body(raw: bytes) -> dict:
 
 
 def check_no_nul(doc: Any, path: str = "body") -> Any:
-    """Refuse a NUL character in any string of a request (PostgreSQL text cannot hold one)."""
-    if isinstance(doc, str):
-        if "\x00" in doc:
-            raise invalid(f"{path}: NUL characters are not allowed in strings")
-    elif isinstance(doc, dict):
-        for k, v in doc.items():
-            check_no_nul(k, path)
-            check_no_nul(v, f"{path}.{k}")
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            check_no_nul(v, f"{path}[{i}]")
+    """``doc``, unless a string in it holds a NUL (``protocol.nul``): the one check of a
+    Permify body and of what a page token decodes to."""
+    found = nul.find_nul(doc, path)
+    if found is not None:
+        raise invalid(nul.message(found))
     return doc
 
 

@@ -224,7 +224,8 @@ def _after(doc: dict, parts: int) -> tuple | None:
         after = orjson.loads(base64.urlsafe_b64decode(token))
         ok = isinstance(after, list) and len(after) == parts
         if ok and all(isinstance(x, str) for x in after):
-            return tuple(after)
+            # what the token decodes to goes to SQL, like the body it came in
+            return tuple(pj.check_no_nul(after, "continuous_token"))
     except ValueError:
         pass
     raise pj.invalid(f"continuous_token: {token!r} is not a token from this service")

@@ -26,6 +26,7 @@ from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.compat import spicedb_proto as sp
 from watch_service.compat import tls
+from watch_service.compat.grpc_nul import RefuseNul
 from watch_service.compat.spicedb_base import Base, abort, log
 from watch_service.compat.spicedb_schema_service import Schema, unimplemented
 from watch_service.compat.spicedb_watch import Watch
@@ -204,10 +205,11 @@ async def grpc_ctx(app: web.Application) -> AsyncIterator[None]:
     """The grpc.aio server on ``settings.grpc_port`` for the app's lifetime."""
     settings = app[SETTINGS]
     server = grpc.aio.server(
+        interceptors=[RefuseNul()],
         options=[
             ("grpc.max_receive_message_length", settings.max_body_bytes),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     ps_grpc.add_PermissionsServiceServicer_to_server(Permissions(app), server)
     ws_grpc.add_WatchServiceServicer_to_server(Watch(app), server)

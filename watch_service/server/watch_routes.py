@@ -30,7 +30,16 @@ from watch_service.server.stream_upkeep import LEASE_S, TAKEOVER_WAIT_S
 from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
-from watch_service.web.app_keys import HUB, KEYS, METRICS, POOL, SETTINGS, STREAM_TASKS, STREAMS
+from watch_service.web.app_keys import (
+    HUB,
+    KEYS,
+    METRICS,
+    POOL,
+    SETTINGS,
+    STREAM_SLOTS,
+    STREAM_TASKS,
+    STREAMS,
+)
 from watch_service.web.auth import Key, authorize
 from watch_service.web.errors import as_api_error
 from watch_service.web.json_body import read_json_body
@@ -141,11 +150,20 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     _check_stream_auth(key, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise NotAcceptable("Accept must be text/event-stream")
-    if len(app[STREAMS]) >= app[SETTINGS].max_streams:
+    slots = app[STREAM_SLOTS]
+    if not slots.try_take():
         raise Throttled(
-            f"stream cap of {app[SETTINGS].max_streams} open streams reached; retry later"
+            f"stream cap of {slots.cap} open streams (service-wide) reached; retry later"
         )
+    try:
+        return await _stream(request, wid, row)
+    finally:
+        slots.give_back()
 
+
+async def _stream(request: web.Request, wid: str, row: sessions.SessionRow) -> web.StreamResponse:
+    """The stream of ``open_watch``, once it holds a stream slot."""
+    app = request.app
     definition = WatchDefinition.from_json(row.definition)
     client = cursor_codec.parse_last_event_id(
         request.headers.get("Last-Event-ID"), list(definition.topics)

@@ -1,7 +1,17 @@
 """Retention: what a topic's ``max_records`` cap and ``ttl_ms`` no longer keep leaves the log,
-and the same transaction writes its ``gaps`` row (invariant L2). ``run_retention`` is one pass
-over every retained topic, as the service's loop, ``auditsync retention run`` and the
-retention DAG run it."""
+and the same transaction writes its ``gaps`` row (invariant L2).
+
+A pass costs what is due, not what is retained: one set-based read (``DUE``) names the topics
+with something to trim (cap: more than ``max_records`` retained; ttl: the oldest retained
+record, found by the records' primary key at ``earliest_seq``, older than ``ttl_ms``), and only
+those are locked (``FOR UPDATE`` on the topic row, the lock appends take) and trimmed, each in
+its own transaction. With nothing due a pass is that one read.
+
+``run_retention`` is one pass (``auditsync retention run``, the retention DAG); the service's
+workers run passes through ``RetentionLeader``: only the worker holding the service-wide
+advisory lock ``LEADER_LOCK`` runs them, on a connection of its own, so a service runs one pass
+per interval whatever its number of workers and replicas.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
@@ -16,41 +27,87 @@ from watch_service.protocol.tombstones import Tombstone
 
 log = logging.getLogger("auditsync.retention")
 CHANNEL = "auditsync"  # the NOTIFY channel of appends, trims and deletions (``store.topics``)
+# pg_advisory_lock key of the retention leader: int8 of the first 8 bytes of
+# sha256("auditsync.retention"), a constant so every worker and replica agrees on it.
+LEADER_LOCK = 0x2FB7966F99D40E31
+OnGap = Callable[[str, Tombstone], None]
+
+DUE = """
+SELECT t.name FROM topics t
+ WHERE t.deleted_at IS NULL
+   AND ((t.max_records IS NOT NULL AND t.head_seq - t.earliest_seq + 1 > t.max_records)
+     OR (t.ttl_ms IS NOT NULL AND t.earliest_seq <= t.head_seq AND EXISTS (
+           SELECT 1 FROM records r
+            WHERE r.topic = t.name AND r.seq = t.earliest_seq AND r.ts < %(now_ms)s - t.ttl_ms)))
+ ORDER BY t.name
+"""
 
 
 async def run_retention(
-    pool: AsyncConnectionPool, on_gap: Callable[[str, Tombstone], None] | None = None
+    pool: AsyncConnectionPool, on_gap: OnGap | None = None
 ) -> list[tuple[str, Tombstone]]:
-    """One retention pass over every topic with a cap or a ttl; returns the gaps written."""
-    written = []
+    """One retention pass over every topic with something due; returns the gaps written."""
     async with pool.connection() as conn:
-        for name in await retained_topics(conn):
-            for gap in await trim(conn, name):
-                written.append((name, gap))
-                if on_gap is not None:
-                    on_gap(name, gap)
-                log.info(
-                    "retention: %s trimmed [%d, %d] (%s)",
-                    name,
-                    gap.gap_from,
-                    gap.gap_to,
-                    gap.reason,
-                )
+        return await retention_pass(conn, on_gap)
+
+
+async def retention_pass(
+    conn: AsyncConnection, on_gap: OnGap | None = None, now_ms: int | None = None
+) -> list[tuple[str, Tombstone]]:
+    """One pass on ``conn`` (autocommit): the ``DUE`` read, then a trim of each due topic."""
+    now = current_ms() if now_ms is None else now_ms
+    cur = await conn.execute(DUE, {"now_ms": now})
+    written = []
+    for (name,) in await cur.fetchall():
+        for gap in await trim(conn, name, now):
+            written.append((name, gap))
+            if on_gap is not None:
+                on_gap(name, gap)
+            log.info(
+                "retention: %s trimmed [%d, %d] (%s)", name, gap.gap_from, gap.gap_to, gap.reason
+            )
     return written
+
+
+class RetentionLeader:
+    """One worker's retention runner. ``run_pass`` runs a pass only while this worker holds
+    ``LEADER_LOCK`` (a session-level advisory lock on its own connection, outside the pool);
+    otherwise it tries to take it, one statement, and returns None. The lock goes with the
+    connection: a leader that stops or dies frees it for the next worker's try."""
+
+    def __init__(self, db_url: str, connect_kwargs: dict | None = None) -> None:
+        self.db_url, self.kwargs = db_url, {**(connect_kwargs or {}), "autocommit": True}
+        self.conn: AsyncConnection | None = None
+        self.leading = False
+
+    async def run_pass(self, on_gap: OnGap | None = None) -> list[tuple[str, Tombstone]] | None:
+        try:
+            if self.conn is None or self.conn.closed:
+                self.leading = False
+                self.conn = await AsyncConnection.connect(self.db_url, **self.kwargs)
+            if not self.leading:
+                cur = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+                row = await cur.fetchone()
+                self.leading = bool(row and row[0])
+                if not self.leading:
+                    return None
+                log.info("retention: this worker runs the service's retention passes")
+            return await retention_pass(self.conn, on_gap)
+        except psycopg.OperationalError:
+            await self.close()  # the lock went with the connection, if it was held
+            raise
+
+    async def close(self) -> None:
+        self.leading = False
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
 
 
 async def trim(conn: AsyncConnection, name: str, now_ms: int | None = None) -> list[Tombstone]:
     """Apply a topic's retention now; returns the gaps written."""
     async with conn.transaction():
         return await trim_locked(conn, name, current_ms() if now_ms is None else now_ms, lock=True)
-
-
-async def retained_topics(conn: AsyncConnection) -> list[str]:
-    cur = await conn.execute(
-        "SELECT name FROM topics WHERE deleted_at IS NULL "
-        "AND (max_records IS NOT NULL OR ttl_ms IS NOT NULL) ORDER BY name"
-    )
-    return [n for (n,) in await cur.fetchall()]
 
 
 def current_ms() -> int:

@@ -12,6 +12,7 @@ from watch_service.web.auth import KeyRing
 from watch_service.web.gc_pacing import GcPacer
 from watch_service.web.handoff import ConnectionHandoff
 from watch_service.web.metrics import Metrics
+from watch_service.web.stream_slots import StreamSlots
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", AsyncConnectionPool)
@@ -25,5 +26,7 @@ HANDOFF = web.AppKey("handoff", ConnectionHandoff)
 # serve: the process's full collections walk what is new (web/gc_pacing.py)
 GC_PACER = web.AppKey("gc_pacer", GcPacer)
 STREAMS = web.AppKey("streams", set)  # open SSE WatchStreams (cursor flusher)
+# The service-wide count of open SSE streams behind AUDITSYNC_MAX_STREAMS (web/stream_slots.py)
+STREAM_SLOTS = web.AppKey("stream_slots", StreamSlots)
 # Tasks of every open streaming response (SSE, Permify watch): shutdown cancels them.
 STREAM_TASKS = web.AppKey("stream_tasks", set)
