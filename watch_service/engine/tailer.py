@@ -108,10 +108,13 @@ class Tailer:
         self, after: int, limit: int, max_bytes: int, flags: Flags, upto: int
     ) -> list[tuple[CachedRecord, str]] | None:
         """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
-        the topic is deleted, seqs after ``after`` are no longer retained, or they are older
-        than the cache. The caller then reads PostgreSQL, which knows."""
+        the topic is deleted, seqs after ``after`` are no longer retained, they are older
+        than the cache, or ``after`` is above the head (the source went back, or this tailer
+        has not heard of the newest records yet). The caller then reads PostgreSQL, which
+        knows."""
         if (
             self.deleted
+            or after > self.head
             or missed_range(after, self.earliest) is not None
             or self.cache_after is None
             or after < self.cache_after

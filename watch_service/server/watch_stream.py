@@ -64,11 +64,14 @@ class WatchStream:
         request: web.BaseRequest,
         response: web.StreamResponse,
         metrics: Metrics,
+        claimed: dict[str, int] | None = None,
     ) -> None:
         self.wid, self.gen, self.d, self.hub, self.resp = wid, gen, definition, hub, response
         self.transport, self.writer = request.transport, request.writer
         self.strong = definition.consistency == "strong"
-        self.state = StreamState(cursors, initial, node=definition.node, strong=self.strong)
+        self.state = StreamState(
+            cursors, initial, node=definition.node, strong=self.strong, claimed=claimed
+        )
         self.group: Group = (
             definition.flags,
             definition.limit,
@@ -206,7 +209,11 @@ class WatchStream:
         for _ in range(FAIRNESS_PAGES):
             after = state.cursors[topic]
             upto = state.upto(tailer.head, tailer.durable_head)
-            cached = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
+            cached = (
+                None
+                if topic in state.claimed  # a presented cursor is checked against PostgreSQL
+                else tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
+            )
             page: Page
             if cached is not None:
                 page, head = cached, tailer.head
@@ -243,11 +250,18 @@ class WatchStream:
             self.pushed.add(topic)
 
     async def _read_backlog(self, topic: str, after: int) -> tuple[Page, int, int] | None:
-        """A page from PostgreSQL as (records, head, upto), after the tombstone of any gap
-        before it. None: the topic was deleted (its last frame is sent) or is gone."""
+        """A page from PostgreSQL as (records, head, upto), after the ``rewound`` frame of a
+        head below the consumer's cursor and the tombstone of any gap before it. None: the
+        topic was deleted (its last frame is sent) or is gone."""
         tailer, state = self.active[topic], self.state
         async with self.hub.pool.connection() as conn:
             page = await tail.read_tail(conn, topic, after, self.d.limit)
+            rewound = None if page is None or page.deleted else state.rewound(topic, page.head_seq)
+            if rewound is not None:
+                await self._send(rewound)
+                if state.cursors[topic] != after:
+                    after = state.cursors[topic]
+                    page = await tail.read_tail(conn, topic, after, self.d.limit)
             if page is None or page.deleted:
                 head = page.head_seq if page else after
                 await self._send(state.topic_deleted(topic, after, head))

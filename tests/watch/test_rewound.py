@@ -1,0 +1,86 @@
+"""A source that goes back: the database restored from a backup taken at seq 200 after the
+stream had served 300. Whatever cursor the consumer presents above the head (its
+``Last-Event-ID``, a checkpoint token, the session's own cursor, the POST's ``from_seq``), the
+stream says so first, in a ``rewound`` frame naming the exact range, and moves the cursor back
+to the head; the seqs written again then arrive as ordinary records, new content and all."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.restore import LOG_TABLES
+from tests.support import wait_for
+
+from .conftest import Api, stream_closed_with
+from .wire import caught_up_frame, checkpoint_id, cursor_id, record_frame, rewound_frame
+
+pytestmark = [pytest.mark.service, pytest.mark.pg]
+
+
+def batch(first: int, last: int, content: str) -> list[dict]:
+    return [{"data": {"n": n, "content": content}} for n in range(first, last + 1)]
+
+
+async def test_a_rewound_source_is_said_first_then_the_rewritten_seqs_arrive(
+    restorable, restore_service, http
+):
+    api = Api(http, restore_service.url)
+    topic = await api.topic()
+    await api.append(topic, *batch(1, 200, "kept"))
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
+        stream = await api.stream(wid)
+        kept = await api.records(topic)
+        assert await stream.frame() == record_frame(topic, kept, 0, 200, {topic: 0})
+        assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+        stream.close()
+        await wait_for(stream_closed_with(db, wid, {topic: 200}), what="cursor 200 stored")
+        backup = await restorable.dump()
+
+        await api.append(topic, *batch(201, 300, "lost"))
+        stream = await api.stream(wid)
+        lost = await api.records(topic, 200)
+        assert await stream.frame() == record_frame(topic, lost, 200, 300, {topic: 200})
+        assert await stream.frame() == caught_up_frame(topic, 300, {topic: 300})
+        served = stream.last_id
+        assert served == cursor_id({topic: 300})
+        stream.close()
+        await wait_for(stream_closed_with(db, wid, {topic: 300}), what="cursor 300 stored")
+
+        # The restore: head 200, and the session row as old as the head.
+        await restorable.restore(backup)
+        assert (await api._call("GET", f"/v0/topics/{topic}"))["head_seq"] == 200
+        stream = await api.stream(wid, last_event_id=served)
+        assert await stream.frame() == (
+            b"id: " + cursor_id({topic: 200}).encode() + b"\nevent: rewound\ndata: "
+            b'{"topic":"' + topic.encode() + b'","reason":"source_rewound",'
+            b'"gap_from":201,"gap_to":300,"head_seq":200}\n\n'
+        )
+        assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+        await api.append(topic, *batch(201, 300, "rewritten"))
+        rewritten = await api.records(topic, 200)
+        assert [r["$seq"] for r in rewritten] == list(range(201, 301))
+        assert {r["data"]["content"] for r in rewritten} == {"rewritten"}
+        assert await stream.frame() == record_frame(topic, rewritten, 200, 300, {topic: 200})
+        stream.close()
+        await wait_for(stream_closed_with(db, wid, {topic: 300}), what="cursor 300 stored")
+
+        # A restore of the log alone: the session's own cursor (300) is above the head.
+        await restorable.restore(backup, LOG_TABLES)
+        stream = await api.stream(wid)
+        assert await stream.frame() == rewound_frame(topic, 201, 300, 200, {topic: 200})
+        assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+        stream.close()
+        await wait_for(stream_closed_with(db, wid, {topic: 200}), what="cursor 200 stored")
+
+        # A checkpoint token above the head says the same; one at or below it does not.
+        stream = await api.stream(wid, last_event_id=checkpoint_id({topic: 280}))
+        assert await stream.frame() == rewound_frame(topic, 201, 280, 200, {topic: 200})
+        assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+        stream.close()
+        await wait_for(stream_closed_with(db, wid, {topic: 200}), what="cursor 200 stored")
+        stream = await api.stream(wid, last_event_id=checkpoint_id({topic: 190}))
+        assert await stream.frame() == record_frame(topic, kept[190:], 190, 200, {topic: 190})
+        assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+        stream.close()
