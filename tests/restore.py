@@ -19,7 +19,8 @@ from watch_service.store.cluster import find_bindir
 from watch_service.store.migrate import migrate
 
 LOG_TABLES = ("topics", "records", "gaps")
-SOURCE_TABLES = (*LOG_TABLES, "watch_sessions")
+AUTHZ_TABLES = ("authz_tenants", "authz_tuples", "authz_attributes", "authz_schemas")
+SOURCE_TABLES = (*LOG_TABLES, "watch_sessions", *AUTHZ_TABLES)
 
 
 class RestorableDatabase:
