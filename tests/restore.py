@@ -3,7 +3,7 @@
 A failover to a lagging replica or a restore from a backup leaves the log tables as they were
 at some earlier moment: ``dump`` takes that moment (``pg_dump --data-only`` of the log and
 session tables, the custom format a backup keeps), ``restore`` puts it back (``TRUNCATE``,
-then ``pg_restore --data-only``), here while the service keeps running on the database. The
+then the dump's data, in one transaction), here while the service keeps running on it. The
 search index is the sink's copy, not the source's, and is never restored.
 """
 
@@ -66,16 +66,29 @@ class RestorableDatabase:
 
     async def restore(self, dump: Path, tables: tuple[str, ...] = SOURCE_TABLES) -> None:
         """``tables`` back to what ``dump`` holds (the log alone: a restore that kept the
-        session rows written since)."""
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            await conn.execute("TRUNCATE " + ", ".join(tables))
+        session rows written since), in one transaction (``TRUNCATE``, then the dump's data as
+        ``pg_restore`` writes it out), so the service sees the source jump back at once, as
+        after a failover, and never half restored."""
+        script = dump.with_suffix(".sql")
         selected = [arg for t in tables for arg in ("-t", t)]
         await asyncio.to_thread(
             self._run,
             str(self.bindir / "pg_restore"),
             "--data-only",
             *selected,
-            "-d",
-            self.url,
+            "-f",
+            str(script),
             str(dump),
+        )
+        script.write_text(f"TRUNCATE {', '.join(tables)};\n" + script.read_text())
+        await asyncio.to_thread(
+            self._run,
+            str(self.bindir / "psql"),
+            "--single-transaction",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-f",
+            str(script),
+            self.url,
         )

@@ -5,8 +5,10 @@ server says so (SpiceDB's Watch waits past it, see test_spicedb_differential; Pe
 follows a transaction id it cannot find and streams nothing), so ours refuses it with each
 one's status for a position it cannot honour, naming the changes lost and the recovery. A
 token the source still has follows on, and the change written in place of the lost one
-arrives. Official clients: ``authzed`` (SpiceDB gRPC), ``permify`` (REST); Permify's gRPC
-through its ``base.v1`` stubs."""
+arrives. A watch that was open across the restore, and had sent the lost change, ends with the
+same status once the service's LISTEN connection is lost, as a failover loses it. Official
+clients: ``authzed`` (SpiceDB gRPC), ``permify`` (REST); Permify's gRPC through its
+``base.v1`` stubs."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import dataclasses
 
 import grpc
 import permify
+import psycopg
 import pytest
 from authzed.api.v1 import (
     InsecureClient,
@@ -41,6 +44,18 @@ async def surfaces(restorable, base_settings):
     svc = await InProcessService(settings, restorable.url).start()
     yield svc, settings
     await svc.stop()
+
+
+def spicedb_rewound(first: int, last: int) -> tuple[grpc.StatusCode, str]:
+    return (
+        grpc.StatusCode.OUT_OF_RANGE,
+        "invalid zedtoken: revision was invalid: the watch's position (its start cursor, or "
+        "the last revision it sent) is ahead of this datastore's newest revision; changes "
+        f"{first}..{last} are no longer here (the datastore went back: a failover to a lagging "
+        "replica, or a restore) and are written again with other content. Recover by "
+        "re-reading the current state with ReadRelationships and then calling Watch with its "
+        "read_at token.",
+    )
 
 
 def touch(resource: str) -> WriteRelationshipsRequest:
@@ -76,22 +91,30 @@ async def test_a_watch_from_a_position_the_restored_source_lost(restorable, surf
 
     await write_tuple("kept")
     backup = await restorable.dump()
+    open_across = spicedb.Watch(WatchRequest(optional_start_cursor=kept), timeout=30)
     lost = (await asyncio.to_thread(spicedb.WriteRelationships, touch("doc:lost"))).written_at
     snap_lost = await write_tuple("lost")
+    responses = iter(open_across)
+    first = await asyncio.to_thread(next, responses)
+    assert first.changes_through == lost
     await restorable.restore(backup)
+    # What a failover does to the service's connection that LISTENs for changes: it is lost.
+    async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
+        cur = await db.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN auditsync'"
+        )
+        assert await cur.fetchone() == (1,)
 
+    # The watch that was open across it had sent doc:lost: it ends, saying so.
     seq = seq_of(settings.spicedb_tenant, lost.token)
+    with pytest.raises(grpc.RpcError) as err:
+        await asyncio.to_thread(next, responses)
+    assert (err.value.code(), err.value.details()) == spicedb_rewound(seq, seq)
     refused = spicedb.Watch(WatchRequest(optional_start_cursor=lost), timeout=10)
     with pytest.raises(grpc.RpcError) as err:
         await asyncio.to_thread(next, iter(refused))
-    assert (err.value.code(), err.value.details()) == (
-        grpc.StatusCode.OUT_OF_RANGE,
-        "invalid zedtoken: revision was invalid: the start cursor is ahead of this datastore's "
-        f"newest revision; changes {seq}..{seq} are no longer here (the datastore went back: "
-        "a failover to a lagging replica, or a restore) and are written again with other "
-        "content. Recover by re-reading the current state with ReadRelationships and then "
-        "calling Watch with its read_at token.",
-    )
+    assert (err.value.code(), err.value.details()) == spicedb_rewound(seq, seq)
     following = spicedb.Watch(WatchRequest(optional_start_cursor=kept), timeout=10)
     await asyncio.to_thread(spicedb.WriteRelationships, touch("doc:instead"))
     first = await asyncio.to_thread(next, iter(following))

@@ -84,3 +84,34 @@ async def test_a_rewound_source_is_said_first_then_the_rewritten_seqs_arrive(
         assert await stream.frame() == record_frame(topic, kept[190:], 190, 200, {topic: 190})
         assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
         stream.close()
+
+
+async def test_a_stream_open_across_the_restore_is_told_before_the_rewritten_seqs(
+    restorable, restore_service, http
+):
+    """The stream stays connected while the source goes back under it. The first write after
+    the restore names seqs the tailer's cache holds with another ``$ts``: the tailer compares
+    its cache with PostgreSQL, and the stream says ``rewound`` before the new records."""
+    api = Api(http, restore_service.url)
+    topic = await api.topic()
+    await api.append(topic, *batch(1, 200, "kept"))
+    body = {"topics": {topic: {}}, "heartbeat_ms": 60000, "limit": 1000}
+    stream = await api.stream((await api.watch(body))["wid"])
+    kept = await api.records(topic)
+    assert await stream.frame() == record_frame(topic, kept, 0, 200, {topic: 0})
+    assert await stream.frame() == caught_up_frame(topic, 200, {topic: 200})
+    backup = await restorable.dump()
+    await api.append(topic, *batch(201, 300, "lost"))
+    lost = await api.records(topic, 200)
+    assert await stream.frame() == record_frame(topic, lost, 200, 300, {topic: 200})
+
+    await restorable.restore(backup)
+    await api.append(topic, *batch(201, 260, "rewritten"))
+    rewritten = await api.records(topic, 200)
+    assert {r["data"]["content"] for r in rewritten} == {"rewritten"}
+    assert await stream.frames(3) == [
+        rewound_frame(topic, 201, 300, 200, {topic: 200}),
+        record_frame(topic, rewritten, 200, 260, {topic: 200}),
+        caught_up_frame(topic, 260, {topic: 260}),
+    ]
+    stream.close()

@@ -93,11 +93,12 @@ def status(exc: Exception) -> tuple[grpc.StatusCode, str, error_details_pb2.Erro
         # RevisionInFuture), where it checks one; its Watch does not, and waits silently.
         return (
             _Code.OUT_OF_RANGE,
-            "invalid zedtoken: revision was invalid: the start cursor is ahead of this "
-            f"datastore's newest revision; changes {exc.gap_from}..{exc.gap_to} are no longer "
-            "here (the datastore went back: a failover to a lagging replica, or a restore) "
-            "and are written again with other content. Recover by re-reading the current "
-            "state with ReadRelationships and then calling Watch with its read_at token.",
+            "invalid zedtoken: revision was invalid: the watch's position (its start cursor, "
+            "or the last revision it sent) is ahead of this datastore's newest revision; "
+            f"changes {exc.gap_from}..{exc.gap_to} are no longer here (the datastore went back: "
+            "a failover to a lagging replica, or a restore) and are written again with other "
+            "content. Recover by re-reading the current state with ReadRelationships and then "
+            "calling Watch with its read_at token.",
             None,
         )
     if isinstance(exc, Stale):

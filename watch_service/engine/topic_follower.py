@@ -72,9 +72,13 @@ async def follow(
         wake.set()
 
     tailer = hub.subscribe(topic, on_wake)
+    seen = len(tailer.rewound_to)
     try:
         while True:
             wake.clear()  # before reading: a wake-up during the read is kept, not lost
+            seen, went_back_to = tailer.rewinds_since(seen)
+            if went_back_to is not None:
+                ensure_not_rewound(after, went_back_to)
             cached = tailer.cached(after, PAGE, _MAX_BYTES, _FLAGS, tailer.head)
             if cached is not None:
                 page = [item.rec for item, _ in cached]

@@ -80,6 +80,7 @@ class WatchStream:
         )
         self.metrics = metrics
         self.active: dict[str, Tailer] = {}
+        self.rewinds: dict[str, int] = {}  # per topic: the tailer's rewinds already checked
         self.pushed: set[str] = set()  # topics whose tailer pushes to this stream
         self.dirty: set[str] = set()
         self.wake_event = asyncio.Event()
@@ -168,7 +169,8 @@ class WatchStream:
         self.chunked = bool(getattr(self.writer, "chunked", True))
         self.sent += len(frames.retry(frames.RETRY_MS))
         for topic in self.state.cursors:
-            self.active[topic] = self.hub.subscribe(topic, self.wake, self.strong)
+            self.active[topic] = tailer = self.hub.subscribe(topic, self.wake, self.strong)
+            self.rewinds[topic] = len(tailer.rewound_to)
             self.dirty.add(topic)
         try:
             await self._loop()
@@ -207,6 +209,9 @@ class WatchStream:
     async def _drain(self, topic: str) -> None:
         tailer, state = self.active[topic], self.state
         for _ in range(FAIRNESS_PAGES):
+            self.rewinds[topic], went_back_to = tailer.rewinds_since(self.rewinds[topic])
+            if went_back_to is not None:  # while this stream was open: said before anything
+                await self._send(state.rewound(topic, went_back_to))
             after = state.cursors[topic]
             upto = state.upto(tailer.head, tailer.durable_head)
             cached = (
