@@ -5,7 +5,7 @@ server says so (SpiceDB's Watch waits past it, see test_spicedb_differential; Pe
 follows a transaction id it cannot find and streams nothing), so ours refuses it with each
 one's status for a position it cannot honour, naming the changes lost and the recovery. A
 token the source still has follows on, and the change written in place of the lost one
-arrives. A watch that was open across the restore, and had sent the lost change, ends with the
+arrives. Watches that were open across the restore, and had sent the lost change, end with the
 same status once the service's LISTEN connection is lost, as a failover loses it. Official
 clients: ``authzed`` (SpiceDB gRPC), ``permify`` (REST); Permify's gRPC through its
 ``base.v1`` stubs."""
@@ -29,7 +29,7 @@ from authzed.api.v1 import (
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 
 from ..support import InProcessService, free_port
-from .clients import GRPC_KEY, permify_grpc_client, seq_of
+from .clients import GRPC_KEY, PermifyWatch, permify_grpc_client, seq_of
 from .spicedb_support import Op, text, update
 from .test_permify_rest import new_tenant
 
@@ -89,14 +89,17 @@ async def test_a_watch_from_a_position_the_restored_source_lost(restorable, surf
             assert r.status == 200, await r.text()
             return (await r.json())["snap_token"]
 
-    await write_tuple("kept")
+    snap_kept = await write_tuple("kept")
     backup = await restorable.dump()
     open_across = spicedb.Watch(WatchRequest(optional_start_cursor=kept), timeout=30)
+    permify_across = await PermifyWatch(api, tenant, snap_kept).open()
     lost = (await asyncio.to_thread(spicedb.WriteRelationships, touch("doc:lost"))).written_at
     snap_lost = await write_tuple("lost")
     responses = iter(open_across)
     first = await asyncio.to_thread(next, responses)
     assert first.changes_through == lost
+    [line] = await permify_across.lines(1)
+    assert line.result.changes.snap_token == snap_lost
     await restorable.restore(backup)
     # What a failover does to the service's connection that LISTENs for changes: it is lost.
     async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
@@ -129,6 +132,11 @@ async def test_a_watch_from_a_position_the_restored_source_lost(restorable, surf
         "data/relationships/read and data/attributes/read, then watch without a snap_token "
         "(from now)."
     )
+    try:
+        [line] = await permify_across.lines(1)
+    finally:
+        permify_across.close()
+    assert (line.result, line.error.code, line.error.message) == (None, 3, message)
     async with http.post(f"{url}/watch", json={"snap_token": snap_lost}) as r:
         assert (r.status, await r.json()) == (400, {"code": 3, "message": message, "details": []})
     call = c.watch.Watch(pb.WatchRequest(tenant_id=tenant, snap_token=snap_lost))
