@@ -11,6 +11,7 @@ import pytest
 
 from tests.restore import LOG_TABLES
 from tests.support import wait_for
+from watch_service.web.app_keys import HUB
 
 from .conftest import Api, stream_closed_with
 from .wire import caught_up_frame, checkpoint_id, cursor_id, record_frame, rewound_frame
@@ -114,4 +115,50 @@ async def test_a_stream_open_across_the_restore_is_told_before_the_rewritten_seq
         record_frame(topic, rewritten, 200, 260, {topic: 200}),
         caught_up_frame(topic, 260, {topic: 260}),
     ]
+    stream.close()
+
+
+async def test_a_lost_listen_connection_over_an_unchanged_source_says_nothing(
+    restorable, restore_service, http
+):
+    """Losing the LISTEN connection makes the tailer compare its cache (records it took from
+    appends as they were sent: tags, nodes, meta, exact numbers, non-ASCII) with PostgreSQL.
+    Nothing went back, so nothing is said: the next frame is the next record."""
+    api = Api(http, restore_service.url)
+    topic = await api.topic()
+    body = {"topics": {topic: {}}, "heartbeat_ms": 60000, "include_tags": True}
+    stream = await api.stream((await api.watch(body))["wid"])
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    sent = [
+        {"data": {"n": 18446744073709551616, "x": 1.10, "s": "ünï\u2028"}, "meta": {"m": [1]}},
+        {"data": [None, True, "a\\b"], "tag": "t-1", "node": "n-1"},
+    ]
+    await api.append(topic, *sent)
+    first = await api.records(topic)
+    assert await stream.frame() == record_frame(topic, first, 0, 2, {topic: 0}, tags=True)
+
+    tailer = restore_service.app[HUB].tailers[topic]
+    reads = tailer.reads
+    async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
+        cur = await db.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN auditsync'"
+        )
+        (old_pid,) = await cur.fetchone()
+        await db.execute("SELECT pg_terminate_backend(%s)", (old_pid,))
+
+        async def listening_again() -> bool:
+            cur = await db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = 'LISTEN auditsync' AND pid <> %s",
+                (old_pid,),
+            )
+            return (await cur.fetchone())[0] == 1
+
+        await wait_for(listening_again, what="the service listening again")
+    await wait_for(lambda: tailer.reads > reads, what="the tailer's cache checked")
+    await api.append(topic, {"data": 3})
+    assert await stream.frame() == record_frame(
+        topic, await api.records(topic, 2), 2, 3, {topic: 2}, tags=True
+    )
     stream.close()
