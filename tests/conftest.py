@@ -127,3 +127,21 @@ async def make_service(pg_url, base_settings):
 async def http():
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+@pytest.fixture(scope="session")
+def restorable(pg_url, tmp_path_factory):
+    """A database of its own whose source tables a test may restore to an earlier dump."""
+    from .restore import RestorableDatabase
+
+    db = RestorableDatabase(pg_url, "auditsync_restore", tmp_path_factory.mktemp("dumps"))
+    yield db.create()
+    db.drop()
+
+
+@pytest.fixture(scope="session")
+async def restore_service(restorable, base_settings):
+    """The dev-mode service on the restorable database."""
+    svc = await InProcessService(base_settings, restorable.url).start()
+    yield svc
+    await svc.stop()

@@ -127,3 +127,12 @@ async def test_real_responses_match_the_schemas(service, http) -> None:
         ) as r:
             assert r.status == status
             schema_of(doc, "Error").validate(await r.json())
+
+
+@pytest.mark.unit
+def test_the_rewound_frame_is_the_documented_shape() -> None:
+    from watch_service.protocol import frames
+
+    rewound = schema_of(document(), "RewoundFrame")
+    rewound.validate(json.loads(frames.rewound_data("orders", "source_rewound", 201, 300, 200)))
+    assert not rewound.is_valid(json.loads(frames.rewound_data("orders", "cap", 201, 300, 200)))

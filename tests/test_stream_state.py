@@ -208,3 +208,34 @@ def test_the_solo_push_shortcut_gives_exactly_what_pushed_gives():
     assert not state().pushed_solo("a", 0, shared, 2)
     assert not live_solo().pushed_solo("a", 0, SharedFrame("a", 2, None), 2)
     assert not StreamState({"a": 0}, {"a": 0}).pushed_solo("a", 0, shared, 2)
+
+
+@pytest.mark.parametrize(
+    ("cursor", "claimed", "head", "expected"),
+    [
+        (9, None, 9, None),  # at the head: nothing went back
+        (5, {"a": 9}, 9, None),  # an id ahead of the session's cursor, within the head
+        (9, None, 3, (4, 9, 3)),  # the stream's own cursor above the head
+        (3, {"a": 9}, 3, (4, 9, 3)),  # the presented id above a head the session sits at
+        (9, {"a": 5}, 3, (4, 9, 3)),  # the higher of the two names the range
+    ],
+)
+def test_a_cursor_above_the_head_is_said_in_a_rewound_frame(cursor, claimed, head, expected):
+    s = StreamState({"a": cursor, "b": 0}, {"a": 0, "b": 0}, claimed=claimed)
+    s.live["a"] = True
+    out = s.rewound("a", head)
+    if expected is None:
+        assert out is None and s.cursors["a"] == cursor and s.claimed == {}
+        return
+    gap_from, gap_to, back_to = expected
+    assert out == Outgoing(
+        "a",
+        "rewound",
+        back_to,
+        b"id: " + ID_A3_B0.encode() + b"\nevent: rewound\ndata: "
+        b'{"topic":"a","reason":"source_rewound","gap_from":%d,"gap_to":%d,"head_seq":3}\n\n'
+        % (gap_from, gap_to),
+    )
+    s.written(out)
+    assert (s.cursors["a"], s.live["a"], s.claimed) == (3, False, {})
+    assert s.rewound("a", head) is None  # said once

@@ -31,12 +31,12 @@ from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from great_expectations.expectations.row_conditions import Column
 
+from watch_service.protocol.landing import KINDS as RECORD_KINDS
 from watch_service.protocol.landing import NOT_NULL as LANDING_NOT_NULL
 
 DATASOURCE = "auditsync"
 DOCS_SITE = "local_site"
 MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
-RECORD_KINDS = ("record", "tombstone", "caught-up", "topic-deleted")
 
 
 @dataclasses.dataclass(frozen=True)

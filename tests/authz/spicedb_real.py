@@ -14,6 +14,7 @@ splits it into a ``grpc.StatusCode`` and the message, the two things a test comp
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import os
 import re
@@ -64,6 +65,20 @@ def _load() -> ctypes.CDLL:
         lib.spicedb_free_bytes.argtypes = [c_void_p]
         ffi._lib = lib  # the package's loader would look for spicedb_rpc, absent in 0.7.x
     return ffi._lib
+
+
+def token_ahead(token: str, ahead_ns: int) -> str:
+    """The real server's ZedToken ``ahead_ns`` nanoseconds after ``token``, for the same
+    datastore: ``DecodedZedToken.v1`` (field 3) holding the revision as decimal text (field 1,
+    nanoseconds for the in-memory datastore) and the datastore id prefix (field 2)."""
+    raw = base64.b64decode(token + "=" * (-len(token) % 4))
+    assert raw[0] == 0x1A and raw[2] == 0x0A, raw  # v1 { revision, datastore id }
+    revision_len = raw[3]
+    revision = int(raw[4 : 4 + revision_len])
+    rest = raw[4 + revision_len :]
+    text = str(revision + ahead_ns).encode()
+    inner = b"\x0a" + bytes([len(text)]) + text + rest
+    return base64.b64encode(b"\x1a" + bytes([len(inner)]) + inner).decode()
 
 
 class RealError(Exception):

@@ -8,6 +8,7 @@ like the real instance's. Rows run in order and change both sides' state the sam
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import uuid
 
@@ -23,6 +24,7 @@ from authzed.api.v1 import (
     WatchRequest,
     WriteRelationshipsRequest,
     WriteSchemaRequest,
+    ZedToken,
 )
 from authzed.api.v1.permission_service_pb2_grpc import PermissionsServiceStub
 from authzed.api.v1.watch_service_pb2 import WATCH_KIND_INCLUDE_SCHEMA_UPDATES
@@ -35,8 +37,9 @@ from watch_service.web.app_keys import POOL
 
 from ..support import InProcessService, free_port
 from .clients import GRPC_KEY
-from .spicedb_real import RealError, RealSpiceDB
+from .spicedb_real import RealError, RealSpiceDB, token_ahead
 from .spicedb_support import Op, WatchReader, text, update
+from .test_rewound_watch import spicedb_rewound
 
 pytestmark = pytest.mark.service
 
@@ -288,3 +291,49 @@ class RealWatchClient:
 
     def __init__(self, real: RealSpiceDB) -> None:
         self.Watch = WatchServiceStub(real.channel()).Watch
+
+
+def first_or_status(call) -> tuple:
+    """The first response's relationship texts, or the status the call ended with."""
+    try:
+        for resp in call:
+            return ("OK", [text(u) for u in resp.updates])
+    except grpc.RpcError as exc:
+        return (exc.code().name, exc.details())
+    return ("EOF", [])
+
+
+async def test_a_start_cursor_ahead_is_refused_where_the_real_one_skips_silently(ours, real):
+    """A ZedToken ahead of the datastore (what a failover to a lagging replica or a restore
+    leaves a client holding): the real SpiceDB accepts it and skips every change up to that
+    revision without a word; ours refuses it with SpiceDB's status for an invalid revision."""
+    await both(ours, real, WriteSchemaRequest(schema=SCHEMA))
+    start = touch("doc:rw", "viewer", "user:r")
+    ours_at = (await asyncio.to_thread(ours.WriteRelationships, start)).written_at
+    real_at = real.call(start).written_at
+
+    watch = WatchServiceStub(real.channel()).Watch
+    ahead = ZedToken(token=token_ahead(real_at.token, 3600 * 10**9))
+    skipping = watch(WatchRequest(optional_start_cursor=ahead), timeout=2)
+    following = watch(WatchRequest(optional_start_cursor=real_at), timeout=10)
+    real.call(touch("doc:rw2", "viewer", "user:r"))
+    assert await asyncio.to_thread(first_or_status, following) == (
+        "OK",
+        ["doc:rw2#viewer@user:r"],
+    )
+    assert (await asyncio.to_thread(first_or_status, skipping))[0] == "DEADLINE_EXCEEDED"
+
+    seq, ours_ahead = ours_token_ahead(ours_at.token, 5)
+    refused = ours.Watch(WatchRequest(optional_start_cursor=ours_ahead), timeout=10)
+    code, message = spicedb_rewound(seq + 1, seq + 5)
+    assert await asyncio.to_thread(first_or_status, refused) == (code.name, message)
+
+
+def ours_token_ahead(token: str, ahead: int) -> tuple[int, ZedToken]:
+    """(the seq of a ZedToken of ours, the token ``ahead`` seqs after it): the token is
+    base64url of ``v1.<seq>.<tenant fingerprint>.<epoch>``."""
+    version, seq, fingerprint, epoch = (
+        base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode().split(".")
+    )
+    raw = f"{version}.{int(seq) + ahead}.{fingerprint}.{epoch}".encode()
+    return int(seq), ZedToken(token=base64.urlsafe_b64encode(raw).decode().rstrip("="))

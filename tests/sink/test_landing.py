@@ -49,7 +49,10 @@ def test_segment_has_the_landing_schema_and_a_resume_footer(landing):
         "last_frame_id": "id-2",
         "cursors": {"a": 2},
     }
-    assert landing.segment_records(path) == [("a", 1, None, None, "{}"), ("a", 2, None, None, "{}")]
+    assert landing.segment_index_ops(path) == [
+        ("a", 1, None, None, "{}"),
+        ("a", 2, None, None, "{}"),
+    ]
     with pytest.raises(LandingError, match="never repeat"):
         landing.write_segment([], 1, 2, "id-2", {})
 

@@ -11,7 +11,8 @@ from watch_service.sink.backoff import backoff_ms, watchdog_s
 from watch_service.sink.config import ConfigError, build_parser, config_from_args
 from watch_service.sink.connection import WatchOptions, session_body
 from watch_service.sink.progress import Stats, lags, progress_line
-from watch_service.sink.rows import FrameContext, advance, frame_rows
+from watch_service.sink.rows import FrameContext, FrameError, advance, frame_rows, index_ops
+from watch_service.store.search_index import Rewound
 
 pytestmark = pytest.mark.unit
 
@@ -71,6 +72,40 @@ def test_cursors_never_move_backwards_so_every_resent_record_counts():
         duplicates += landed.duplicates
         advance(cursors, cursor_codec.decode(frame_id))
     assert duplicates == 100 and cursors == {"a": 100}
+
+
+def test_a_rewound_frame_lands_its_exact_range_and_moves_its_cursor_back():
+    frame_id = cursor_codec.encode({"a": 200, "b": 9})
+    payload = {"topic": "a", "reason": "source_rewound", "gap_from": 201, "gap_to": 300}
+    ctx = FrameContext("c", "n1", 7, frame_id, 1234)
+    landed = frame_rows("rewound", {**payload, "head_seq": 200}, ctx, {"a": 300, "b": 9})
+    assert landed.rows == [
+        ("c", "n1", 7, frame_id, 1234, "rewound", "a", 200, None, None, None, None, None, None)
+        + (None, "source_rewound", 201, 300, 200)
+    ]
+    assert (landed.cursor, landed.rewound, landed.head_seq) == (200, (201, 300), 200)
+    cursors = {"a": 300, "b": 9}
+    assert advance(cursors, cursor_codec.decode(frame_id), "a") is True
+    assert cursors == {"a": 200, "b": 9}
+    assert advance(cursors, {"a": 150}) is False  # only a rewound frame moves a cursor back
+    for bad in ({**payload, "head_seq": "200"}, payload, {**payload, "head_seq": True}):
+        with pytest.raises(FrameError):
+            frame_rows("rewound", bad, ctx, cursors)
+
+
+def test_index_ops_keep_landing_order_records_and_rewound_ranges():
+    rows = [
+        ("record", "a", 300, 3, None, "{}", None, None),
+        ("caught-up", "a", None, None, None, None, None, None),
+        ("record", "a", 301, 3, None, None, None, None),  # include_data: false: nothing to index
+        ("rewound", "a", None, None, None, None, 201, 300),
+        ("record", "a", 201, 4, "k", "[1]", None, None),
+    ]
+    assert index_ops(rows) == [
+        ("a", 300, 3, None, "{}"),
+        Rewound("a", 201, 300),
+        ("a", 201, 4, "k", "[1]"),
+    ]
 
 
 def test_session_body_resumes_known_topics_and_starts_the_others():

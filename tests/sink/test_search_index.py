@@ -40,18 +40,18 @@ async def test_newest_seq_wins_and_replays_are_idempotent(pg_url):
     topic, index = unique("s"), SearchIndex(pg_url)
     try:
         assert (
-            await index.upsert(
+            await index.apply(
                 [(topic, 2, 20, "k", '{"v":"two"}'), (topic, 3, 30, None, '{"v":"three"}')]
             )
             == 2
         )
-        await index.upsert([(topic, 1, 10, "k", '{"v":"one"}')])  # older: ignored
-        await index.upsert([(topic, 2, 20, "k", '{"v":"two"}')])  # replay: same row
+        await index.apply([(topic, 1, 10, "k", '{"v":"one"}')])  # older: ignored
+        await index.apply([(topic, 2, 20, "k", '{"v":"two"}')])  # replay: same row
         assert await fetch(pg_url, topic) == {
             f"{topic}/k": (2, 20, "k", '{"v": "two"}'),
             f"{topic}/3": (3, 30, None, '{"v": "three"}'),
         }
-        await index.upsert([(topic, 5, 50, "k", '{"v":"five"}')])
+        await index.apply([(topic, 5, 50, "k", '{"v":"five"}')])
         assert (await fetch(pg_url, topic))[f"{topic}/k"][0] == 5
     finally:
         await index.close()
@@ -68,7 +68,7 @@ async def test_newest_seq_wins_and_replays_are_idempotent(pg_url):
 async def test_a_document_postgres_refuses_is_skipped_not_wedging(pg_url):
     topic, index = unique("s"), SearchIndex(pg_url)
     try:
-        await index.upsert([(topic, 1, 1, None, '{"bad":"\\u0000"}'), (topic, 2, 2, None, "{}")])
+        await index.apply([(topic, 1, 1, None, '{"bad":"\\u0000"}'), (topic, 2, 2, None, "{}")])
         assert index.rejected == 1
         assert set(await fetch(pg_url, topic)) == {f"{topic}/2"}
     finally:
@@ -79,4 +79,4 @@ async def test_a_document_postgres_refuses_is_skipped_not_wedging(pg_url):
 async def test_unreachable_database_raises_operational_error():
     index = SearchIndex(f"postgresql://postgres@127.0.0.1:{free_port()}/x", connect_timeout_s=1)
     with pytest.raises(psycopg.OperationalError):
-        await index.upsert([("t", 1, 1, None, "{}")])
+        await index.apply([("t", 1, 1, None, "{}")])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from tests.support import InProcessService, unique, wait_for
 
 from .conftest import Api, session_row
-from .wire import SSE, compact, fields, wire_record
+from .wire import SSE, checkpoint_id, compact, fields, wire_record
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
@@ -25,15 +24,9 @@ FILLED = 8  # topics that get records (1..3 each); the others stay empty
 
 
 def id_by_hand(cursors: dict[str, int]) -> str:
-    """The frame id the contract allows: the inline map up to 4 KiB, else a checkpoint token
-    (``ck.`` + base64url(fingerprint of the topic list, width, big-endian seqs))."""
+    """The frame id the contract allows: the inline map up to 4 KiB, else a checkpoint token."""
     inline = base64.urlsafe_b64encode(compact(cursors).encode()).rstrip(b"=").decode()
-    if len(inline) <= 4096:
-        return inline
-    width = next(w for w in (1, 2, 4, 8) if max(cursors.values()) < 1 << (8 * w))
-    body = hashlib.sha256("\n".join(cursors).encode()).digest()[:6] + bytes([width])
-    body += b"".join(seq.to_bytes(width, "big") for seq in cursors.values())
-    return "ck." + base64.urlsafe_b64encode(body).rstrip(b"=").decode()
+    return inline if len(inline) <= 4096 else checkpoint_id(cursors)
 
 
 def sse(event: str, data: str, cursors: dict[str, int]) -> bytes:

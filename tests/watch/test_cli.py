@@ -55,6 +55,13 @@ def test_frame_lines_and_flags():
         format_frame("tombstone", {"topic": "a", "reason": "cap", "gap_from": 2, "gap_to": 9})
         == "tombstone a cap 2-9"
     )
+    assert (
+        format_frame(
+            "rewound",
+            {"topic": "a", "reason": "source_rewound", "gap_from": 4, "gap_to": 9, "head_seq": 3},
+        )
+        == "rewound a source_rewound 4-9"
+    )
     assert format_frame("topic-deleted", {"topic": "a", "head_seq": 3}) == "topic-deleted a head=3"
     assert (
         format_frame("error", {"code": "unavailable", "message": "bye"}) == "error unavailable bye"

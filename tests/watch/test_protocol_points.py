@@ -1,40 +1,37 @@
-"""Protocol points a black-box run found: ``from_seq`` above the head is refused (it would skip
-every seq up to it), frames without data carry no meta either, and ``HEAD`` on the stream
+"""Protocol points a black-box run found: ``from_seq`` above the head opens with a ``rewound``
+frame (never a silent skip), frames without data carry no meta either, and ``HEAD`` on the stream
 route opens no stream."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from .conftest import session_row
-from .wire import SSE, caught_up_frame, record_frame
+from .wire import SSE, caught_up_frame, record_frame, rewound_frame
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
 
-async def test_from_seq_above_the_head_is_400_naming_the_head(api, service, http):
+async def test_from_seq_above_the_head_opens_with_a_rewound_frame(api):
+    """A ``from_seq`` above the head is a cursor the consumer holds that the source no longer
+    has (a session re-created after a restore): the stream says so first and moves the cursor
+    back to the head, so nothing up to it is skipped."""
     topic = await api.topic()
     await api.append(topic, 1, 2, 3)
-    async with http.post(f"{service.url}/v0/watch", json={"topics": {topic: {"from_seq": 4}}}) as r:
-        assert (r.status, await r.read()) == (
-            400,
-            json.dumps(
-                {
-                    "error": {
-                        "code": "invalid_request",
-                        "message": f"topics[{topic!r}].from_seq: 4 is above the topic's "
-                        "head_seq 3; use at most 3, or tail: true",
-                    }
-                },
-                separators=(",", ":"),
-            ).encode(),
-        )
+    created = await api.watch({"topics": {topic: {"from_seq": 7}}, "heartbeat_ms": 60000})
+    assert created["topics"][topic] == {"from_seq": 7, "head_seq": 3, "earliest_seq": 1}
+    stream = await api.stream(created["wid"])
+    assert await stream.frame() == rewound_frame(topic, 4, 7, 3, {topic: 3})
+    assert await stream.frame() == caught_up_frame(topic, 3, {topic: 3})
+    await api.append(topic, 4)
+    assert await stream.frame() == record_frame(
+        topic, await api.records(topic, 3), 3, 4, {topic: 3}
+    )
+    stream.close()
     # At the head is fine, and tail ignores from_seq (so its value does not matter).
-    at_head = await api.watch({"topics": {topic: {"from_seq": 3}}})
+    at_head = await api.watch({"topics": {topic: {"from_seq": 4}}})
     tail = await api.watch({"topics": {topic: {"from_seq": 99, "tail": True}}})
-    assert at_head["topics"][topic]["from_seq"] == tail["topics"][topic]["from_seq"] == 3
+    assert at_head["topics"][topic]["from_seq"] == tail["topics"][topic]["from_seq"] == 4
 
 
 async def test_frames_without_data_carry_no_meta_whatever_include_meta_says(api):

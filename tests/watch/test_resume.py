@@ -1,6 +1,6 @@
 """Exact resume: server-side cursors after a dropped connection, after a service restart and on
 another service process sharing the database; ``Last-Event-ID`` only ever rewinds, and a
-garbage one is treated as absent."""
+garbage one is treated as absent; one above a topic's head gets a ``rewound`` frame."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ import pytest
 from tests.support import ServiceProcess, wait_for
 
 from .conftest import Api, session_row, stream_closed_with
-from .wire import caught_up_frame, compact, cursor_id, expect_per_topic, frame, record_frame
+from .wire import (
+    caught_up_frame,
+    compact,
+    cursor_id,
+    expect_per_topic,
+    frame,
+    record_frame,
+    rewound_frame,
+)
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
@@ -55,25 +63,29 @@ async def test_last_event_id_rewinds_but_never_advances(api, db):
     stream.close()
     await wait_for(stream_closed_with(db, wid, {a: 4, b: 2}), what="the stream's cursors")
 
-    # Rewind a to 1 (b's 5 would be an advance and is ignored for b): a re-delivers 2..4.
+    # Rewind a to 1: a re-delivers 2..4. b's 5 is above b's head (2): the client holds seqs
+    # the source no longer has, which a ``rewound`` frame says before b goes live again.
     stream = await api.stream(wid, last_event_id=cursor_id({a: 1, b: 5}))
     await expect_per_topic(
         stream,
         {a: 1, b: 2},
         {
             a: [partial(record_frame, a, ra[1:], 1, 4), partial(caught_up_frame, a, 4)],
-            b: [partial(caught_up_frame, b, 2)],
+            b: [lambda c: rewound_frame(b, 3, 5, 2, {**c, b: 2}), partial(caught_up_frame, b, 2)],
         },
     )
     stream.close()
     await wait_for(stream_closed_with(db, wid, {a: 4, b: 2}), what="the stream's cursors")
 
-    # A map that only tries to advance is ignored entirely; a map naming only b rewinds b.
+    # A map above both heads gets both rewound frames; a map naming only b rewinds b.
     for last_id, start, expected in [
         (
             cursor_id({a: 10, b: 10}),
             {a: 4, b: 2},
-            {a: [partial(caught_up_frame, a, 4)], b: [partial(caught_up_frame, b, 2)]},
+            {
+                a: [lambda c: rewound_frame(a, 5, 10, 4, c), partial(caught_up_frame, a, 4)],
+                b: [lambda c: rewound_frame(b, 3, 10, 2, c), partial(caught_up_frame, b, 2)],
+            },
         ),
         (
             cursor_id({b: 0}),
@@ -88,6 +100,13 @@ async def test_last_event_id_rewinds_but_never_advances(api, db):
         assert await expect_per_topic(stream, start, expected) == {a: 4, b: 2}
         stream.close()
         await wait_for(stream_closed_with(db, wid, {a: 4, b: 2}), what="the stream's cursors")
+
+    # An id ahead of the session's cursor but within the head is ignored: no skip.
+    wid = (await api.watch({"topics": {a: {"from_seq": 1}}, "heartbeat_ms": 1000}))["wid"]
+    stream = await api.stream(wid, last_event_id=cursor_id({a: 3}))
+    assert await stream.frame() == record_frame(a, ra[1:], 1, 4, {a: 1})
+    assert await stream.frame() == caught_up_frame(a, 4, {a: 4})
+    stream.close()
 
 
 def b64(raw: bytes) -> str:

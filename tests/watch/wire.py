@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 from collections.abc import Callable
 
@@ -92,6 +93,26 @@ def tombstone_frame(
         f'"gap_to":{gap_to},"earliest_seq":{earliest_seq},"head_seq":{head_seq}}}'
     )
     return frame("tombstone", body, {**cursors, topic: gap_to})
+
+
+def rewound_frame(
+    topic: str, gap_from: int, gap_to: int, head_seq: int, cursors: dict[str, int]
+) -> bytes:
+    """The frame of a source that went back: ``cursors`` is the map *after* it."""
+    body = (
+        f'{{"topic":{compact(topic)},"reason":"source_rewound","gap_from":{gap_from},'
+        f'"gap_to":{gap_to},"head_seq":{head_seq}}}'
+    )
+    return frame("rewound", body, cursors)
+
+
+def checkpoint_id(cursors: dict[str, int]) -> str:
+    """A checkpoint token for ``cursors`` (session topic order): ``ck.`` + base64url(6-byte
+    fingerprint of the topic list, width, big-endian seqs of that width)."""
+    width = next(w for w in (1, 2, 4, 8) if max(cursors.values()) < 1 << (8 * w))
+    body = hashlib.sha256("\n".join(cursors).encode()).digest()[:6] + bytes([width])
+    body += b"".join(seq.to_bytes(width, "big") for seq in cursors.values())
+    return "ck." + base64.urlsafe_b64encode(body).rstrip(b"=").decode()
 
 
 def topic_deleted_frame(topic: str, head_seq: int, cursors: dict[str, int]) -> bytes:

@@ -32,7 +32,7 @@ from watch_service.compat import tls
 from watch_service.compat.grpc_nul import RefuseNul
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.compat.proto import permify_base_v1_pb2_grpc as pb_grpc
-from watch_service.engine.topic_follower import HistoryLost, TopicGone
+from watch_service.engine.topic_follower import HistoryLost, SourceRewound, TopicGone
 from watch_service.protocol.errors import ApiError
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import HUB, KEYS, POOL, SETTINGS
@@ -57,8 +57,8 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return code or grpc.StatusCode.PERMISSION_DENIED, exc.message
     if isinstance(exc, (db.TenantNotFound, TopicGone)):
         return grpc.StatusCode.NOT_FOUND, f"ERROR_CODE_TENANT_NOT_FOUND: {exc}"
-    if isinstance(exc, HistoryLost):
-        return grpc.StatusCode.INVALID_ARGUMENT, stream.history_message(exc)
+    if isinstance(exc, HistoryLost | SourceRewound):
+        return grpc.StatusCode.INVALID_ARGUMENT, stream.lost(exc).message
     if isinstance(exc, json_format.Error | TypeError):  # e.g. an Any of an unknown type
         return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}"
     if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):

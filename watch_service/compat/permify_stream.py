@@ -15,7 +15,13 @@ from psycopg_pool import AsyncConnectionPool
 from watch_service.compat import permify_json as pj
 from watch_service.compat.permify_ops import Ctx, allow
 from watch_service.engine.hub import Hub
-from watch_service.engine.topic_follower import HistoryLost, ensure_retained, follow
+from watch_service.engine.topic_follower import (
+    HistoryLost,
+    SourceRewound,
+    ensure_not_rewound,
+    ensure_retained,
+    follow,
+)
 from watch_service.protocol import authz as pa
 from watch_service.store import authz_writes as db
 from watch_service.store.server_state import commit_timestamps_on
@@ -51,13 +57,27 @@ async def watch_start(ctx: Ctx, tenant: str, doc: dict) -> WatchStart:
         after = pa.decode_token(topic, token, "snap_token", epoch) if token else info.head_seq
     except pa.AuthzInputError as exc:
         raise pj.invalid(str(exc)) from None
-    if after > info.head_seq:
-        raise pj.invalid(f"snap_token: {token!r} is ahead of this tenant's changes")
     try:
+        ensure_not_rewound(after, info.head_seq)
         ensure_retained(after, info.earliest_seq)
-    except HistoryLost as exc:
-        raise pj.invalid(history_message(exc)) from None
+    except (HistoryLost, SourceRewound) as exc:
+        raise lost(exc) from None
     return WatchStart(topic, after, epoch)
+
+
+def lost(exc: HistoryLost | SourceRewound) -> pj.PermifyError:
+    """The error a watch ends with (or is refused with) when its position has no history to
+    follow: INVALID_ARGUMENT, the seed's code for an invalid request field (a real Permify
+    would follow such a snap_token silently, and stream nothing)."""
+    if isinstance(exc, SourceRewound):
+        return pj.invalid(
+            "snap_token is ahead of this tenant's changes: changes "
+            f"{exc.gap_from}..{exc.gap_to} are no longer here (the database went back: a "
+            "failover to a lagging replica, or a restore) and are written again with other "
+            "content. Re-read the current state with data/relationships/read and "
+            "data/attributes/read, then watch without a snap_token (from now)."
+        )
+    return pj.invalid(history_message(exc))
 
 
 def history_message(exc: HistoryLost) -> str:

@@ -19,7 +19,7 @@ from watch_service.compat import permify_json as pj
 from watch_service.compat import permify_ops as ops
 from watch_service.compat import permify_stream as stream
 from watch_service.compat.permify_rest import json_body, permify_handler
-from watch_service.engine.topic_follower import HistoryLost, TopicGone
+from watch_service.engine.topic_follower import HistoryLost, SourceRewound, TopicGone
 from watch_service.web.app_keys import HUB, POOL, SETTINGS, STREAM_TASKS
 
 log = logging.getLogger("auditsync.permify")
@@ -58,8 +58,8 @@ async def _stream(request: web.Request, resp: web.StreamResponse, start: stream.
             await asyncio.wait_for(resp.write(pj.watch_line(*item)), timeout)
     except pj.PermifyError as err:
         await _final(resp, err)
-    except HistoryLost as exc:
-        await _final(resp, pj.invalid(stream.history_message(exc)))
+    except (HistoryLost, SourceRewound) as exc:
+        await _final(resp, stream.lost(exc))
     except TopicGone:
         await _final(resp, pj.PermifyError(pj.NOT_FOUND, "the tenant was deleted"))
     except (TimeoutError, ConnectionError):

@@ -21,7 +21,7 @@ from aiohttp import web
 from google.rpc import error_details_pb2, status_pb2
 
 from watch_service.compat import spicedb_proto as sp
-from watch_service.engine.topic_follower import HistoryLost, TopicGone
+from watch_service.engine.topic_follower import HistoryLost, SourceRewound, TopicGone
 from watch_service.protocol import authz as pa
 from watch_service.protocol import spicedb_checks as checks
 from watch_service.protocol import spicedb_schema as schema_lang
@@ -86,6 +86,19 @@ def status(exc: Exception) -> tuple[grpc.StatusCode, str, error_details_pb2.Erro
             f"{exc.gap_to} were garbage collected (the history window is the change topic's "
             "ttl). Recover by re-reading the current state with ReadRelationships and then "
             "calling Watch without optional_start_cursor, or with the read_at token.",
+            None,
+        )
+    if isinstance(exc, SourceRewound):
+        # SpiceDB's status for a ZedToken ahead of its datastore (InvalidRevisionError,
+        # RevisionInFuture), where it checks one; its Watch does not, and waits silently.
+        return (
+            _Code.OUT_OF_RANGE,
+            "invalid zedtoken: revision was invalid: the watch's position (its start cursor, "
+            "or the last revision it sent) is ahead of this datastore's newest revision; "
+            f"changes {exc.gap_from}..{exc.gap_to} are no longer here (the datastore went back: "
+            "a failover to a lagging replica, or a restore) and are written again with other "
+            "content. Recover by re-reading the current state with ReadRelationships and then "
+            "calling Watch with its read_at token.",
             None,
         )
     if isinstance(exc, Stale):

@@ -18,7 +18,7 @@ from authzed.api.v1 import watch_service_pb2_grpc as ws_grpc
 
 from watch_service.compat import spicedb_proto as sp
 from watch_service.compat.spicedb_base import Base, abort
-from watch_service.engine.topic_follower import ensure_retained, follow
+from watch_service.engine.topic_follower import ensure_not_rewound, ensure_retained, follow
 from watch_service.protocol import authz as pa
 from watch_service.store import authz_writes as db
 from watch_service.web.app_keys import HUB, POOL
@@ -49,11 +49,7 @@ class Watch(Base, ws_grpc.WatchServiceServicer):
             after = self.position(
                 request.optional_start_cursor.token, "optional_start_cursor", epoch
             )
-            if after > info.head_seq:
-                raise sp.invalid(
-                    "optional_start_cursor: the token is ahead of this server's "
-                    "changes (from another datastore?)"
-                )
+            ensure_not_rewound(after, info.head_seq)
             ensure_retained(after, info.earliest_seq)
         revision: list[pa.ChangeRecord] = []  # the parts of a revision not yet complete
         last_sent = time.monotonic()

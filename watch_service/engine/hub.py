@@ -151,7 +151,7 @@ class Hub:
         if kind == "r":
             tailer.offer(*topics.parse_notice(payload))
         elif kind == "a":
-            tailer.kick(int(head))
+            tailer.noticed(int(head), int(header[2]) if len(header) == 4 else None)
         elif kind == "t":
             tailer.on_trimmed(int(head))
         elif kind == "d":
@@ -208,7 +208,7 @@ class Hub:
             await self._followed.wait()
             await conn.execute(f"LISTEN {CHANNEL}")
             for tailer in list(self.tailers.values()):
-                tailer.kick()
+                tailer.suspect()  # and a connection lost may mean a failover: check caches
             while self.tailers:
                 async for note in conn.notifies(timeout=UNLISTEN_AFTER_S):
                     self.dispatch(note.payload, note.pid)
@@ -238,5 +238,8 @@ class Hub:
                 async with self.pool.connection() as conn:
                     heads = await tail.topic_heads(conn, quiet)
                     for name, head in heads.items():
-                        if name in self.tailers and head > self.tailers[name].head:
-                            self.tailers[name].kick(head)
+                        tailer = self.tailers.get(name)
+                        if tailer is not None and head > tailer.head:
+                            tailer.kick(head)
+                        elif tailer is not None and head < tailer.head:  # the source went back
+                            tailer.suspect()

@@ -7,6 +7,13 @@ wakes every other subscriber: those take pages from the cache, or page through P
 they are behind it. ``durable_head`` trails ``head`` until the WAL holding those commits is
 flushed, which is what ``consistency: strong`` delivers up to.
 
+A source that goes back (a failover to a lagging replica, a restore) writes seqs the cache
+holds again, with other content. The tailer suspects it when a head below its own is read, when
+an append or a notice names a cached seq with another ``$ts``, and after the LISTEN connection
+was lost; it then compares its cache with PostgreSQL, keeps what still matches and records
+the point the source went back to (``rewound_to``): its subscribers check their cursors against
+it (``rewinds_since``) before they deliver anything more.
+
 A tailer's refresh task is cancelled when its last subscriber leaves (``close``), and
 ``Hub.aclose`` cancels and awaits whatever is left.
 """
@@ -28,6 +35,8 @@ from watch_service.store import tail
 from watch_service.store.topics import AppendResult
 
 if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
     from watch_service.engine.hub import Hub
 
 log = logging.getLogger("auditsync.tailer")
@@ -98,6 +107,8 @@ class Tailer:
         self.live = LiveSet(self._woken)  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
+        self._suspect = False  # the next refresh compares the cache with PostgreSQL first
+        self.rewound_to: list[int] = []  # the heads the source went back to, in order
         self.reads = 0  # refresh reads made (a test counts them to catch a spinning tailer)
 
     @property
@@ -108,10 +119,13 @@ class Tailer:
         self, after: int, limit: int, max_bytes: int, flags: Flags, upto: int
     ) -> list[tuple[CachedRecord, str]] | None:
         """The page after ``after`` (≤ upto) from the cache, or None if the cache cannot say:
-        the topic is deleted, seqs after ``after`` are no longer retained, or they are older
-        than the cache. The caller then reads PostgreSQL, which knows."""
+        the topic is deleted, seqs after ``after`` are no longer retained, they are older
+        than the cache, or ``after`` is above the head (the source went back, or this tailer
+        has not heard of the newest records yet). The caller then reads PostgreSQL, which
+        knows."""
         if (
             self.deleted
+            or after > self.head
             or missed_range(after, self.earliest) is not None
             or self.cache_after is None
             or after < self.cache_after
@@ -178,6 +192,33 @@ class Tailer:
         if sink.wake in self.subs:
             self.asleep.add(sink.wake)
 
+    def rewinds_since(self, seen: int) -> tuple[int, int | None]:
+        """(how many rewinds there have been, the lowest head the source went back to among
+        those after the first ``seen``, or None)."""
+        later = self.rewound_to[seen:]
+        return len(self.rewound_to), min(later) if later else None
+
+    def rewritten(self, seq: int, ts: int) -> bool:
+        """Whether the cache holds ``seq`` with another ``$ts`` than the source just wrote it
+        with: the source went back and wrote it again."""
+        if self.cache_after is None or not self.cache_after < seq <= self.cache_after + len(
+            self.cache
+        ):
+            return False
+        return self.cache[seq - self.cache_after - 1].rec.ts != ts
+
+    def suspect(self) -> None:
+        """The source may have gone back: the next refresh checks the cache against it."""
+        self._suspect = True
+        self.kick()
+
+    def noticed(self, head: int, ts: int | None) -> None:
+        """A notice of an append up to ``head`` (at ``ts``, when the notice says)."""
+        if ts is not None and self.rewritten(head, ts):
+            self.suspect()
+        else:
+            self.kick(head)
+
     def kick(self, head: int | None = None) -> None:
         if head is not None and head <= self.head and self.cache_after is not None:
             return
@@ -243,12 +284,22 @@ class Tailer:
                     return False
                 self.cache_after = after = page.head_seq
                 fresh: list[CachedRecord] = []
-                lost = False
+                lost, kept = False, None
             else:
-                after = self.cache_after + len(self.cache)
+                kept = await self._kept(conn) if self._suspect else None
+                after = self.cache_after + len(self.cache) if kept is None else kept
                 page = await tail.read_tail(conn, self.topic, after, self._page_limit())
                 if page is None:
                     return False
+                if kept is None and not page.deleted and page.head_seq < after:
+                    kept = await self._kept(conn)  # the source went back below the cache
+                    after = page.head_seq if kept is None else min(kept, page.head_seq)
+                    kept = after
+                    page = await tail.read_tail(conn, self.topic, after, self._page_limit())
+                    if page is None:
+                        return False
+                if kept is not None:  # no await from here on: subscribers see it all at once
+                    self._went_back(kept)
                 fresh = [CachedRecord(r) for r in page.records]
                 # Records after the cache are gone: trimmed or recreated past it (the cache
                 # restarts at the next record), or every one of them trimmed (it restarts at
@@ -269,9 +320,41 @@ class Tailer:
         if page.deleted:
             self.live.drop_all(self.topic)
         await self._deliver(fresh, after)
-        if fresh or lost or was_deleted != self.deleted or self.durable_head == self.head:
+        if (
+            fresh
+            or lost
+            or kept is not None
+            or was_deleted != self.deleted
+            or self.durable_head == self.head
+        ):
             self._wake()
         return bool(fresh) and page.head_seq > seen
+
+    async def _kept(self, conn: AsyncConnection) -> int | None:
+        """Where the cache and PostgreSQL part, if they do: the last cached seq the source
+        still holds as cached (the source went back and maybe wrote the later ones again)."""
+        self._suspect = False
+        if self.cache_after is None or not self.cache:
+            return None
+        check = await tail.read_tail(conn, self.topic, self.cache_after, len(self.cache))
+        if check is None or check.deleted:
+            return None
+        kept = self.cache_after
+        for item, rec in zip(self.cache, check.records, strict=False):
+            if item.rec != rec:
+                break
+            kept = item.seq
+        return kept if kept < self.cache_after + len(self.cache) else None
+
+    def _went_back(self, kept: int) -> None:
+        """The source went back to ``kept``: the cache restarts there, the live streams page
+        on their own, and every subscriber checks its cursor against it (``rewinds_since``)."""
+        log.warning(
+            "topic %s went back: seqs after %d are no longer what was delivered", self.topic, kept
+        )
+        self._reset(kept)
+        self.head, self.durable_head = kept, min(self.durable_head, kept)
+        self.rewound_to.append(kept)
 
     async def _deliver(self, fresh: list[CachedRecord], after: int) -> None:
         """Push ``fresh`` (the records after ``after``, now cached) to the live streams."""
@@ -288,6 +371,9 @@ class Tailer:
         way. Otherwise the tailer reads them (the append's ``NOTIFY`` is skipped for this).
         ``durable_head`` is left to reads: a fast path is only taken with no strong
         subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
+        if self.rewritten(result.last_seq, result.ts):
+            self.suspect()
+            return
         if (
             self.deleted
             or self.strong_subs

@@ -55,6 +55,18 @@ def tombstone_data(
     ).decode()
 
 
+def rewound_data(topic: str, reason: str, gap_from: int, gap_to: int, head_seq: int) -> str:
+    return orjson.dumps(
+        {
+            "topic": topic,
+            "reason": reason,
+            "gap_from": gap_from,
+            "gap_to": gap_to,
+            "head_seq": head_seq,
+        }
+    ).decode()
+
+
 def caught_up_data(topic: str, head_seq: int) -> str:
     return orjson.dumps({"topic": topic, "head_seq": head_seq}).decode()
 

@@ -2,9 +2,16 @@
 ``compact`` job reads. Shared here so neither side imports the other.
 
 One row per item: a record frame with 3 records gives 3 ``record`` rows; a tombstone,
-caught-up or topic-deleted frame gives one row. Segment files are Parquet with exactly these
-columns, in this order, named ``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet``
-under ``<landing>/<consumer>/``.
+rewound, caught-up or topic-deleted frame gives one row.
+
+A ``rewound`` row says the source went back (failover, restore): the seqs ``gap_from ..
+gap_to`` (inclusive) the consumer was served are no longer the source's and are written again
+with new content; ``reason`` is ``source_rewound``, ``head_seq`` the source's head then, and
+``cursor`` the head the consumer resumes from. Copies of those seqs landed before the row are
+superseded by the records of those seqs landed after it (a higher ``frame_no``).
+
+Segment files are Parquet with exactly these columns, in this order, named
+``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` under ``<landing>/<consumer>/``.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ KIND_RECORD = "record"
 KIND_TOMBSTONE = "tombstone"
 KIND_CAUGHT_UP = "caught-up"
 KIND_TOPIC_DELETED = "topic-deleted"
+KIND_REWOUND = "rewound"
+KINDS = (KIND_RECORD, KIND_TOMBSTONE, KIND_REWOUND, KIND_CAUGHT_UP, KIND_TOPIC_DELETED)
 
 # (column, type) with types "string" | "int64"; every column is nullable except where noted.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -33,9 +42,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("meta", "string"),  # record: compact JSON text
     ("data", "string"),  # record: compact JSON text
     ("data_sha256", "string"),  # record: payload_hash(data)
-    ("reason", "string"),  # tombstone / topic-deleted
-    ("gap_from", "int64"),  # tombstone
-    ("gap_to", "int64"),  # tombstone
+    ("reason", "string"),  # tombstone / rewound / topic-deleted
+    ("gap_from", "int64"),  # tombstone / rewound: first seq of the range
+    ("gap_to", "int64"),  # tombstone / rewound: last seq of the range (inclusive)
     ("head_seq", "int64"),  # every kind that reports one
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)

@@ -10,7 +10,11 @@ frames those bytes are and what the stream's state becomes:
   deliverable head; a page that leaves it short of that bound makes it catch up again;
 - the tombstone rule: a gap under the session's own ``from_seq`` before the topic was ever live
   is ``from_seq_too_old``; any other gap carries the reason the store recorded for it;
-- which records a frame carries (the watch's ``node`` filter drops the watcher's own writes).
+- which records a frame carries (the watch's ``node`` filter drops the watcher's own writes);
+- the rewind rule: a topic whose head is below a cursor the consumer holds (the stream's own,
+  or one it presented: ``Last-Event-ID``, a checkpoint token, the POST's ``from_seq``) went back
+  (failover, restore); one ``rewound`` frame names ``head + 1 .. that cursor`` and moves the
+  cursor back to the head, so the seqs written again arrive as ordinary records.
 
 A frame is built and written before the next one is built: its id and ``from_seq`` read the
 cursor map as it stands. Frames pushed by a topic's tailer (``pushed``) share their bytes with
@@ -26,10 +30,12 @@ from typing import Protocol
 
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
-from watch_service.protocol.tombstones import missed_range
+from watch_service.protocol.tombstones import missed_range, rewound_range
 
 FROM_SEQ_TOO_OLD = "from_seq_too_old"
 CAUGHT_UP = "caught-up"
+REWOUND = "rewound"
+SOURCE_REWOUND = "source_rewound"
 
 
 class Delivered(Protocol):
@@ -131,9 +137,13 @@ class StreamState:
         *,
         node: str | None = None,
         strong: bool = False,
+        claimed: dict[str, int] | None = None,
     ) -> None:
         self.cursors = dict(cursors)  # session topic order: the order of every frame id
         self.initial = dict(initial)  # the session's requested from_seq, per topic
+        # Cursors the client presented above the ones the stream starts from (a Last-Event-ID
+        # ahead of the session's): checked against the head before the topic's first page.
+        self.claimed = {t: c for t, c in (claimed or {}).items() if c > self.cursors.get(t, c)}
         self.node, self.strong = node, strong
         self.live = dict.fromkeys(cursors, False)
         self.dirty = False  # cursors moved since the shell last persisted them
@@ -156,6 +166,8 @@ class StreamState:
         self.dirty = True
         if out.event == CAUGHT_UP:
             self.live[out.topic] = True
+        elif out.event == REWOUND:
+            self.live[out.topic] = False  # the seqs written again come before a caught-up
 
     # -- what a topic may deliver --------------------------------------------------------
     def upto(self, head: int, durable_head: int, flushed: bool = False) -> int:
@@ -173,6 +185,19 @@ class StreamState:
         return Loss(missed[0], missed[1], FROM_SEQ_TOO_OLD if too_old else None)
 
     # -- frames --------------------------------------------------------------------------
+    def rewound(self, topic: str, head_seq: int) -> Outgoing | None:
+        """The ``rewound`` frame when the topic's head is below the highest cursor the consumer
+        holds for it (checked once per presented cursor, then against the stream's own);
+        written, it moves the cursor back to the head (or keeps an older one: nothing is
+        skipped)."""
+        cursor = self.cursors[topic]
+        served = max(cursor, self.claimed.pop(topic, cursor))
+        rewound = rewound_range(served, head_seq)
+        if rewound is None:
+            return None
+        data = frames.rewound_data(topic, SOURCE_REWOUND, rewound[0], rewound[1], head_seq)
+        return self.frame(topic, REWOUND, data, min(cursor, head_seq))
+
     def tombstone(
         self, topic: str, loss: Loss, reason: str, earliest_seq: int, head_seq: int
     ) -> Outgoing:

@@ -3,6 +3,10 @@
 Ranges are inclusive. The gaps table records ``cap``, ``ttl`` and ``deleted``; a consumer sees
 a deleted-then-recreated range as ``recreated``, and a range spanning several reasons as
 ``mixed``.
+
+A source that went back (a failover to a lagging replica, a restore from a backup) is the other
+kind of loss: a cursor above the topic's head was served seqs the source no longer has, and
+will write again with new content. That range is ``rewound_range``: ``head + 1 .. cursor``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ def missed_range(cursor: int, earliest_seq: int) -> tuple[int, int] | None:
     """Seqs after ``cursor`` that are no longer retained, or None if nothing was missed."""
     if cursor + 1 < earliest_seq:
         return cursor + 1, earliest_seq - 1
+    return None
+
+
+def rewound_range(cursor: int, head_seq: int) -> tuple[int, int] | None:
+    """Seqs a consumer at ``cursor`` was served that a topic whose head is ``head_seq`` no
+    longer has, or None when the cursor is not above the head."""
+    if cursor > head_seq:
+        return head_seq + 1, cursor
     return None
 
 

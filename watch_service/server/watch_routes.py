@@ -16,7 +16,6 @@ from aiohttp import web
 from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol import frames
 from watch_service.protocol.errors import (
-    InvalidRequest,
     NotAcceptable,
     NotFound,
     Throttled,
@@ -52,17 +51,6 @@ def new_wid() -> str:
     return "wid_" + base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
 
 
-def _check_heads(definition: WatchDefinition, states: dict[str, sessions.TopicState]) -> None:
-    """A ``from_seq`` above the head would silently skip every seq up to it: refused."""
-    for topic, start in definition.topics.items():
-        head = states[topic].head_seq
-        if not start.tail and start.from_seq > head:
-            raise InvalidRequest(
-                f"topics[{topic!r}].from_seq: {start.from_seq} is above the topic's head_seq "
-                f"{head}; use at most {head}, or tail: true"
-            )
-
-
 @routes.post("/v0/watch")
 async def create_watch(request: web.Request) -> web.Response:
     started = time.perf_counter()
@@ -81,7 +69,8 @@ async def create_watch(request: web.Request) -> web.Response:
         for topic in definition.topics:
             if topic not in states or states[topic].deleted:
                 raise TopicNotFound(topic)
-        _check_heads(definition, states)
+        # A from_seq above the head is a cursor the consumer holds that the source no longer
+        # has (a restore, a failover): the stream opens with a ``rewound`` frame for it.
         cursors = {
             t: states[t].head_seq if s.tail else s.from_seq for t, s in definition.topics.items()
         }
@@ -203,7 +192,7 @@ async def _stream(request: web.Request, wid: str, row: sessions.SessionRow) -> w
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     initial = {t: s.from_seq for t, s in definition.topics.items()}
     stream = WatchStream(
-        wid, gen, definition, cursors, initial, app[HUB], request, resp, app[METRICS]
+        wid, gen, definition, cursors, initial, app[HUB], request, resp, app[METRICS], client
     )
     app[STREAMS].add(stream)
     task = asyncio.current_task()

@@ -64,11 +64,14 @@ class WatchStream:
         request: web.BaseRequest,
         response: web.StreamResponse,
         metrics: Metrics,
+        claimed: dict[str, int] | None = None,
     ) -> None:
         self.wid, self.gen, self.d, self.hub, self.resp = wid, gen, definition, hub, response
         self.transport, self.writer = request.transport, request.writer
         self.strong = definition.consistency == "strong"
-        self.state = StreamState(cursors, initial, node=definition.node, strong=self.strong)
+        self.state = StreamState(
+            cursors, initial, node=definition.node, strong=self.strong, claimed=claimed
+        )
         self.group: Group = (
             definition.flags,
             definition.limit,
@@ -77,6 +80,7 @@ class WatchStream:
         )
         self.metrics = metrics
         self.active: dict[str, Tailer] = {}
+        self.rewinds: dict[str, int] = {}  # per topic: the tailer's rewinds already checked
         self.pushed: set[str] = set()  # topics whose tailer pushes to this stream
         self.dirty: set[str] = set()
         self.wake_event = asyncio.Event()
@@ -165,7 +169,8 @@ class WatchStream:
         self.chunked = bool(getattr(self.writer, "chunked", True))
         self.sent += len(frames.retry(frames.RETRY_MS))
         for topic in self.state.cursors:
-            self.active[topic] = self.hub.subscribe(topic, self.wake, self.strong)
+            self.active[topic] = tailer = self.hub.subscribe(topic, self.wake, self.strong)
+            self.rewinds[topic] = len(tailer.rewound_to)
             self.dirty.add(topic)
         try:
             await self._loop()
@@ -204,9 +209,16 @@ class WatchStream:
     async def _drain(self, topic: str) -> None:
         tailer, state = self.active[topic], self.state
         for _ in range(FAIRNESS_PAGES):
+            self.rewinds[topic], went_back_to = tailer.rewinds_since(self.rewinds[topic])
+            if went_back_to is not None:  # while this stream was open: said before anything
+                await self._send(state.rewound(topic, went_back_to))
             after = state.cursors[topic]
             upto = state.upto(tailer.head, tailer.durable_head)
-            cached = tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
+            cached = (
+                None
+                if topic in state.claimed  # a presented cursor is checked against PostgreSQL
+                else tailer.cached(after, self.d.limit, self.d.max_batch_bytes, self.d.flags, upto)
+            )
             page: Page
             if cached is not None:
                 page, head = cached, tailer.head
@@ -243,11 +255,18 @@ class WatchStream:
             self.pushed.add(topic)
 
     async def _read_backlog(self, topic: str, after: int) -> tuple[Page, int, int] | None:
-        """A page from PostgreSQL as (records, head, upto), after the tombstone of any gap
-        before it. None: the topic was deleted (its last frame is sent) or is gone."""
+        """A page from PostgreSQL as (records, head, upto), after the ``rewound`` frame of a
+        head below the consumer's cursor and the tombstone of any gap before it. None: the
+        topic was deleted (its last frame is sent) or is gone."""
         tailer, state = self.active[topic], self.state
         async with self.hub.pool.connection() as conn:
             page = await tail.read_tail(conn, topic, after, self.d.limit)
+            rewound = None if page is None or page.deleted else state.rewound(topic, page.head_seq)
+            if rewound is not None:
+                await self._send(rewound)
+                if state.cursors[topic] != after:
+                    after = state.cursors[topic]
+                    page = await tail.read_tail(conn, topic, after, self.d.limit)
             if page is None or page.deleted:
                 head = page.head_seq if page else after
                 await self._send(state.topic_deleted(topic, after, head))

@@ -16,7 +16,9 @@ The public API is :func:`watch`, an async iterator of typed :class:`Frame` objec
 
     asyncio.run(main())
 
-Frames are ``record``, ``tombstone``, ``caught-up``, ``topic-deleted`` and ``error``; ``data`` is
+Frames are ``record``, ``tombstone``, ``rewound``, ``caught-up``, ``topic-deleted`` and ``error``
+(``rewound``: the source went back and will write ``gap_from..gap_to`` again; replace what you
+hold of them with what comes next, its id already moved the cursor back); ``data`` is
 the parsed JSON body and ``id`` the composite cursor id in force (pass the last one you have
 processed as ``last_event_id`` to continue where you stopped). Delivery is at least once: after a
 service restart a record may come again (its ``$seq`` is at or below one already seen).

@@ -19,7 +19,7 @@ import psycopg
 
 from watch_service.sink.landing import Landing, SinkState
 from watch_service.sink.progress import Stats
-from watch_service.store.search_index import IndexRecord, SearchIndex
+from watch_service.store.search_index import IndexOp, SearchIndex
 
 log = logging.getLogger("auditsync.sink.index")
 
@@ -32,15 +32,16 @@ class Indexer:
         self, index: SearchIndex, landing: Landing, state: SinkState, stats: Stats
     ) -> None:
         self.index, self.landing, self.state, self.stats = index, landing, state, stats
-        self._pending: collections.deque[tuple[int, int, list[IndexRecord] | None]] = (
+        self._pending: collections.deque[tuple[int, int, list[IndexOp] | None]] = (
             collections.deque()
         )
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._failing = False
 
-    def submit(self, first_frame_no: int, last_frame_no: int, records: list[IndexRecord]) -> None:
-        """Queue a durable segment's records (dropped from memory if the queue is long)."""
+    def submit(self, first_frame_no: int, last_frame_no: int, records: list[IndexOp]) -> None:
+        """Queue a durable segment's index operations (``rows.index_ops``: its records and
+        rewound ranges, in order), dropped from memory if the queue is long."""
         keep = records if len(self._pending) < MAX_PENDING else None
         self._pending.append((first_frame_no, last_frame_no, keep))
         self._idle.clear()
@@ -88,9 +89,9 @@ class Indexer:
             else:
                 await asyncio.sleep(RETRY_S)
 
-    async def _upsert(self, records: list[IndexRecord], through_frame_no: int) -> bool:
+    async def _upsert(self, records: list[IndexOp], through_frame_no: int) -> bool:
         try:
-            self.stats.indexed_docs += await self.index.upsert(records)
+            self.stats.indexed_docs += await self.index.apply(records)
         except psycopg.OperationalError as exc:
             self._failing = True
             self.stats.index_errors += 1
@@ -116,7 +117,7 @@ class Indexer:
                     self.state.indexed_frame_no + 1,
                     seg.first_frame_no - 1,
                 )
-            records = await asyncio.to_thread(self.landing.segment_records, seg.path)
+            records = await asyncio.to_thread(self.landing.segment_index_ops, seg.path)
             if not await self._upsert(records, seg.last_frame_no):
                 return False
         return True

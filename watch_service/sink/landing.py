@@ -27,10 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import COLUMNS, KIND_RECORD, NOT_NULL
+from watch_service.protocol.landing import COLUMNS, NOT_NULL
 from watch_service.sink import durable
 from watch_service.sink.faults import KINDS, FaultKey
-from watch_service.sink.rows import advance
+from watch_service.sink.rows import INDEX_COLUMNS, index_ops
+from watch_service.store.search_index import IndexOp
 
 STATE_FILE = "state.json"
 FAULTS_FILE = "faults.jsonl"
@@ -132,7 +133,9 @@ class Landing:
             footer = self.segment_footer(segments[-1].path)
             state.frame_no = footer["last_frame_no"]
             state.last_id = footer["last_frame_id"]
-            advance(state.cursors, footer["cursors"])  # never backwards
+            # The spool's whole map when it wrote that segment: newer than state.json's, and
+            # lower only where a rewound frame moved a cursor back.
+            state.cursors = dict(footer["cursors"])
         return state
 
     def save_state(self, state: SinkState) -> None:
@@ -172,17 +175,10 @@ class Landing:
         return orjson.loads(meta[META_KEY])
 
     @staticmethod
-    def segment_records(path: Path) -> list[tuple]:
-        """(topic, seq, ts, tag, data) of a segment's record rows, for the search index."""
-        table = pq.read_table(path, columns=["kind", "topic", "seq", "ts", "tag", "data"])
-        cols = table.to_pydict()
-        return [
-            (t, s, ts, tag, d)
-            for k, t, s, ts, tag, d in zip(
-                cols["kind"], cols["topic"], cols["seq"], cols["ts"], cols["tag"], cols["data"]
-            )
-            if k == KIND_RECORD and d is not None
-        ]
+    def segment_index_ops(path: Path) -> list[IndexOp]:
+        """What the search index does for a segment's rows (``rows.index_ops``)."""
+        cols = pq.read_table(path, columns=list(INDEX_COLUMNS)).to_pydict()
+        return index_ops(zip(*(cols[c] for c in INDEX_COLUMNS), strict=True))
 
     def load_faults(self) -> set[FaultKey]:
         """Fault decisions on record, deduplicated by (kind, topic, seq)."""

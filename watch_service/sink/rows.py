@@ -2,15 +2,19 @@
 view of where each topic stands. Pure: no files, no clock, no network.
 
 A record frame gives one row per record it still carries after fault injection; tombstone,
-caught-up and topic-deleted frames give one row each. ``cursor`` is the frame's topic's value in
-the composite id; when the id is opaque it is the position the frame itself reports (last seq,
-``gap_to``, ``head_seq``), which is what the server's id would say.
+rewound, caught-up and topic-deleted frames give one row each. ``cursor`` is the frame's topic's
+value in the composite id; when the id is opaque it is the position the frame itself reports
+(last seq, ``gap_to``, ``head_seq``), which is what the server's id would say.
+
+A ``rewound`` frame is the one that moves a cursor back (to the source's head, its id says),
+and the search index is told to drop its documents of the rewound range before the records
+written again at those seqs arrive (``index_ops``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import orjson
 
@@ -20,13 +24,18 @@ from watch_service.protocol.landing import (
     COLUMN_NAMES,
     KIND_CAUGHT_UP,
     KIND_RECORD,
+    KIND_REWOUND,
     KIND_TOMBSTONE,
     KIND_TOPIC_DELETED,
+    KINDS,
     payload_hash,
 )
 from watch_service.sink.faults import CORRUPT, DROP, corrupt_data
+from watch_service.store.search_index import IndexOp, Rewound
 
-DATA_KINDS = (KIND_RECORD, KIND_TOMBSTONE, KIND_CAUGHT_UP, KIND_TOPIC_DELETED)
+DATA_KINDS = KINDS
+# The landing columns the search index needs, in this order (``index_ops``).
+INDEX_COLUMNS = ("kind", "topic", "seq", "ts", "tag", "data", "gap_from", "gap_to")
 Row = tuple
 Fate = Callable[[str, int], str | None]
 
@@ -56,6 +65,7 @@ class Landed:
     corrupted: int = 0
     cursor: int | None = None
     head_seq: int | None = None
+    rewound: tuple[int, int] | None = None  # a rewound range: the cursor goes back to ``cursor``
 
 
 # Record rows are built positionally (the hot path: one per delivered record), so the shared
@@ -132,12 +142,51 @@ def frame_rows(
             gap_to=payload.get("gap_to"),
             head_seq=head,
         )
+    elif kind == KIND_REWOUND:
+        return _rewound_row(payload, ctx, topic, from_id)
     elif kind in (KIND_CAUGHT_UP, KIND_TOPIC_DELETED):
         cursor = from_id if from_id is not None else head
         row = _row(ctx, kind, topic, cursor, reason=payload.get("reason"), head_seq=head)
     else:
         raise FrameError(f"frame {ctx.frame_no}: {kind!r} is not a data frame kind")
     return Landed(topic, [row], cursor=cursor, head_seq=head)
+
+
+def _rewound_row(payload: dict, ctx: FrameContext, topic: str, from_id: int | None) -> Landed:
+    """The row of a ``rewound`` frame: its exact range is the point of it, so a frame without
+    one is malformed. The cursor goes back to where its id says (the head, by default)."""
+    head, gap_from, gap_to = payload.get("head_seq"), payload.get("gap_from"), payload.get("gap_to")
+    if not (
+        isinstance(head, int)
+        and isinstance(gap_from, int)
+        and isinstance(gap_to, int)
+        and not any(isinstance(v, bool) for v in (head, gap_from, gap_to))
+    ):
+        raise FrameError(f"rewound frame {ctx.frame_no}: head_seq, gap_from, gap_to not integers")
+    cursor = from_id if from_id is not None else head
+    row = _row(
+        ctx,
+        KIND_REWOUND,
+        topic,
+        cursor,
+        reason=payload.get("reason"),
+        gap_from=gap_from,
+        gap_to=gap_to,
+        head_seq=head,
+    )
+    return Landed(topic, [row], cursor=cursor, head_seq=head, rewound=(gap_from, gap_to))
+
+
+def index_ops(rows: Iterable[Sequence]) -> list[IndexOp]:
+    """What the search index does for landed rows (each as its ``INDEX_COLUMNS``, in landing
+    order): upsert every record that carries data, drop the documents of a rewound range."""
+    ops: list[IndexOp] = []
+    for kind, topic, seq, ts, tag, data, gap_from, gap_to in rows:
+        if kind == KIND_RECORD and data is not None:
+            ops.append((topic, seq, ts, tag, data))
+        elif kind == KIND_REWOUND:
+            ops.append(Rewound(topic, gap_from, gap_to))
+    return ops
 
 
 def _record_rows(
@@ -200,12 +249,15 @@ def _record_rows(
     return out
 
 
-def advance(cursors: dict[str, int], positions: Mapping[str, int]) -> bool:
+def advance(
+    cursors: dict[str, int], positions: Mapping[str, int], rewound: str | None = None
+) -> bool:
     """Move each topic's cursor up to its value in ``positions``, never down (a re-delivery
-    reports older positions); True if any cursor moved."""
+    reports older positions), except the ``rewound`` topic's, which goes where its ``rewound``
+    frame says (back to the source's head); True if any cursor moved."""
     moved = False
     for topic, seq in positions.items():
-        if seq > cursors.get(topic, -1):
+        if seq > cursors.get(topic, -1) or (topic == rewound and seq != cursors.get(topic)):
             cursors[topic] = seq
             moved = True
     return moved

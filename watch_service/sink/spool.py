@@ -1,7 +1,9 @@
 """The sink's spool: frames received but not yet durable, and the commit that makes them so.
 
 ``add`` turns a data frame into landing rows (with fault injection) and moves the live
-position (frame_no, cursor map, resume id). A topic's cursor never moves backwards: when the
+position (frame_no, cursor map, resume id). A topic's cursor moves backwards only when a
+``rewound`` frame says its source went back (to the head that frame's id names). Otherwise it
+never does: when the
 server re-sends what is already here (after its own restart it resumes from the cursors it had
 persisted, which may be behind ours), every re-sent record is recognised, counted and logged,
 and neither the resume id nor ``state.json`` regresses. ``flush`` commits the buffer in this
@@ -23,29 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 
 from watch_service.protocol import cursor as cursor_codec
-from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
+from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.connection import Frame
 from watch_service.sink.faults import FaultBook
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing, SinkState
 from watch_service.sink.progress import Stats
-from watch_service.sink.rows import FrameContext, advance, frame_rows
+from watch_service.sink.rows import INDEX_COLUMNS, FrameContext, advance, frame_rows, index_ops
 
 log = logging.getLogger("auditsync.sink")
 
-_INDEX_COLS = tuple(COLUMN_NAMES.index(c) for c in ("kind", "topic", "seq", "ts", "tag", "data"))
-
-
-def index_records(rows: list[tuple]) -> list[tuple]:
-    """(topic, seq, ts, tag, data) of the record rows, as the search index takes them."""
-    k, t, s, ts, tag, d = _INDEX_COLS
-    return [
-        (r[t], r[s], r[ts], r[tag], r[d]) for r in rows if r[k] == KIND_RECORD and r[d] is not None
-    ]
+_INDEX_COLUMNS = operator.itemgetter(*(COLUMN_NAMES.index(c) for c in INDEX_COLUMNS))
 
 
 class Spool:
@@ -96,8 +91,16 @@ class Spool:
         ids = cursor_codec.decode(frame.id)
         if ids is None and landed.cursor is not None:
             ids = {landed.topic: landed.cursor}
-        if ids and advance(self.cursors, ids):
+        if ids and advance(self.cursors, ids, landed.topic if landed.rewound else None):
             self.last_id = cursor_codec.encode(self.cursors)
+        if landed.rewound:
+            log.warning(
+                "source rewound: %s seqs %d-%d are written again; cursor back to %s (frame %d)",
+                landed.topic,
+                *landed.rewound,
+                self.cursors.get(landed.topic),
+                ctx.frame_no,
+            )
         self.frame_no = ctx.frame_no
         s = self.stats
         if landed.head_seq is not None:
@@ -141,7 +144,7 @@ class Spool:
         self.stats.rows += len(rows)
         self.state.frame_no, self.state.last_id, self.state.cursors = last, self.last_id, cursors
         if self.indexer is not None:
-            self.indexer.submit(first, last, index_records(rows))
+            self.indexer.submit(first, last, index_ops(map(_INDEX_COLUMNS, rows)))
         await self.save()
 
     async def save(self) -> None:

@@ -101,8 +101,8 @@ def format_frame(event: str, data: dict) -> str:
         return " ".join(["record", topic, *(str(r["$seq"]) for r in data["records"])])
     if event in ("caught-up", "topic-deleted"):
         return f"{event} {topic} head={data['head_seq']}"
-    if event == "tombstone":
-        return f"tombstone {topic} {data['reason']} {data['gap_from']}-{data['gap_to']}"
+    if event in ("tombstone", "rewound"):
+        return f"{event} {topic} {data['reason']} {data['gap_from']}-{data['gap_to']}"
     if event == "error":
         return f"error {data.get('code')} {data.get('message')}"
     return f"{event} {json.dumps(data, separators=(',', ':'))}"

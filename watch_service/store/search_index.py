@@ -21,11 +21,17 @@ Schema, shared with the Spark backfill, which writes into the same table::
   any number of times. One statement per batch, arrays unnested server-side; a batch must not
   name a key twice (:func:`documents` keeps the newest per key). Batches hold at most
   :data:`BATCH` documents.
+* A source that went back (failover, restore) writes seqs again with new content. The sink
+  applies the landed ``rewound`` range first (:class:`Rewound`, :data:`DROP_RANGE`): every
+  document whose seq lies in it is deleted, a tag's document held by a rewound seq included,
+  so the records written again are indexed afresh whatever seqs they carry. Replaying a
+  segment replays the drop and then the upserts: the same end state.
 * A document PostgreSQL refuses (jsonb cannot hold a ``\\u0000`` that a json column can) is
   logged, counted and skipped, so one record cannot wedge the index or block a repair.
 
 Two entry points over the one statement and the one document builder:
-:func:`upsert_documents` (async, used by the sink through :class:`SearchIndex`) and
+:func:`upsert_documents` (async, used by the sink through :class:`SearchIndex`, which also
+applies rewound ranges in landing order) and
 :func:`upsert_documents_sync` (used by the Spark backfill from its driver), so a record the
 sink indexed and the same record backfilled produce the same document.
 
@@ -45,6 +51,17 @@ import psycopg
 log = logging.getLogger("auditsync.search_index")
 
 IndexRecord = tuple[str, int, int, str | None, str]  # (topic, seq, ts, tag, data JSON text)
+
+
+class Rewound(NamedTuple):
+    """Seqs ``seq_from .. seq_to`` (inclusive) of ``topic`` the source no longer has."""
+
+    topic: str
+    seq_from: int
+    seq_to: int
+
+
+IndexOp = IndexRecord | Rewound  # what the sink asks of the index, in landing order
 Doc = tuple[str, str, int, int, str | None, str]  # (doc_key, topic, seq, ts, tag, data)
 BATCH = 5_000
 
@@ -57,6 +74,12 @@ ON CONFLICT (doc_key) DO UPDATE
    SET topic = excluded.topic, seq = excluded.seq, ts = excluded.ts, tag = excluded.tag,
        data = excluded.data, updated_at = now()
  WHERE excluded.seq >= d.seq
+"""
+
+
+DROP_RANGE = """
+DELETE FROM search_documents
+ WHERE topic = %(topic)s AND seq BETWEEN %(seq_from)s AND %(seq_to)s
 """
 
 
@@ -171,21 +194,31 @@ class SearchIndex:
             )
         return self._conn
 
-    async def upsert(self, records: Iterable[IndexRecord]) -> int:
-        """Upsert the newest document per key; returns how many documents were sent.
+    async def apply(self, ops: Iterable[IndexOp]) -> int:
+        """Apply ``ops`` in order: runs of records upserted (the newest document per key),
+        each :class:`Rewound` range dropped; returns how many documents were sent.
 
         Raises ``psycopg.OperationalError`` when the database cannot be reached (the caller
         retries later). A document PostgreSQL refuses is logged, counted in ``rejected`` and
         skipped.
         """
-        records = list(records)
-        if not records:
-            return 0
+        sent, run = 0, []
         try:
-            done = await upsert_documents(await self._connection(), records)
+            for op in ops:
+                if not isinstance(op, Rewound):
+                    run.append(op)
+                    continue
+                sent, run = sent + await self._upsert(run), []
+                await (await self._connection()).execute(DROP_RANGE, op._asdict())
+            return sent + await self._upsert(run)
         except psycopg.OperationalError:
             await self.close()
             raise
+
+    async def _upsert(self, records: list[IndexRecord]) -> int:
+        if not records:
+            return 0
+        done = await upsert_documents(await self._connection(), records)
         self.rejected += done.refused
         return done.written + done.refused
 

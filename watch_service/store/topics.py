@@ -5,7 +5,7 @@ L1: an append takes the topic row's lock (``UPDATE topics SET head_seq = head_se
 same statement that inserts the records, so appends to one topic commit in seq order and a
 reader that sees seq n sees every seq below it. L2: every removal (retention, deletion) writes
 its ``gaps`` row and moves ``earliest_seq`` in the same transaction. Writes ``NOTIFY``
-channel ``auditsync``, delivered at commit: ``"a <head_seq> <topic>"`` (an append),
+channel ``auditsync``, delivered at commit: ``"a <head_seq> <ts> <topic>"`` (an append),
 ``"r <head_seq> <ts> <earliest_seq> <n> <topic>\n<records>"`` (an append that carries its
 records, when they fit), ``"t <earliest_seq> <topic>"`` (a trim), ``"d <head_seq> <topic>"``
 (a deletion), ``"c 0 <topic>"`` (a creation).
@@ -103,7 +103,8 @@ WITH h AS (
 )
 SELECT h.head_seq, h.last_ts, h.earliest_seq, h.max_records,
        pg_notify(%(channel)s, CASE
-           WHEN %(notice)s::text IS NULL THEN 'a ' || h.head_seq || ' ' || %(topic)s
+           WHEN %(notice)s::text IS NULL
+           THEN 'a ' || h.head_seq || ' ' || h.last_ts || ' ' || %(topic)s
            ELSE 'r ' || h.head_seq || ' ' || h.last_ts || ' ' || h.earliest_seq || ' '
                 || %(n)s || ' ' || %(topic)s || E'\\n' || %(notice)s::text
        END)
