@@ -11,6 +11,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
 from auditsync_plugin import step_args
 from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
+from auditsync_plugin.retries import RETRY_ARGS
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
@@ -110,7 +111,8 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     start_date=datetime(2025, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 0, "execution_timeout": timedelta(minutes=30)},
+    # Transient faults retry with exponential backoff; findings and bugs fail at once.
+    default_args={**RETRY_ARGS, "execution_timeout": timedelta(minutes=30)},
     tags=["auditsync"],
 ) as dag:
     wait = SinkCursorSensor(
