@@ -83,14 +83,16 @@ demo: setup
 bench: setup
 	$(PY) bench/run_all.py
 
-# Airflow's UI with this project's DAGs and plugin on http://127.0.0.1:8080 (user admin; the
-# generated password is in .local/airflow/passwords.json). Stop with Ctrl-C. The Spark steps
-# run on a Spark Connect server (stop it with `auditsync spark-connect stop`).
+# Airflow's UI with this project's DAGs and plugin on http://127.0.0.1:8080, or the port
+# AUDITSYNC_AIRFLOW_PORT names (user admin; the generated password is in
+# .local/airflow/passwords.json). Stop with Ctrl-C. The Spark steps run on a Spark Connect server
+# (stop it with `auditsync spark-connect stop`).
 airflow: setup
 	$(PY) -m watch_service.cli db start
 	$(PY) -m watch_service.cli migrate
 	$(PY) -m watch_service.cli spark-connect start
 	$(PY) -m watch_service.tools.airflow_env airflow db migrate
+	@echo "==> Airflow UI: $$($(PY) -m watch_service.tools.airflow_env --ui-url) (user admin, password in $${AUDITSYNC_HOME:-.local}/airflow/passwords.json)"
 	$(PY) -m watch_service.tools.airflow_env airflow standalone
 
 clean:

@@ -6,11 +6,13 @@ import os
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
-from auditsync_plugin import step_args
+from auditsync_plugin import deadlines, notifiers, step_args
 from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
+from auditsync_plugin.retries import RETRY_ARGS
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
@@ -22,6 +24,8 @@ SPARK_SUBMIT = os.environ.get(
     "AUDITSYNC_SPARK_SUBMIT", str(Path(sys.executable).with_name("spark-submit"))
 )
 SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
+ALERTS = notifiers.AlertSettings.from_env(os.environ)
+_, DEADLINE = deadlines.verify_deadline(SCHEDULE, os.environ.get("AUDITSYNC_VERIFY_DEADLINE_S"))
 
 # The pipeline's run id is a function of the data interval, so re-running a run (or clearing
 # a task) rewrites the same outputs instead of adding new ones.
@@ -52,7 +56,9 @@ QUALITY_REPORT = Asset(
 )
 
 
-def spark_job(task_id: str, job: str, target: str | None = None) -> SparkStepOperator:
+def spark_job(
+    task_id: str, job: str, target: str | None = None, **callbacks: Any
+) -> SparkStepOperator:
     """One step: over Spark Connect when ``spark_connect_default`` exists, else spark-submit
     through ``spark_default`` (the JDBC driver from ``spark_jobs.common.session``)."""
     return SparkStepOperator(
@@ -72,6 +78,7 @@ def spark_job(task_id: str, job: str, target: str | None = None) -> SparkStepOpe
             "spark.sql.session.timeZone": "UTC",
             "spark.log.level": "WARN",
         },
+        **callbacks,
     )
 
 
@@ -98,6 +105,12 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
    *Browse → Reconciliation*. The `audit_full` DAG re-verifies all history on demand.
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
 
+Operations: transient faults (refused connections, a PostgreSQL failover, Spark Connect
+restarting) retry with exponential backoff; verdicts never retry. Alerts (off unless
+`AUDITSYNC_ALERT_EMAIL` / `AUDITSYNC_ALERT_WEBHOOK` is set) go out once per run and kind when a
+run finds defects, verify fails, the sinks lag past the sensor's timeout, or a data interval is
+not verified within `AUDITSYNC_VERIFY_DEADLINE_S` (default 3 × the schedule) of its end.
+
 The pipeline run id is derived from the data interval, so a re-run rewrites the same outputs.
 The Spark steps run as clients of a long-running Spark Connect server when the
 `spark_connect_default` connection exists (`auditsync spark-connect start`; no JVM start per
@@ -110,7 +123,9 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     start_date=datetime(2025, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 0, "execution_timeout": timedelta(minutes=30)},
+    # Transient faults retry with exponential backoff; findings and bugs fail at once.
+    default_args={**RETRY_ARGS, "execution_timeout": timedelta(minutes=30)},
+    deadline=deadlines.deadline_alert(DEADLINE, ALERTS.as_kwargs()),
     tags=["auditsync"],
 ) as dag:
     wait = SinkCursorSensor(
@@ -118,6 +133,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         landing=PATHS.landing,
         consumers=CONSUMERS,
         timeout=SENSOR_TIMEOUT_S,
+        **notifiers.sensor_callbacks(ALERTS, PATHS.landing, CONSUMERS),
     )
     start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID)
     compact = spark_job("compact", "compact")
@@ -126,7 +142,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         spark_job(f"backfill_{target}", "backfill", target=target)
         for target in step_args.BACKFILL_TARGETS
     ]
-    verify = spark_job("verify", "verify")
+    verify = spark_job("verify", "verify", **notifiers.run_callbacks(ALERTS, RUN_ID))
     quality = QualityCheckpointOperator(
         task_id="quality",
         gx_root="{{ var.value.auditsync_gx_root }}",

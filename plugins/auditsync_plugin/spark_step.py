@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from spark_jobs.layout import STEPS
 
@@ -111,5 +111,6 @@ class SparkStepOperator(SparkSubmitOperator):
                 self.log.info("%s", line)
         self.log.info("%s: %s", self.step, figures)
         if isinstance(figures, dict) and figures.get("passed") is False:
-            raise AirflowException(failure_message(self.step, remote, output, figures))
+            # A gate's verdict is a finding: a retry would judge the same data the same way.
+            raise AirflowFailException(failure_message(self.step, remote, output, figures))
         return figures

@@ -66,6 +66,25 @@ print(
             if dag
             else {},
             "outlets": sorted(a.name for t in dag.tasks for a in t.outlets) if dag else [],
+            "deadline": [
+                [type(d.reference).__name__, d.interval.total_seconds(), d.callback.path]
+                for d in (dag.deadline or [])
+            ]
+            if dag
+            else [],
+            "retries": {t.task_id: [t.retries, type(t.retry_policy).__name__] for t in dag.tasks}
+            if dag
+            else {},
+            "callbacks": {
+                t.task_id: sorted(
+                    name
+                    for name in ("on_success_callback", "on_failure_callback")
+                    if getattr(t, name, None)
+                )
+                for t in dag.tasks
+            }
+            if dag
+            else {},
         }
     )
 )

@@ -86,6 +86,18 @@ def test_the_pipeline_wiring(parsed):
     ]
 
 
+def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
+    """A data interval must be verified within 3 × the schedule of its end: the deadline is
+    measured from the logical date (the interval's start), so 15 + 45 minutes. Every task
+    retries transient faults only; alerts are off, so no task carries a callback."""
+    assert parsed["deadline"] == [
+        ["DagRunLogicalDateDeadline", 3600.0, "auditsync_plugin.notifiers.deadline_missed"]
+    ]
+    assert set(parsed["retries"]) == set(parsed["tasks"])
+    assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())
+    assert all(c == [] for c in parsed["callbacks"].values())
+
+
 def test_no_credentials_in_process_arguments(parsed):
     """The database URL reaches the Spark steps in their environment, never in argv (``ps``)."""
     assert len(parsed["spark_argv"]) == 5

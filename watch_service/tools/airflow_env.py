@@ -5,11 +5,14 @@ Airflow is configured by environment variables only (``AIRFLOW__SECTION__KEY``,
 the same answer from :func:`airflow_env`: a pure function of the project's :class:`Settings` and
 a few ``AUDITSYNC_*`` overrides passed in explicitly (it never reads ``os.environ`` itself).
 
-``python -m watch_service.tools.airflow_env`` prints the variables as shell ``export`` lines;
+``python -m watch_service.tools.airflow_env`` prints the variables as shell ``export`` lines,
+``… --ui-url`` where the UI is;
 ``python -m watch_service.tools.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
 standalone``); there, a Spark Connect server started by ``auditsync spark-connect start`` is
 picked up as the ``spark_connect_default`` connection unless ``AUDITSYNC_SPARK_CONNECT`` says
-otherwise.
+otherwise. One setting, ``AUDITSYNC_AIRFLOW_PORT``, moves Airflow: the API server's port, its
+base URL and the execution API URL the task runner calls are derived together
+(:func:`api_server_env`).
 
 The JDBC driver is not decided here: the Spark steps find it themselves
 (``spark_jobs.common.session.jdbc_driver``), honouring a user's ``AUDITSYNC_JDBC_JAR``.
@@ -31,6 +34,8 @@ from watch_service.store.database import database_url
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_USERS = "admin:admin"
 DEFAULT_SCHEDULE = "*/15 * * * *"
+DEFAULT_AIRFLOW_HOST = "127.0.0.1"
+DEFAULT_AIRFLOW_PORT = 8080
 
 # Overrides this module honours (all optional), with what they set.
 OVERRIDES = {
@@ -46,7 +51,32 @@ OVERRIDES = {
     "AUDITSYNC_SPARK_CONNECT": "spark_connect_default connection (sc://host:port); unset: "
     "every Spark step is a spark-submit through spark_default",
     "AUDITSYNC_JDBC_JAR": "the PostgreSQL JDBC driver jar, passed through unchanged",
+    "AUDITSYNC_AIRFLOW_HOST": f"Airflow API server address (default {DEFAULT_AIRFLOW_HOST})",
+    "AUDITSYNC_AIRFLOW_PORT": f"Airflow API server port (default {DEFAULT_AIRFLOW_PORT}); the "
+    "UI, the execution API the task runner calls and the links in alerts all follow it",
+    # Airflow's own name for the port: honoured as the same setting, so that setting it alone
+    # cannot leave the task runner calling the execution API on another port.
+    "AIRFLOW__API__PORT": "same as AUDITSYNC_AIRFLOW_PORT (AUDITSYNC_AIRFLOW_PORT wins)",
+    "AUDITSYNC_ALERT_EMAIL": "alert e-mail recipients (comma-separated); unset: no e-mail",
+    "AUDITSYNC_ALERT_FROM": "alert e-mail sender (default auditsync@localhost)",
+    "AUDITSYNC_ALERT_SMTP": "SMTP server for alerts: smtp://[user:password@]host:port (plain), "
+    "smtp+starttls://…, smtps://… (the auditsync_smtp connection)",
+    "AUDITSYNC_ALERT_SMTP_CONN": "an SMTP connection id of your own (default smtp_default)",
+    "AUDITSYNC_ALERT_WEBHOOK": "Slack / Teams incoming-webhook URL for alerts; unset: none",
+    "AUDITSYNC_VERIFY_DEADLINE_S": "alert when a data interval is not verified this long after "
+    "it ended (default 3 x the schedule)",
 }
+SMTP_CONN_ID = "auditsync_smtp"
+WEBHOOK_CONN_ID = "auditsync_alert_webhook"
+PASSED_THROUGH = (
+    "AUDITSYNC_SCHEDULE",
+    "AUDITSYNC_SENSOR_TIMEOUT_S",
+    "AUDITSYNC_JDBC_JAR",
+    "AUDITSYNC_ALERT_EMAIL",
+    "AUDITSYNC_ALERT_FROM",
+    "AUDITSYNC_ALERT_SMTP_CONN",
+    "AUDITSYNC_VERIFY_DEADLINE_S",
+)
 
 
 def connection_json(url: str, conn_type: str, **extra: str) -> str:
@@ -68,6 +98,70 @@ def connection_json(url: str, conn_type: str, **extra: str) -> str:
     if extra:
         doc["extra"] = extra
     return json.dumps(doc, sort_keys=True)
+
+
+def smtp_connection_json(url: str) -> str:
+    """The SMTP provider's connection for ``smtp://`` (plain), ``smtp+starttls://`` or
+    ``smtps://`` (TLS from the start) URLs."""
+    scheme = urlsplit(url).scheme
+    modes = {"smtp": (True, True), "smtp+starttls": (True, False), "smtps": (False, True)}
+    if scheme not in modes:
+        raise SettingsError(
+            f"AUDITSYNC_ALERT_SMTP: expected smtp://, smtp+starttls:// or smtps://, got {url!r}"
+        )
+    doc = json.loads(connection_json(url, "smtp"))
+    disable_ssl, disable_tls = modes[scheme]
+    doc["extra"] = {"disable_ssl": disable_ssl, "disable_tls": disable_tls}
+    return json.dumps(doc, sort_keys=True)
+
+
+def alert_env(over: Mapping[str, str]) -> dict[str, str]:
+    """The alert channels' connections, from ``AUDITSYNC_ALERT_SMTP`` / ``…_WEBHOOK``."""
+    env = {}
+    if "AUDITSYNC_ALERT_SMTP" in over:
+        env["AIRFLOW_CONN_AUDITSYNC_SMTP"] = smtp_connection_json(over["AUDITSYNC_ALERT_SMTP"])
+        env["AUDITSYNC_ALERT_SMTP_CONN"] = SMTP_CONN_ID
+    if "AUDITSYNC_ALERT_WEBHOOK" in over:
+        url = over["AUDITSYNC_ALERT_WEBHOOK"]
+        if not urlsplit(url).scheme.startswith("http") or not urlsplit(url).hostname:
+            raise SettingsError(f"AUDITSYNC_ALERT_WEBHOOK: expected an http(s) URL, got {url!r}")
+        # The whole URL is the connection's host: an incoming webhook's path is its credential.
+        env["AIRFLOW_CONN_AUDITSYNC_ALERT_WEBHOOK"] = json.dumps(
+            {"conn_type": "http", "host": url}, sort_keys=True
+        )
+        env["AUDITSYNC_ALERT_WEBHOOK_CONN"] = WEBHOOK_CONN_ID
+    return env
+
+
+def api_server_env(host: str, port: int) -> dict[str, str]:
+    """Where Airflow's API server listens, and every setting that must agree with it: the UI's
+    base URL (links in alerts, the login redirect) and the execution API the task runner calls
+    (``AIRFLOW__CORE__EXECUTION_API_SERVER_URL``, by default ``http://localhost:8080/…``)."""
+    if not 0 < port < 65536:
+        raise SettingsError(f"AUDITSYNC_AIRFLOW_PORT: expected 1-65535, got {port}")
+    # A wildcard bind address is no address to call: clients use loopback then.
+    reach = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in reach:
+        reach = f"[{reach}]"
+    base = f"http://{reach}:{port}"
+    return {
+        "AIRFLOW__API__HOST": host,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": base,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+    }
+
+
+def _port(over: Mapping[str, str]) -> int:
+    name = next(
+        (n for n in ("AUDITSYNC_AIRFLOW_PORT", "AIRFLOW__API__PORT") if n in over),
+        "AUDITSYNC_AIRFLOW_PORT",
+    )
+    raw = over.get(name, str(DEFAULT_AIRFLOW_PORT))
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: expected a port number, got {raw!r}") from None
 
 
 def airflow_env(
@@ -115,14 +209,16 @@ def airflow_env(
         "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
+        **api_server_env(over.get("AUDITSYNC_AIRFLOW_HOST", DEFAULT_AIRFLOW_HOST), _port(over)),
     }
     if "AUDITSYNC_SPARK_CONNECT" in over:
         env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = connection_json(
             over["AUDITSYNC_SPARK_CONNECT"], "spark_connect"
         )
-    for name in ("AUDITSYNC_SCHEDULE", "AUDITSYNC_SENSOR_TIMEOUT_S", "AUDITSYNC_JDBC_JAR"):
+    for name in PASSED_THROUGH:
         if name in over:
             env[name] = over[name]
+    env.update(alert_env(over))
     return env
 
 
@@ -142,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not argv:
         print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
+        return 0
+    if argv == ["--ui-url"]:
+        print(f"{env['AIRFLOW__API__BASE_URL']}/")
         return 0
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)

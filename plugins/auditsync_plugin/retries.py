@@ -1,0 +1,158 @@
+"""Retries for faults, never for findings.
+
+A step that fails because something it talks to is briefly away — a refused or reset
+connection, a PostgreSQL failover or restart in progress, the Spark Connect server restarting —
+is retried with exponential backoff. Anything else fails at once: a verdict (verify's gate, the
+quality checkpoint, the sink sensor's timeout) raises ``AirflowFailException``, which Airflow
+never retries, and an error we cannot name as transient is a bug or a finding that a retry
+would only repeat.
+
+:func:`classify` is the pure rule (it reads exception types and attributes, imports neither
+psycopg nor grpc); :class:`TransientFaultPolicy` hands its answer to Airflow's retry-policy
+hook (``retry_policy``, evaluated in the task's process); :data:`RETRY_ARGS` is what a DAG's
+``default_args`` take.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+
+# SQLSTATEs of a server that is going away, coming back or briefly refusing (failover,
+# restart, connection limits), and of transactions that only lost a race.
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown (pg_terminate_backend, a fast shutdown)
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, in recovery, promoting)
+        "53300",  # too_many_connections
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "55P03",  # lock_not_available
+    }
+)
+TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions (08001, 08006, …)
+TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.ETIMEDOUT,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+    }
+)
+TRANSIENT_GRPC = frozenset({"UNAVAILABLE"})  # the channel's server is down or restarting
+MAX_CHAIN = 16
+
+RETRIES = 3
+RETRY_DELAY = timedelta(seconds=30)
+MAX_RETRY_DELAY = timedelta(minutes=10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    transient: bool
+    reason: str
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it (``raise … from``, or raised while handling), once each."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < MAX_CHAIN:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _sqlstate(exc: BaseException) -> tuple[bool, str | None]:
+    """(is a PostgreSQL driver error, its SQLSTATE) for psycopg 3 and psycopg2 errors."""
+    module = type(exc).__module__.split(".")[0]
+    if module not in ("psycopg", "psycopg2"):
+        return False, None
+    return True, getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+
+
+def _grpc_status(exc: BaseException) -> str | None:
+    """The gRPC status name of a gRPC error or a Spark Connect client exception."""
+    for getter in ("getGrpcStatusCode", "code"):
+        method = getattr(exc, getter, None)
+        if method is None or not callable(method):
+            continue
+        if getter == "code" and not type(exc).__module__.startswith("grpc"):
+            continue
+        try:
+            status = method()
+        except Exception:  # an RPC object that is not finished has no code
+            continue
+        name = getattr(status, "name", None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _one(exc: BaseException) -> str | None:
+    """Why ``exc`` itself is transient, or None."""
+    is_pg, state = _sqlstate(exc)
+    if is_pg:
+        if state is None and type(exc).__name__ == "OperationalError":
+            return "PostgreSQL connection failed (no SQLSTATE: the server was not reached)"
+        if state in TRANSIENT_SQLSTATES or (state or "").startswith(TRANSIENT_SQLSTATE_CLASSES):
+            return f"PostgreSQL SQLSTATE {state} ({type(exc).__name__})"
+        return None
+    status = _grpc_status(exc)
+    if status is not None:
+        return f"gRPC {status}" if status in TRANSIENT_GRPC else None
+    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
+        return f"{type(exc).__name__} errno {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    if isinstance(exc, (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError)):
+        return type(exc).__name__
+    return None
+
+
+def classify(exc: BaseException) -> Verdict:
+    """Transient when ``exc`` or anything in its cause chain is a fault named above; a
+    PostgreSQL or gRPC error with another code decides the chain as not transient."""
+    for link in _chain(exc):
+        if type(link).__name__ == "AirflowFailException":
+            return Verdict(False, f"a verdict, not a fault: {link}")
+        reason = _one(link)
+        if reason is not None:
+            return Verdict(True, reason)
+    return Verdict(False, f"not a transient fault: {type(exc).__name__}: {exc}")
+
+
+class TransientFaultPolicy(RetryPolicy):
+    """Retry (with the task's exponential backoff) what :func:`classify` calls transient;
+    fail everything else without using up the retries."""
+
+    def evaluate(
+        self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+    ) -> RetryDecision:
+        verdict = classify(exception)
+        if verdict.transient:
+            return RetryDecision.retry(reason=f"transient fault, retrying: {verdict.reason}")
+        return RetryDecision.fail(reason=verdict.reason[:500])
+
+    def serialize(self) -> dict[str, Any]:
+        return {"__type": type(self).__name__}
+
+    @classmethod
+    def deserialize(cls, data: dict[str, Any]) -> TransientFaultPolicy:
+        return cls()
+
+
+RETRY_ARGS: dict[str, Any] = {
+    "retries": RETRIES,
+    "retry_delay": RETRY_DELAY,
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": MAX_RETRY_DELAY,
+    "retry_policy": TransientFaultPolicy(),
+}

@@ -1,0 +1,193 @@
+"""The operations layer's pure core: Airflow's ports derived together, alert messages rendered
+(text, webhook JSON, autoescaped HTML), alert settings, and the verify deadline."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from auditsync_plugin import alerts, deadlines
+from auditsync_plugin.notifiers import AlertSettings
+from watch_service.settings import Settings, SettingsError
+from watch_service.tools.airflow_env import airflow_env, api_server_env
+
+pytestmark = pytest.mark.unit
+BASE = "http://127.0.0.1:8093"
+
+
+# -- one setting moves Airflow's port ---------------------------------------------------------
+def test_the_default_port_and_everything_that_must_agree_with_it(tmp_path: Path):
+    env = airflow_env(Settings(local_dir=tmp_path), {})
+    assert {k: env[k] for k in api_server_env("127.0.0.1", 8080)} == {
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": "8080",
+        "AIRFLOW__API__BASE_URL": "http://127.0.0.1:8080",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "http://127.0.0.1:8080/execution/",
+    }
+
+
+@pytest.mark.parametrize("name", ["AUDITSYNC_AIRFLOW_PORT", "AIRFLOW__API__PORT"])
+def test_one_setting_moves_the_api_server_and_the_execution_api(tmp_path: Path, name: str):
+    env = airflow_env(Settings(local_dir=tmp_path), {name: "8093"})
+    assert env["AIRFLOW__API__PORT"] == "8093"
+    assert env["AIRFLOW__API__BASE_URL"] == BASE
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"{BASE}/execution/"
+
+
+def test_auditsync_airflow_port_wins_and_bad_values_are_named(tmp_path: Path):
+    env = airflow_env(
+        Settings(local_dir=tmp_path), {"AUDITSYNC_AIRFLOW_PORT": "9001", "AIRFLOW__API__PORT": "1"}
+    )
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:9001/execution/"
+    with pytest.raises(SettingsError, match="AUDITSYNC_AIRFLOW_PORT: expected a port number"):
+        airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_AIRFLOW_PORT": "http"})
+    with pytest.raises(SettingsError, match="expected 1-65535"):
+        airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_AIRFLOW_PORT": "70000"})
+
+
+def test_a_wildcard_bind_is_called_on_loopback():
+    env = api_server_env("0.0.0.0", 8081)
+    assert env["AIRFLOW__API__HOST"] == "0.0.0.0"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:8081/execution/"
+    assert api_server_env("::1", 8081)["AIRFLOW__API__BASE_URL"] == "http://[::1]:8081"
+
+
+# -- alert channels: off by default, one line each --------------------------------------------
+def test_alerts_are_off_by_default_and_one_line_turns_each_on(tmp_path: Path):
+    env = airflow_env(Settings(local_dir=tmp_path), {})
+    assert not AlertSettings.from_env(env).enabled
+    assert not any(k.startswith(("AUDITSYNC_ALERT", "AIRFLOW_CONN_AUDITSYNC_SMTP")) for k in env)
+    hook = "https://hooks.slack.com/services/T0/B0/sekret"
+    env = airflow_env(
+        Settings(local_dir=tmp_path),
+        {
+            "AUDITSYNC_ALERT_EMAIL": "ops@example.com; oncall@example.com",
+            "AUDITSYNC_ALERT_SMTP": "smtp://mailer:pw@mail.example:2525",
+            "AUDITSYNC_ALERT_WEBHOOK": hook,
+        },
+    )
+    assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_ALERT_WEBHOOK"]) == {
+        "conn_type": "http",
+        "host": hook,
+    }
+    assert json.loads(env["AIRFLOW_CONN_AUDITSYNC_SMTP"]) == {
+        "conn_type": "smtp",
+        "host": "mail.example",
+        "port": 2525,
+        "login": "mailer",
+        "password": "pw",
+        "extra": {"disable_ssl": True, "disable_tls": True},
+    }
+    assert AlertSettings.from_env(env) == AlertSettings(
+        email_to=("ops@example.com", "oncall@example.com"),
+        smtp_conn_id="auditsync_smtp",
+        webhook_conn_id="auditsync_alert_webhook",
+    )
+    with pytest.raises(SettingsError, match="AUDITSYNC_ALERT_SMTP: expected smtp://"):
+        airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_ALERT_SMTP": "http://m:25"})
+
+
+# -- messages ----------------------------------------------------------------------------------
+SUMMARY = [  # runs.run_summary rows: consumer, topic, status, count, remaining, example_seqs
+    ("primary", "orders", "delivered", 388, 0, []),
+    ("primary", "orders", "silent_gap", 12, 0, []),
+    ("primary", "orders", "phantom", 1, 1, [407]),
+    ("primary", "pay<b>", "mismatch", 2, 2, [5, 6, 7, 9]),
+]
+WINDOWS = [("primary", "orders", 0, 400), ("primary", "pay<b>", 0, 300)]
+
+
+def lines() -> tuple[alerts.Finding, ...]:
+    return alerts.findings(SUMMARY, WINDOWS, ("silent_gap", "mismatch", "phantom"), BASE)
+
+
+def test_ranges_are_collapsed_and_bounded():
+    assert alerts.ranges([9, 3, 4, 5, 5]) == [(3, 5), (9, 9)]
+    assert alerts.format_ranges([5, 6, 7, 9]) == "5–7, 9"
+    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 (+8 more)"
+    assert alerts.format_window((0, 400)) == "1–400"
+    assert alerts.format_window((400, 400)) == ""
+
+
+def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
+    alert = alerts.run_alert(
+        alerts.VERIFY_FAILED,
+        "audit_sync",
+        "manual__2025-06-01T12:20:00+00:00",
+        "audit_sync_20250601T120000Z_20250601T121500Z",
+        ("failed", 15, 3, {}),
+        lines(),
+        BASE,
+        error="Spark step verify did not pass",
+    )
+    assert alert is not None
+    assert alerts.text(alert) == "\n".join(
+        [
+            "[auditsync] audit_sync: verify failed for run "
+            "audit_sync_20250601T120000Z_20250601T121500Z: 3 of 15 defects remain after backfill",
+            "pipeline run: audit_sync_20250601T120000Z_20250601T121500Z",
+            "Airflow run: manual__2025-06-01T12:20:00+00:00",
+            "status: failed",
+            "defects found: 15",
+            "defects left: 3",
+            "consumer/topic pairs: 2",
+            "- primary/orders silent_gap: found 12, left 0, window 1–400",
+            "- primary/orders phantom: found 1, left 1, window 1–400, still defective 407",
+            "- primary/pay<b> mismatch: found 2, left 2, window 1–300, still defective 5–7, 9",
+            "Spark step verify did not pass",
+            f"Reconciliation page: {BASE}/auditsync/",
+            f"Airflow run: {BASE}/dags/audit_sync/runs/manual__2025-06-01T12%3A20%3A00%2B00%3A00",
+        ]
+    )
+    assert alerts.webhook_body(alert) == {"text": alerts.text(alert)}
+    page = alerts.html(alert)
+    assert "pay&lt;b&gt;" in page and "pay<b>" not in page  # autoescaped
+    assert f'href="{BASE}/auditsync/?topic=pay%3Cb%3E&amp;consumer=primary"' in page
+    assert "<td>5–7, 9</td>" in page and '<td class="bad">2</td>' in page
+
+
+def test_a_clean_run_sends_nothing_and_a_repaired_one_says_so():
+    found = alerts.DEFECTS_FOUND
+    clean = [("primary", "orders", "delivered", 400, 0, [])]
+    assert not alerts.findings(clean, WINDOWS, ("silent_gap",), BASE)
+    assert alerts.run_alert(found, "d", "r", "p", ("passed", 0, 0, {}), (), BASE) is None
+    repaired = [f for f in lines() if f.status == "silent_gap"]
+    alert = alerts.run_alert(found, "d", "r", "p", ("passed", 12, 0, {}), repaired, BASE)
+    assert alert is not None and alert.title == "d: run p found 12 defects (all repaired)"
+
+
+def test_lag_and_deadline_alerts():
+    lag = alerts.lag_alert(
+        "audit_sync",
+        "r1",
+        [alerts.Lagging("primary", "orders", 380, 400), alerts.Lagging("b", "t", 1, 2)],
+        "timed out",
+        BASE,
+    )
+    assert lag.title == (
+        "audit_sync: sinks lag behind the service for run r1: b, primary (20 seqs behind)"
+    )
+    assert "- primary/orders: cursor 380, head 400, 20 seqs behind" in alerts.text(lag)
+    assert '<td class="bad">20</td>' in alerts.html(lag)
+    late = alerts.deadline_alert("audit_sync", "r2", ("12:00", "12:15"), "13:00", BASE)
+    assert late.title == "audit_sync: data interval 12:00 – 12:15 not verified by 13:00"
+    assert late.kind == alerts.DEADLINE_MISSED
+
+
+# -- deadline ------------------------------------------------------------------------------------
+def test_the_deadline_is_three_periods_after_the_interval_by_default():
+    assert deadlines.schedule_period("*/15 * * * *") == timedelta(minutes=15)
+    assert deadlines.schedule_period("0 9 * * 1-5") == timedelta(days=3)  # Friday → Monday
+    assert deadlines.verify_deadline("*/15 * * * *") == (
+        timedelta(minutes=45),
+        timedelta(minutes=60),
+    )
+    assert deadlines.verify_deadline("*/15 * * * *", "600") == (
+        timedelta(minutes=10),
+        timedelta(minutes=25),
+    )
+    with pytest.raises(ValueError, match="AUDITSYNC_VERIFY_DEADLINE_S"):
+        deadlines.verify_deadline("*/15 * * * *", "soon")

@@ -1,0 +1,108 @@
+"""Retries for faults, never for findings: the classifier on real exceptions raised by real
+parts (psycopg and psycopg2 against a closed port and a terminated backend, a Spark Connect
+client against a closed port, a refused socket), and the rule that a gate's verdict is never
+retried. The retry policy in a real task runner is exercised by ``test_operations.py``."""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from datetime import timedelta
+
+import psycopg
+import psycopg2
+import pytest
+from airflow.sdk.definitions.retry_policy import RetryAction
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from auditsync_plugin.retries import RETRY_ARGS, TransientFaultPolicy, classify
+
+from ..support import free_port
+
+pytestmark = pytest.mark.unit
+
+
+def raised(fn) -> BaseException:
+    try:
+        fn()
+    except BaseException as exc:  # the exception a real part raised
+        return exc
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def closed_port() -> int:
+    return free_port()  # bound and released: nothing listens there
+
+
+def test_a_refused_postgres_connection_is_transient():
+    port = closed_port()
+    for exc in (
+        raised(lambda: psycopg.connect(f"postgresql://x@127.0.0.1:{port}/db", connect_timeout=2)),
+        raised(lambda: psycopg2.connect(f"postgresql://x@127.0.0.1:{port}/db", connect_timeout=2)),
+    ):
+        assert type(exc).__name__ == "OperationalError"
+        verdict = classify(exc)
+        assert verdict.transient, verdict
+        assert "no SQLSTATE" in verdict.reason
+
+
+@pytest.mark.pg
+def test_a_terminated_backend_is_transient_and_sql_errors_are_not(pg_url):
+    """A failover or restart ends sessions with 57P01 (admin_shutdown); what the SQL itself
+    got wrong fails at once."""
+    with psycopg.connect(pg_url, autocommit=True) as admin, psycopg.connect(pg_url) as victim:
+        pid = victim.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        exc = raised(lambda: victim.execute("SELECT 1"))
+    assert isinstance(exc, psycopg.errors.AdminShutdown) and exc.sqlstate == "57P01"
+    assert classify(exc).transient
+    assert "57P01" in classify(exc).reason
+    with psycopg.connect(pg_url) as conn:
+        syntax = raised(lambda: conn.execute("SELEC 1"))
+    assert isinstance(syntax, psycopg.errors.SyntaxError)
+    assert classify(syntax).transient is False
+    # Wrapped by our code (`raise … from`), the cause still decides.
+    outer = RuntimeError("reconcile: cannot read the progress")
+    outer.__cause__ = exc
+    assert classify(outer).transient
+
+
+def test_a_spark_connect_server_that_is_down_is_transient():
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+    from pyspark.sql.connect.client import SparkConnectClient
+
+    # One client retry instead of the default ten minutes of them.
+    client = SparkConnectClient(
+        f"sc://127.0.0.1:{closed_port()}", retry_policy={"max_retries": 1, "initial_backoff": 10}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # RETRIES_EXCEEDED
+        exc = raised(lambda: client.get_configs("spark.app.name"))
+    client.close()
+    assert isinstance(exc, SparkConnectGrpcException)
+    verdict = classify(exc)
+    assert verdict == type(verdict)(True, "gRPC UNAVAILABLE")
+
+
+def test_a_refused_socket_is_transient_and_a_bug_is_not():
+    port = closed_port()
+    exc = raised(lambda: socket.create_connection(("127.0.0.1", port), timeout=2))
+    assert isinstance(exc, ConnectionRefusedError)
+    assert classify(exc).transient and "ECONNREFUSED" in classify(exc).reason
+    assert classify(raised(lambda: {}["missing"])).transient is False
+
+
+def test_a_verdict_is_never_retried_a_fault_inside_verify_is():
+    policy = TransientFaultPolicy()
+    verdict = AirflowFailException("verify: defects remain after backfill")
+    assert policy.evaluate(verdict, 1, 4).action is RetryAction.FAIL
+    # spark-submit's failure (the job exited 1) cannot be told from a finding: not retried.
+    submit = AirflowException("Cannot execute: spark-submit … Error code is: 1.")
+    assert policy.evaluate(submit, 1, 4).action is RetryAction.FAIL
+    port = closed_port()
+    fault = raised(lambda: psycopg.connect(f"postgresql://x@127.0.0.1:{port}/db"))
+    decision = policy.evaluate(fault, 1, 4)
+    assert decision.action is RetryAction.RETRY and decision.retry_delay is None  # backoff
+    assert RETRY_ARGS["retries"] == 3 and RETRY_ARGS["retry_exponential_backoff"] == 2.0
+    assert RETRY_ARGS["retry_delay"] == timedelta(seconds=30)
+    assert RETRY_ARGS["max_retry_delay"] == timedelta(minutes=10)
