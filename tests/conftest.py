@@ -1,4 +1,5 @@
-"""Session-wide real parts: a throwaway PostgreSQL cluster and the service over a socket."""
+"""Session-wide real parts: a throwaway PostgreSQL cluster, the service over a socket, and one
+real S3 server (S3Proxy) for the tests that run on both storages."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.settings import Settings
+from watch_service.storage import Storage
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
+from watch_service.tools.objectstore import ObjectStore
 
-from .support import InProcessService, free_port, unique
+from .support import TEST_BUCKET, InProcessService, free_port, unique
 
 
 def pytest_configure(config) -> None:
@@ -48,6 +51,26 @@ def pg_cluster():
 def pg_url(pg_cluster) -> str:
     migrate(pg_cluster.url)
     return pg_cluster.url
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory):
+    """One S3Proxy for the whole session, serving the bucket ``TEST_BUCKET``."""
+    store = ObjectStore(tmp_path_factory.mktemp("s3")).start(buckets=(TEST_BUCKET,))
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(params=["local"])
+def landing_location(request, tmp_path) -> Storage:
+    """A fresh, empty landing zone root: a local folder, or (``ON_BOTH_STORAGES``) also a
+    fresh ``s3://TEST_BUCKET/<unique>`` prefix on the session's object store."""
+    if request.param == "s3":
+        store = request.getfixturevalue("object_store")
+        return Storage.at(f"s3://{TEST_BUCKET}/{unique('landing')}", store.config)
+    return Storage.at(tmp_path / "landing")
 
 
 @pytest.fixture(scope="session")

@@ -76,7 +76,10 @@ RULES: dict[str, tuple[set[str], str]] = {
         "protocol is pure: it imports nothing of ours but protocol, and no I/O library",
     ),
     "settings": ({"protocol", "package"}, "settings.py imports only protocol"),
-    "storage": ({"protocol", "package"}, "storage.py (locations, filesystems) imports only protocol"),
+    "storage": (
+        {"protocol", "package"},
+        "storage.py (locations, filesystems) imports only protocol",
+    ),
     "store": ({"store", "protocol", "settings", "package"}, "store -> protocol, settings"),
     "engine": ({"engine"} | DATA_SIDE, "engine -> store, protocol, settings"),
     "web": ({"web", "engine"} | DATA_SIDE, "web -> engine, store, protocol, settings"),

@@ -22,6 +22,7 @@ anything on object storage; the table format owns the warehouse's commits.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import re
 import urllib.parse
@@ -40,6 +41,7 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 TMP_PREFIX = ".tmp-"
 DEFAULT_REGION = "us-east-1"
+READ_ATTEMPTS = 5
 
 
 class StorageError(AuditsyncError):
@@ -216,6 +218,7 @@ class S3Config:
             "region": self.region,
             "force_virtual_addressing": False,
             "allow_bucket_creation": False,
+            "allow_delayed_open": True,  # a small object is one PutObject, not a multipart upload
         }
         if self.endpoint:
             parsed = urllib.parse.urlsplit(self.endpoint)
@@ -227,7 +230,7 @@ class S3Config:
                 secret_key=self.secret_key,
                 session_token=self.session_token,
             )
-        return pafs.S3FileSystem(**options)  # type: ignore[arg-type]
+        return pafs.S3FileSystem(**options)
 
 
 def hadoop_conf(locations: list[Location], s3: S3Config | None = None) -> dict[str, str]:
@@ -314,16 +317,30 @@ class Storage:
             out.write(data)
 
     def read_bytes(self, rel: str) -> bytes | None:
-        """The object's bytes; None when there is none."""
-        try:
-            with self.fs.open_input_file(self.path(rel)) as f:
-                return bytes(f.read())
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if _not_found(exc):
+        """The object's bytes, one whole version of it; None when there is none.
+
+        pyarrow reads an S3 object as a HEAD (its size) and a ranged GET: an object replaced in
+        between by a longer one would come back cut short. So the size is checked again after
+        the read and the read repeated (up to :data:`READ_ATTEMPTS` times) until they agree."""
+        import pyarrow.fs as pafs
+
+        path = self.path(rel)
+        for _ in range(READ_ATTEMPTS):
+            try:
+                with self.fs.open_input_stream(path) as f:
+                    data = bytes(f.read())
+            except FileNotFoundError:
                 return None
-            raise
+            except OSError as exc:
+                if _not_found(exc):
+                    return None
+                raise
+            if self.location.is_local:
+                return data
+            info = self.fs.get_file_info(path)
+            if info.type == pafs.FileType.NotFound or info.size == len(data):
+                return data
+        raise StorageError(f"{self.uri(rel)}: the object kept changing while it was read")
 
     def exists(self, rel: str = "") -> bool:
         import pyarrow.fs as pafs
@@ -339,6 +356,35 @@ class Storage:
         except OSError as exc:
             if not _not_found(exc):
                 raise
+
+    def remove_temp_files(self, rel: str = "") -> list[str]:
+        """Delete the temp files a crash left in a local folder (they never became visible
+        under a real name); names of those removed. Nothing on S3, where writes are one PUT."""
+        if not self.location.is_local:
+            return []
+        folder = Path(self.path(rel))
+        if not folder.is_dir():
+            return []
+        stale = sorted(p for p in folder.iterdir() if p.name.startswith(TMP_PREFIX))
+        for p in stale:
+            p.unlink()
+        return [p.name for p in stale]
+
+    def lock_file(self, rel: str) -> LocalLock | None:
+        """An exclusive ``flock`` on the local file ``rel`` (created if missing), held until
+        released or the process ends; None when another process holds it. Local only: an
+        object store has no locks (see the sink's PostgreSQL advisory lock)."""
+        if not self.location.is_local:
+            raise StorageError(f"{self.uri(rel)}: file locks exist only on a local filesystem")
+        target = Path(self.path(rel))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return LocalLock(fd)
 
     def delete_tree(self, rel: str = "") -> None:
         """Delete a folder (prefix) and everything under it; nothing when it is not there."""
@@ -392,6 +438,18 @@ class Storage:
         import pyarrow.parquet as pq
 
         return pq.read_table(self.path(rel), columns=columns, filesystem=self.fs)
+
+
+class LocalLock:
+    """A held ``flock`` (see :meth:`Storage.lock_file`)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -116,7 +116,7 @@ class Indexer:
                     self.state.indexed_frame_no + 1,
                     seg.first_frame_no - 1,
                 )
-            records = await asyncio.to_thread(self.landing.segment_records, seg.path)
+            records = await asyncio.to_thread(self.landing.segment_records, seg.name)
             if not await self._upsert(records, seg.last_frame_no):
                 return False
         return True
