@@ -23,7 +23,9 @@ from watch_service.web.serving import ContractRunner
 
 __all__ = [
     "ON_BOTH_STORAGES",
+    "ON_S3",
     "ROOT",
+    "S3",
     "TEST_BUCKET",
     "InProcessService",
     "ServiceProcess",
@@ -37,8 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 TEST_BUCKET = "auditsync-test"
+# ``landing_location`` on the session's object store (marked ``s3``), for parametrize lists.
+S3 = pytest.param("s3", marks=pytest.mark.s3, id="s3")
 # Runs a test with the ``landing_location`` fixture on a local folder and on the object store.
-ON_BOTH_STORAGES = pytest.mark.parametrize("landing_location", ["local", "s3"], indirect=True)
+ON_BOTH_STORAGES = pytest.mark.parametrize("landing_location", ["local", S3], indirect=True)
+ON_S3 = pytest.mark.parametrize("landing_location", [S3], indirect=True)
 
 
 def unique(prefix: str = "t") -> str:

@@ -14,7 +14,7 @@ from watch_service.sink.landing import (
 )
 from watch_service.storage import TMP_PREFIX, Storage
 
-from ..support import ON_BOTH_STORAGES
+from ..support import ON_BOTH_STORAGES, ON_S3
 
 pytestmark = pytest.mark.pg
 
@@ -127,7 +127,7 @@ def test_one_sink_per_local_consumer(landing, landing_location):
     other.close()
 
 
-@pytest.mark.parametrize("landing_location", ["s3"], indirect=True)
+@ON_S3
 def test_one_sink_per_s3_consumer(landing, landing_location, pg_url):
     uri = landing_location.uri("c")
     with pytest.raises(

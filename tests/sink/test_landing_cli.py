@@ -10,7 +10,7 @@ import pytest
 from watch_service.sink.command import main
 from watch_service.sink.landing import Landing
 
-from ..support import ROOT
+from ..support import ON_S3, ROOT
 
 pytestmark = pytest.mark.pg
 
@@ -54,7 +54,7 @@ def test_the_command_exits_2_in_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("landing_location", ["s3"], indirect=True)
+@ON_S3
 def test_a_second_sink_on_an_s3_consumer_is_refused(landing_location, pg_url, capsys):
     first = Landing(landing_location, "c1", pg_url)
     first.open()

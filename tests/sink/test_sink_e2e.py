@@ -70,8 +70,11 @@ def newest_per_key(items: dict[tuple[str, int], tuple[str | None, str]]) -> dict
 
 @pytest.mark.parametrize(
     "faulty, landing_location",
-    [(False, "local"), (True, "local"), (True, "s3")],
-    ids=["faithful-local", "fault-injection-local", "fault-injection-s3"],
+    [
+        pytest.param(False, "local", id="faithful-local"),
+        pytest.param(True, "local", id="fault-injection-local"),
+        pytest.param(True, "s3", id="fault-injection-s3", marks=pytest.mark.s3),
+    ],
     indirect=["landing_location"],
 )
 async def test_sigkill_mid_stream_then_restart_loses_nothing(

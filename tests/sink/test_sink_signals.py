@@ -23,8 +23,11 @@ async def stub():
 
 @pytest.mark.parametrize(
     "sig, landing_location",
-    [(signal.SIGTERM, "local"), (signal.SIGINT, "local"), (signal.SIGTERM, "s3")],
-    ids=["SIGTERM-local", "SIGINT-local", "SIGTERM-s3"],
+    [
+        pytest.param(signal.SIGTERM, "local", id="SIGTERM-local"),
+        pytest.param(signal.SIGINT, "local", id="SIGINT-local"),
+        pytest.param(signal.SIGTERM, "s3", id="SIGTERM-s3", marks=pytest.mark.s3),
+    ],
     indirect=["landing_location"],
 )
 async def test_signal_flushes_the_buffer_and_exits_0(
