@@ -4,12 +4,15 @@
 One row per item: a record frame with 3 records gives 3 ``record`` rows; a tombstone,
 caught-up or topic-deleted frame gives one row. Segment files are Parquet with exactly these
 columns, in this order, named ``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet``
-under ``<landing>/<consumer>/``.
+under ``<landing>/<consumer>/``, beside the sink's resume state ``state.json`` (its per-topic
+``cursors``, read by the Airflow sensor and the UI).
 """
 
 from __future__ import annotations
 
 import hashlib
+
+STATE_FILE = "state.json"
 
 KIND_RECORD = "record"
 KIND_TOMBSTONE = "tombstone"

@@ -28,13 +28,12 @@ import orjson
 import pyarrow as pa
 
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import COLUMNS, KIND_RECORD, NOT_NULL
+from watch_service.protocol.landing import COLUMNS, KIND_RECORD, NOT_NULL, STATE_FILE
 from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import advance
 from watch_service.storage import Storage
 
-STATE_FILE = "state.json"
 FAULTS_DIR = "faults"
 META_KEY = b"auditsync.sink"
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
