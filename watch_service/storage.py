@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from watch_service import sigv4
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 TMP_PREFIX = ".tmp-"
 DEFAULT_REGION = "us-east-1"
-READ_ATTEMPTS = 5
 
 
 class StorageError(AuditsyncError):
@@ -139,12 +139,13 @@ class Location:
 
 @dataclasses.dataclass(frozen=True)
 class S3Config:
-    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself."""
+    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself. The secret
+    and the session token stay out of ``repr`` (a logged configuration shows neither)."""
 
     endpoint: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    session_token: str | None = dataclasses.field(default=None, repr=False)
     region: str = DEFAULT_REGION
 
     @classmethod
@@ -317,30 +318,26 @@ class Storage:
             out.write(data)
 
     def read_bytes(self, rel: str) -> bytes | None:
-        """The object's bytes, one whole version of it; None when there is none.
-
-        pyarrow reads an S3 object as a HEAD (its size) and a ranged GET: an object replaced in
-        between by a longer one would come back cut short. So the size is checked again after
-        the read and the read repeated (up to :data:`READ_ATTEMPTS` times) until they agree."""
-        import pyarrow.fs as pafs
-
-        path = self.path(rel)
-        for _ in range(READ_ATTEMPTS):
-            try:
-                with self.fs.open_input_stream(path) as f:
-                    data = bytes(f.read())
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                if _not_found(exc):
-                    return None
-                raise
-            if self.location.is_local:
-                return data
-            info = self.fs.get_file_info(path)
-            if info.type == pafs.FileType.NotFound or info.size == len(data):
-                return data
-        raise StorageError(f"{self.uri(rel)}: the object kept changing while it was read")
+        """The object's bytes, one whole version of it; None when there is none. On S3 one
+        GET (``sigv4``): pyarrow's HEAD + ranged GET could mix two versions of an object
+        replaced in between, such as a ``state.json`` a live sink rewrites."""
+        if not self.location.is_local:
+            key = self.location.join(rel).path if rel else self.location.path
+            s3 = self.s3
+            return sigv4.get_object(
+                s3.endpoint,
+                s3.region,
+                self.location.bucket,
+                key,
+                s3.access_key,
+                s3.secret_key,
+                s3.session_token,
+            )
+        try:
+            with self.fs.open_input_stream(self.path(rel)) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            return None
 
     def exists(self, rel: str = "") -> bool:
         import pyarrow.fs as pafs

@@ -1,6 +1,7 @@
 """A consumer's landing and its durability rules, on a local folder and on a real S3 server:
 crash windows, temp files, fault decisions as whole objects, the consumer lock."""
 
+import psycopg
 import pytest
 
 from watch_service.protocol.landing import COLUMN_NAMES
@@ -146,4 +147,12 @@ def test_one_sink_per_s3_consumer(landing, landing_location, pg_url):
     again.open()
     with pytest.raises(LandingError, match="not open"):
         landing.write_segment([], 1, 1, "id-1", {})
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # the lock's session ends
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"auditsync sink {uri}"[:63],),
+        )
+    with pytest.raises(LandingError, match=rf"^{uri}: lost the consumer lock \(its PostgreSQL"):
+        again.write_segment([row(1, 1)], 1, 1, "id-1", {"a": 1})
+    assert again.segments() == []  # nothing written unguarded
     again.close()
