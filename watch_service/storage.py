@@ -302,7 +302,10 @@ class Storage:
             )
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Make ``rel`` hold ``data``, all or nothing, durably."""
+        """Make ``rel`` hold ``data``, all or nothing, durably: locally a temp file, fsync,
+        rename, folder fsync; on S3 one PutObject (above pyarrow's part size, one multipart
+        upload, visible only once completed; an interrupted one is left for the bucket's
+        lifecycle rule to abort)."""
         if self.location.is_local:
             target = Path(self.path(rel))
             target.parent.mkdir(parents=True, exist_ok=True)
