@@ -15,12 +15,10 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from watch_service.settings import Settings
-from watch_service.storage import Storage
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
-from watch_service.tools.objectstore import ObjectStore
 
-from .support import TEST_BUCKET, InProcessService, free_port, unique
+from .support import InProcessService, free_port, unique
 
 
 def pytest_configure(config) -> None:
@@ -47,30 +45,34 @@ def pg_cluster():
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def pg_url(pg_cluster) -> str:
-    migrate(pg_cluster.url)
-    return pg_cluster.url
+TEST_BUCKET = "auditsync-test"
 
 
 @pytest.fixture(scope="session")
 def object_store(tmp_path_factory):
-    """One S3Proxy for the whole session, serving the bucket ``TEST_BUCKET``."""
+    """ONE real S3 server (S3Proxy) for the whole test session, with the bucket
+    ``auditsync-test``; its endpoint and keys are this process's standard AWS variables, so
+    every client (pyarrow, Spark's s3a, pyiceberg) finds it as a user's would."""
+    from watch_service.tools.objectstore import ObjectStore
+
     store = ObjectStore(tmp_path_factory.mktemp("s3")).start(buckets=(TEST_BUCKET,))
+    saved = {k: os.environ.get(k) for k in store.config.environ()}
+    os.environ.update(store.config.environ())
     try:
         yield store
     finally:
         store.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
-@pytest.fixture(params=["local"])
-def landing_location(request, tmp_path) -> Storage:
-    """A fresh, empty landing zone root: a local folder, or (``ON_BOTH_STORAGES``) also a
-    fresh ``s3://TEST_BUCKET/<unique>`` prefix on the session's object store."""
-    if request.param == "s3":
-        store = request.getfixturevalue("object_store")
-        return Storage.at(f"s3://{TEST_BUCKET}/{unique('landing')}", store.config)
-    return Storage.at(tmp_path / "landing")
+@pytest.fixture(scope="session")
+def pg_url(pg_cluster) -> str:
+    migrate(pg_cluster.url)
+    return pg_cluster.url
 
 
 @pytest.fixture(scope="session")
@@ -126,3 +128,16 @@ async def make_service(pg_url, base_settings):
 async def http():
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+@pytest.fixture(params=["local"])
+def landing_location(request, tmp_path):
+    """A fresh, empty landing zone root (a ``Storage``): a local folder, or (with
+    ``ON_BOTH_STORAGES`` / ``ON_S3`` from ``support``) a fresh ``s3://TEST_BUCKET/<unique>``
+    prefix on the session's object store."""
+    from watch_service.storage import Storage
+
+    if request.param == "s3":
+        store = request.getfixturevalue("object_store")
+        return Storage.at(f"s3://{TEST_BUCKET}/{unique('landing')}", store.config)
+    return Storage.at(tmp_path / "landing")

@@ -26,7 +26,6 @@ __all__ = [
     "ON_S3",
     "ROOT",
     "S3",
-    "TEST_BUCKET",
     "InProcessService",
     "ServiceProcess",
     "call",
@@ -38,7 +37,6 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TEST_BUCKET = "auditsync-test"
 # ``landing_location`` on the session's object store (marked ``s3``), for parametrize lists.
 S3 = pytest.param("s3", marks=pytest.mark.s3, id="s3")
 # Runs a test with the ``landing_location`` fixture on a local folder and on the object store.
