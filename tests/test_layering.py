@@ -38,7 +38,6 @@ WS_LAYERS = {
     "protocol": "protocol",
     "settings": "settings",
     "storage": "storage",
-    "sigv4": "storage",  # storage's one-GET S3 read
     "store": "store",
     "engine": "engine",
     "web": "web",
@@ -78,8 +77,8 @@ RULES: dict[str, tuple[set[str], str]] = {
     ),
     "settings": ({"protocol", "package"}, "settings.py imports only protocol"),
     "storage": (
-        {"storage", "protocol", "package"},
-        "storage (locations, filesystems, the one-GET S3 read) imports only protocol",
+        {"protocol", "package"},
+        "storage.py (locations, filesystems) imports only protocol",
     ),
     "store": ({"store", "protocol", "settings", "package"}, "store -> protocol, settings"),
     "engine": ({"engine"} | DATA_SIDE, "engine -> store, protocol, settings"),

@@ -11,7 +11,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from watch_service import sigv4
+from watch_service.protocol import sigv4
 from watch_service.storage import (
     TMP_PREFIX,
     Location,

@@ -22,15 +22,18 @@ anything on object storage; the table format owns the warehouse's commits.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import fcntl
 import os
 import re
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from watch_service import sigv4
+from watch_service.protocol import sigv4
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 TMP_PREFIX = ".tmp-"
 DEFAULT_REGION = "us-east-1"
+GET_TIMEOUT_S = 30.0
 
 
 class StorageError(AuditsyncError):
@@ -322,20 +326,10 @@ class Storage:
 
     def read_bytes(self, rel: str) -> bytes | None:
         """The object's bytes, one whole version of it; None when there is none. On S3 one
-        GET (``sigv4``): pyarrow's HEAD + ranged GET could mix two versions of an object
-        replaced in between, such as a ``state.json`` a live sink rewrites."""
+        signed GET (``protocol.sigv4``): pyarrow's HEAD + ranged GET could mix two versions of
+        an object replaced in between, such as a ``state.json`` a live sink rewrites."""
         if not self.location.is_local:
-            key = self.location.join(rel).path if rel else self.location.path
-            s3 = self.s3
-            return sigv4.get_object(
-                s3.endpoint,
-                s3.region,
-                self.location.bucket,
-                key,
-                s3.access_key,
-                s3.secret_key,
-                s3.session_token,
-            )
+            return _s3_get(self.s3, self.location.join(rel) if rel else self.location)
         try:
             with self.fs.open_input_stream(self.path(rel)) as f:
                 return bytes(f.read())
@@ -450,6 +444,28 @@ class LocalLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _s3_get(s3: S3Config, location: Location) -> bytes | None:
+    """One GET of the object at ``location``; None on 404."""
+    url, host, path = sigv4.object_url(s3.endpoint, s3.region, location.bucket, location.path)
+    headers = {"x-amz-security-token": s3.session_token} if s3.session_token else {}
+    if s3.access_key and s3.secret_key:
+        now = dt.datetime.now(dt.UTC)
+        headers = sigv4.sign(
+            "GET", host, path, headers, s3.access_key, s3.secret_key, s3.region, now
+        )
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=GET_TIMEOUT_S) as response:
+            return bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        body = exc.read()[:300].decode(errors="replace").replace("\n", " ")
+        raise OSError(f"GET {location.uri}: HTTP {exc.code} {exc.reason}: {body}") from None
+    except urllib.error.URLError as exc:
+        raise OSError(f"GET {location.uri}: {exc.reason}") from None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -10,9 +10,6 @@ import sqlite3
 import pyarrow.dataset as ds
 import pytest
 
-from watch_service.sink.landing import Landing
-from watch_service.storage import Storage
-
 from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
@@ -30,6 +27,9 @@ TASKS = {
 
 
 def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:
+    from watch_service.sink.landing import Landing
+    from watch_service.storage import Storage
+
     faults = Landing(Storage.at(landing_dir), CONSUMER).load_faults()
     return collections.Counter((kind, topic) for kind, topic, _ in faults)
 

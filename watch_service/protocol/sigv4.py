@@ -1,13 +1,10 @@
-"""One S3 object in one GET, signed with AWS Signature Version 4 (path-style).
+"""AWS Signature Version 4 for one S3 GET, path-style: pure (checked against AWS's published
+example), so ``watch_service.storage`` can read an object in one GET.
 
 pyarrow reads an S3 object as a HEAD (for its size) followed by ranged GETs, so an object
 replaced between the two comes back as a mix of two versions: a ``state.json`` rewritten while
 a sensor reads it can arrive cut short. A single GET is answered from one version, whole, by
-the store's contract. ``watch_service.storage`` uses this for :meth:`Storage.read_bytes` on
-S3 and pyarrow for everything else (immutable Parquet segments, listings, writes).
-
-:func:`sign` is pure (checked against AWS's published example); :func:`get_object` does the
-request with the standard library.
+the store's contract.
 """
 
 from __future__ import annotations
@@ -15,13 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-TIMEOUT_S = 30.0
 
 
 def _hmac(key: bytes, text: str) -> bytes:
@@ -75,31 +69,3 @@ def object_url(endpoint: str | None, region: str, bucket: str, key: str) -> tupl
     parts = urllib.parse.urlsplit(base)
     path = "/" + urllib.parse.quote(f"{bucket}/{key}", safe="/-_.~")
     return f"{parts.scheme}://{parts.netloc}{path}", parts.netloc, path
-
-
-def get_object(
-    endpoint: str | None,
-    region: str,
-    bucket: str,
-    key: str,
-    access_key: str | None,
-    secret_key: str | None,
-    session_token: str | None = None,
-) -> bytes | None:
-    """The object's bytes from one GET; None when there is no such key (404)."""
-    url, host, path = object_url(endpoint, region, bucket, key)
-    headers: dict[str, str] = {"x-amz-security-token": session_token} if session_token else {}
-    if access_key and secret_key:
-        now = dt.datetime.now(dt.UTC)
-        headers = sign("GET", host, path, headers, access_key, secret_key, region, now)
-    request = urllib.request.Request(url, headers=headers, method="GET")
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        body = exc.read()[:300].decode(errors="replace").replace("\n", " ")
-        raise OSError(f"GET {url}: HTTP {exc.code} {exc.reason}: {body}") from None
-    except urllib.error.URLError as exc:
-        raise OSError(f"GET {url}: {exc.reason}") from None
