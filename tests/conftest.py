@@ -1,4 +1,5 @@
-"""Session-wide real parts: a throwaway PostgreSQL cluster and the service over a socket."""
+"""Session-wide real parts: a throwaway PostgreSQL cluster, the service over a socket, and one
+real S3 server (S3Proxy) for the tests that run on both storages."""
 
 from __future__ import annotations
 
@@ -145,3 +146,16 @@ async def restore_service(restorable, base_settings):
     svc = await InProcessService(base_settings, restorable.url).start()
     yield svc
     await svc.stop()
+
+
+@pytest.fixture(params=["local"])
+def landing_location(request, tmp_path):
+    """A fresh, empty landing zone root (a ``Storage``): a local folder, or (with
+    ``ON_BOTH_STORAGES`` / ``ON_S3`` from ``support``) a fresh ``s3://TEST_BUCKET/<unique>``
+    prefix on the session's object store."""
+    from watch_service.storage import Storage
+
+    if request.param == "s3":
+        store = request.getfixturevalue("object_store")
+        return Storage.at(f"s3://{TEST_BUCKET}/{unique('landing')}", store.config)
+    return Storage.at(tmp_path / "landing")

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from watch_service.app import create_app
@@ -20,9 +21,27 @@ from watch_service.settings import Settings
 from watch_service.tools.local import ServiceProcess, free_port
 from watch_service.web.serving import ContractRunner
 
-__all__ = ["ROOT", "InProcessService", "ServiceProcess", "call", "free_port", "unique", "wait_for"]
+__all__ = [
+    "ON_BOTH_STORAGES",
+    "ON_S3",
+    "ROOT",
+    "S3",
+    "InProcessService",
+    "ServiceProcess",
+    "call",
+    "free_port",
+    "unique",
+    "wait_for",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# ``landing_location`` on the session's object store (marked ``s3``), for parametrize lists.
+S3 = pytest.param("s3", marks=pytest.mark.s3, id="s3")
+# Runs a test with the ``landing_location`` fixture on a local folder and on the object store.
+ON_BOTH_STORAGES = pytest.mark.parametrize("landing_location", ["local", S3], indirect=True)
+ON_S3 = pytest.mark.parametrize("landing_location", [S3], indirect=True)
 
 
 def unique(prefix: str = "t") -> str:

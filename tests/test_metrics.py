@@ -73,7 +73,7 @@ async def exposed(service, http, tmp_path_factory) -> dict[str, dict[str, list]]
     async with running(cfg) as run, serving(cfg.consumer, run.sink.stats, "127.0.0.1", 0) as port:
 
         def landed() -> bool:
-            return state(landing / "metrics").get("cursors", {}).get(topic) == 2
+            return state(cfg).get("cursors", {}).get(topic) == 2
 
         await wait_for(landed, timeout=20, what="the sink to land both records")
         sink_text = await scrape(http, f"http://127.0.0.1:{port}")

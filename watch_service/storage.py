@@ -22,13 +22,18 @@ anything on object storage; the table format owns the warehouse's commits.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import fcntl
 import os
 import re
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from watch_service.protocol import sigv4
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 TMP_PREFIX = ".tmp-"
 DEFAULT_REGION = "us-east-1"
+GET_TIMEOUT_S = 30.0
 
 
 class StorageError(AuditsyncError):
@@ -137,12 +143,13 @@ class Location:
 
 @dataclasses.dataclass(frozen=True)
 class S3Config:
-    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself."""
+    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself. The secret
+    and the session token stay out of ``repr`` (a logged configuration shows neither)."""
 
     endpoint: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    session_token: str | None = dataclasses.field(default=None, repr=False)
     region: str = DEFAULT_REGION
 
     @classmethod
@@ -216,6 +223,7 @@ class S3Config:
             "region": self.region,
             "force_virtual_addressing": False,
             "allow_bucket_creation": False,
+            "allow_delayed_open": True,  # a small object is one PutObject, not a multipart upload
         }
         if self.endpoint:
             parsed = urllib.parse.urlsplit(self.endpoint)
@@ -298,7 +306,10 @@ class Storage:
             )
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Make ``rel`` hold ``data``, all or nothing, durably."""
+        """Make ``rel`` hold ``data``, all or nothing, durably: locally a temp file, fsync,
+        rename, folder fsync; on S3 one PutObject (above pyarrow's part size, one multipart
+        upload, visible only once completed; an interrupted one is left for the bucket's
+        lifecycle rule to abort)."""
         if self.location.is_local:
             target = Path(self.path(rel))
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -314,16 +325,16 @@ class Storage:
             out.write(data)
 
     def read_bytes(self, rel: str) -> bytes | None:
-        """The object's bytes; None when there is none."""
+        """The object's bytes, one whole version of it; None when there is none. On S3 one
+        signed GET (``protocol.sigv4``): pyarrow's HEAD + ranged GET could mix two versions of
+        an object replaced in between, such as a ``state.json`` a live sink rewrites."""
+        if not self.location.is_local:
+            return _s3_get(self.s3, self.location.join(rel) if rel else self.location)
         try:
-            with self.fs.open_input_file(self.path(rel)) as f:
+            with self.fs.open_input_stream(self.path(rel)) as f:
                 return bytes(f.read())
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if _not_found(exc):
-                return None
-            raise
 
     def exists(self, rel: str = "") -> bool:
         import pyarrow.fs as pafs
@@ -339,6 +350,35 @@ class Storage:
         except OSError as exc:
             if not _not_found(exc):
                 raise
+
+    def remove_temp_files(self, rel: str = "") -> list[str]:
+        """Delete the temp files a crash left in a local folder (they never became visible
+        under a real name); names of those removed. Nothing on S3, where writes are one PUT."""
+        if not self.location.is_local:
+            return []
+        folder = Path(self.path(rel))
+        if not folder.is_dir():
+            return []
+        stale = sorted(p for p in folder.iterdir() if p.name.startswith(TMP_PREFIX))
+        for p in stale:
+            p.unlink()
+        return [p.name for p in stale]
+
+    def lock_file(self, rel: str) -> LocalLock | None:
+        """An exclusive ``flock`` on the local file ``rel`` (created if missing), held until
+        released or the process ends; None when another process holds it. Local only: an
+        object store has no locks (see the sink's PostgreSQL advisory lock)."""
+        if not self.location.is_local:
+            raise StorageError(f"{self.uri(rel)}: file locks exist only on a local filesystem")
+        target = Path(self.path(rel))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return LocalLock(fd)
 
     def delete_tree(self, rel: str = "") -> None:
         """Delete a folder (prefix) and everything under it; nothing when it is not there."""
@@ -392,6 +432,40 @@ class Storage:
         import pyarrow.parquet as pq
 
         return pq.read_table(self.path(rel), columns=columns, filesystem=self.fs)
+
+
+class LocalLock:
+    """A held ``flock`` (see :meth:`Storage.lock_file`)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _s3_get(s3: S3Config, location: Location) -> bytes | None:
+    """One GET of the object at ``location``; None on 404."""
+    url, host, path = sigv4.object_url(s3.endpoint, s3.region, location.bucket, location.path)
+    headers = {"x-amz-security-token": s3.session_token} if s3.session_token else {}
+    if s3.access_key and s3.secret_key:
+        now = dt.datetime.now(dt.UTC)
+        headers = sigv4.sign(
+            "GET", host, path, headers, s3.access_key, s3.secret_key, s3.region, now
+        )
+    request = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=GET_TIMEOUT_S) as response:
+            return bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        body = exc.read()[:300].decode(errors="replace").replace("\n", " ")
+        raise OSError(f"GET {location.uri}: HTTP {exc.code} {exc.reason}: {body}") from None
+    except urllib.error.URLError as exc:
+        raise OSError(f"GET {location.uri}: {exc.reason}") from None
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -10,21 +10,25 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from watch_service.storage import Storage, StorageError
+
 from .hooks import DEFAULT_CONN_ID, WatchServiceHook
+from .landing_store import aws_conn_id_setting, landing_storage
 from .sink_cursors import decide, read_positions, split_consumers
 
 
 class SinkCursorSensor(BaseSensorOperator):
-    """``landing``: the landing zone root; ``consumers``: comma-separated names, empty = every
-    consumer folder with a ``state.json``."""
+    """``landing``: the landing zone root (a path, ``file://…`` or ``s3://bucket/prefix``);
+    ``consumers``: comma-separated names, empty = every consumer with a ``state.json``;
+    ``aws_conn_id``: the ``aws`` connection of an S3 landing (default: the
+    ``AUDITSYNC_AWS_CONN_ID`` setting, else the ``AWS_*`` variables)."""
 
-    template_fields: Sequence[str] = ("landing", "consumers")
+    template_fields: Sequence[str] = ("landing", "consumers", "aws_conn_id")
     ui_color = "#e8f4ff"
 
     def __init__(
@@ -33,6 +37,7 @@ class SinkCursorSensor(BaseSensorOperator):
         landing: str,
         consumers: str = "",
         watch_conn_id: str = DEFAULT_CONN_ID,
+        aws_conn_id: str | None = None,
         deferrable: bool = True,
         poll_s: float = 2.0,
         **kwargs: Any,
@@ -43,6 +48,7 @@ class SinkCursorSensor(BaseSensorOperator):
         self.landing = landing
         self.consumers = consumers
         self.watch_conn_id = watch_conn_id
+        self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
         self.poll_s = poll_s
         self._last_reason = ""
@@ -51,11 +57,21 @@ class SinkCursorSensor(BaseSensorOperator):
         end = context.get("data_interval_end") or context["logical_date"]
         return end.timestamp()
 
+    def _aws_conn_id(self) -> str | None:
+        return self.aws_conn_id or aws_conn_id_setting()
+
+    def _landing(self) -> Storage:
+        """The landing zone; a location it cannot name fails the task (no retry helps)."""
+        try:
+            return landing_storage(self.landing, self._aws_conn_id())
+        except StorageError as exc:
+            raise AirflowFailException(f"landing: {exc}") from None
+
     def poke(self, context) -> bool:
         end_s = self._interval_end_s(context)
         now = time.time()
         heads = WatchServiceHook(self.watch_conn_id).get_heads() if now >= end_s else None
-        positions, missing = read_positions(Path(self.landing), split_consumers(self.consumers))
+        positions, missing = read_positions(self._landing(), split_consumers(self.consumers))
         decision = decide(now, end_s, positions, missing, heads)
         self._last_reason = decision.reason
         self.log.info("%s", decision.reason)
@@ -77,6 +93,7 @@ class SinkCursorSensor(BaseSensorOperator):
                 deadline_s=time.time() + self.timeout,
                 watch_conn_id=self.watch_conn_id,
                 poll_s=self.poll_s,
+                aws_conn_id=self._aws_conn_id(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout + 120),

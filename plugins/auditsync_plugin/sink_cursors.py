@@ -7,7 +7,8 @@ end (seqs are commit-ordered, invariant L1), so a consumer whose cursor has reac
 read at or after the interval's end has passed the interval's end. Heads read later are only
 larger, so using a later read is never wrong, only stricter.
 
-:func:`decide` is the pure decision; :func:`read_positions` the only file access.
+:func:`decide` is the pure decision; :func:`read_positions` the only read of the landing zone
+(a local folder or an ``s3://`` prefix, through ``watch_service.storage``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
-STATE_FILE = "state.json"
+from watch_service.protocol.landing import STATE_FILE
+from watch_service.storage import Storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,18 +96,21 @@ def parse_state(consumer: str, raw: bytes | str) -> SinkPosition:
 
 
 def read_positions(
-    landing: Path, consumers: Iterable[str] = ()
+    landing: Storage, consumers: Iterable[str] = ()
 ) -> tuple[list[SinkPosition], list[str]]:
-    """Positions of the named consumers (or every consumer folder found), and the names of
-    those without a readable ``state.json``."""
-    landing = Path(landing)
+    """Positions of the named consumers (or every consumer found: a folder holding a
+    ``state.json``), and the names of those without a readable ``state.json``."""
     names = [c for c in consumers if c]
-    if not names and landing.is_dir():
-        names = sorted(p.name for p in landing.iterdir() if (p / STATE_FILE).is_file())
+    if not names:
+        names = [c for c in landing.folders() if landing.exists(f"{c}/{STATE_FILE}")]
     positions, missing = [], []
     for name in names:
         try:
-            positions.append(parse_state(name, (landing / name / STATE_FILE).read_bytes()))
+            raw = landing.read_bytes(f"{name}/{STATE_FILE}")
+            if raw is None:
+                missing.append(name)
+                continue
+            positions.append(parse_state(name, raw))
         except (OSError, ValueError, TypeError, AttributeError):
             missing.append(name)
     return positions, missing

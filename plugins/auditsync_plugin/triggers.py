@@ -1,9 +1,9 @@
 """The deferrable half of the sink-cursor sensor: waits in the triggerer, not in a worker slot.
 
 It reads the service's heads once, at or after the interval's end, and then only re-reads the
-sinks' ``state.json`` until every cursor reaches those heads: a busy topic whose head keeps
-moving cannot keep the run waiting forever. Past ``deadline`` it reports why it is still
-waiting, and the sensor fails with that reason.
+sinks' ``state.json`` (on a local disk or S3) until every cursor reaches those heads: a busy
+topic whose head keeps moving cannot keep the run waiting forever. Past ``deadline`` it
+reports why it is still waiting, and the sensor fails with that reason.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from .hooks import WatchServiceError, WatchServiceHook
+from .landing_store import landing_storage
 from .sink_cursors import decide, read_positions
 
 
@@ -29,6 +29,7 @@ class SinkCursorTrigger(BaseTrigger):
         deadline_s: float,
         watch_conn_id: str,
         poll_s: float = 2.0,
+        aws_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.landing = landing
@@ -37,6 +38,7 @@ class SinkCursorTrigger(BaseTrigger):
         self.deadline_s = float(deadline_s)
         self.watch_conn_id = watch_conn_id
         self.poll_s = float(poll_s)
+        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -48,11 +50,13 @@ class SinkCursorTrigger(BaseTrigger):
                 "deadline_s": self.deadline_s,
                 "watch_conn_id": self.watch_conn_id,
                 "poll_s": self.poll_s,
+                "aws_conn_id": self.aws_conn_id,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = WatchServiceHook(self.watch_conn_id)
+        landing = await asyncio.to_thread(landing_storage, self.landing, self.aws_conn_id)
         heads: dict[str, int] | None = None
         service_error = ""
         while True:
@@ -62,9 +66,7 @@ class SinkCursorTrigger(BaseTrigger):
                     heads = await asyncio.to_thread(hook.get_heads)
                 except WatchServiceError as exc:
                     service_error = f" (service: {exc})"
-            positions, missing = await asyncio.to_thread(
-                read_positions, Path(self.landing), self.consumers
-            )
+            positions, missing = await asyncio.to_thread(read_positions, landing, self.consumers)
             decision = decide(now, self.interval_end_s, positions, missing, heads)
             if decision.ready:
                 yield TriggerEvent({"status": "ready", "reason": decision.reason})

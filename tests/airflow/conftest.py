@@ -248,9 +248,12 @@ def landing(airflow_home, watch_service, pg_url) -> Landing:
         sink.send_signal(signal.SIGTERM)
         assert sink.wait(20) == 0
         sink_log.close()
+    from watch_service.sink.landing import Landing as SinkLanding
+    from watch_service.storage import Storage
+
     faults = {"drop": 0, "corrupt": 0}
-    for line in (root / CONSUMER / "faults.jsonl").read_text().splitlines():
-        faults[json.loads(line)["kind"]] += 1
+    for kind, _, _ in SinkLanding(Storage.at(root), CONSUMER).load_faults():
+        faults[kind] += 1
     assert faults["drop"] > 0 and faults["corrupt"] > 0, faults
     return Landing(wanted, capped, out.stdout, faults)
 
@@ -361,8 +364,9 @@ def write_phantom(consumer_dir: Path, topic: str, seq: int) -> None:
 
     from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD, payload_hash
     from watch_service.sink.landing import Landing, rows_table
+    from watch_service.storage import Storage
 
-    last = Landing(consumer_dir.parent, consumer_dir.name).segments()[-1].last_frame_no
+    last = Landing(Storage.at(consumer_dir.parent), consumer_dir.name).segments()[-1].last_frame_no
     data = '{"phantom":true}'
     row = {
         "consumer": consumer_dir.name,

@@ -29,11 +29,11 @@ TASKS = {
 
 
 def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:
-    counts: collections.Counter = collections.Counter()
-    for line in (landing_dir / CONSUMER / "faults.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        counts[(entry["kind"], entry["topic"])] += 1
-    return counts
+    from watch_service.sink.landing import Landing
+    from watch_service.storage import Storage
+
+    faults = Landing(Storage.at(landing_dir), CONSUMER).load_faults()
+    return collections.Counter((kind, topic) for kind, topic, _ in faults)
 
 
 def test_the_retention_dag_ran_auditsync_retention(landing, pg_url):

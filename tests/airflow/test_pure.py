@@ -23,7 +23,6 @@ from auditsync_plugin.sink_cursors import (
     SinkPosition,
     decide,
     parse_state,
-    read_positions,
     split_consumers,
 )
 from auditsync_plugin.ui.app import resolve_doc
@@ -121,18 +120,7 @@ def test_cursors_of_topics_not_yet_in_the_state_count_as_zero():
     assert d.lags == (Lag("c1", "new", 0, 2),)
 
 
-def test_state_files_are_read_and_discovered(tmp_path: Path):
-    (tmp_path / "c1").mkdir()
-    (tmp_path / "c1" / "state.json").write_text(
-        json.dumps({"wid": "w", "topics": ["a"], "cursors": {"a": 5}, "frame_no": 3})
-    )
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "state.json").write_text("{not json")
-    (tmp_path / "empty").mkdir()
-    found, missing = read_positions(tmp_path, [])
-    assert [p.consumer for p in found] == ["c1"] and missing == ["broken"]
-    found, missing = read_positions(tmp_path, ["c1", "c2"])
-    assert found == [SinkPosition("c1", ("a",), {"a": 5})] and missing == ["c2"]
+def test_state_payloads_and_consumer_lists_are_parsed():
     assert parse_state("x", b'{"cursors": {}}') == SinkPosition("x", (), {})
     assert split_consumers(" a, ,b ") == ["a", "b"] and split_consumers(None) == []
 
@@ -410,6 +398,7 @@ def test_airflow_env_overrides(tmp_path: Path):
             "AUDITSYNC_SINK_KEY": "sekret",
             "AUDITSYNC_SCHEDULE": "0 * * * *",
             "AUDITSYNC_CONSUMERS": "c1,c2",
+            "AUDITSYNC_AWS_CONN_ID": "s3_landing",
             "HOME": "/ignored",
             "AUDITSYNC_LANDING": "",
         },
@@ -433,6 +422,7 @@ def test_airflow_env_overrides(tmp_path: Path):
     assert env["AUDITSYNC_SCHEDULE"] == "0 * * * *"
     assert env["AIRFLOW_VAR_AUDITSYNC_CONSUMERS"] == "c1,c2"
     assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == str(tmp_path / "landing")
+    assert env["AUDITSYNC_AWS_CONN_ID"] == "s3_landing"
     assert "HOME" not in env
 
 

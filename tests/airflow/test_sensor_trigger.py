@@ -13,7 +13,7 @@ from auditsync_plugin.hooks import WatchServiceHook
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.triggers import SinkCursorTrigger
 
-from ..support import unique
+from ..support import ON_S3, unique
 from .conftest import http_json
 
 pytestmark = [pytest.mark.airflow, pytest.mark.service]
@@ -67,6 +67,43 @@ def test_trigger_fires_when_the_sink_has_the_heads(topic, tmp_path):
     assert payload["status"] == "ready"
 
 
+@ON_S3
+def test_trigger_reads_an_s3_landing_through_its_aws_connection(
+    topic, landing_location, object_store, monkeypatch
+):
+    name, head = topic
+    cfg = object_store.config
+    conn = {"conn_type": "aws", "login": cfg.access_key, "password": cfg.secret_key}
+    conn["extra"] = {"endpoint_url": cfg.endpoint}
+    monkeypatch.setenv("AIRFLOW_CONN_S3_LANDING", json.dumps(conn))
+    state = {"topics": [name], "cursors": {name: head}}
+    landing_location.write_bytes("c1/state.json", json.dumps(state).encode())
+    sensor = SinkCursorSensor(
+        task_id="s", landing=landing_location.uri(), aws_conn_id="s3_landing", poll_s=0.05
+    )
+    assert sensor.poke({"data_interval_end": None, "logical_date": _past()})
+    trigger = SinkCursorTrigger(
+        landing_location.uri(),
+        ["c1"],
+        time.time() - 60,
+        time.time() + 30,
+        "auditsync_watch",
+        poll_s=0.05,
+        aws_conn_id="s3_landing",
+    )
+    payload = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
+    assert payload == {
+        "status": "ready",
+        "reason": "every sink (c1) has reached the heads read after the interval",
+    }
+
+
+def _past(minutes: int = 1):
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=minutes)
+
+
 def test_trigger_times_out_naming_the_lagging_topic(topic, tmp_path):
     name, head = topic
     _state(tmp_path, "c1", name, head - 2)
@@ -88,3 +125,6 @@ def test_the_sensor_fails_loudly_with_the_triggers_reason():
     with pytest.raises(AirflowFailException, match=r"within 60s: c1/a cursor 1 < head 3"):
         sensor.execute_complete({}, {"status": "timeout", "reason": "c1/a cursor 1 < head 3"})
     sensor.execute_complete({}, {"status": "ready", "reason": "ok"})
+    typo = SinkCursorSensor(task_id="t", landing="s3:/bars/landing", timeout=60)
+    with pytest.raises(AirflowFailException, match=r"^landing: unsupported location 's3:/bars"):
+        typo.poke({"data_interval_end": _past(minutes=-60)})  # no heads asked for yet

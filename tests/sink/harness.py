@@ -1,5 +1,6 @@
-"""Test harness: read a consumer's landing folder back, run a sink in-process, or run it as
-its own OS process (``python -m watch_service.sink``) to kill it by PID."""
+"""Test harness: read a consumer's landing back (a folder or an S3 prefix, through
+``Storage``), run a sink in-process, or run it as its own OS process (``python -m
+watch_service.sink``) to kill it by PID."""
 
 from __future__ import annotations
 
@@ -13,48 +14,75 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
-import pyarrow.parquet as pq
 
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
 from watch_service.store.search_index import SearchIndex
 
 from ..support import ROOT, wait_for
 
 
-def segments(folder: Path) -> list[Path]:
-    return sorted(folder.glob("part-*.parquet")) if folder.exists() else []
+def _store(where: Storage | SinkConfig) -> Storage:
+    return consumer(where) if isinstance(where, SinkConfig) else where
 
 
-def rows(folder: Path) -> list[dict]:
+def segments(where: Storage | SinkConfig) -> list[str]:
+    """Names of a consumer's segments (its landing, or a sink configuration's), in frame
+    order."""
+    store = _store(where)
+    return [name for name, _ in store.files() if name.startswith("part-")]
+
+
+def rows(where: Storage | SinkConfig) -> list[dict]:
     """Every landed row, in frame order."""
+    store = _store(where)
     out: list[dict] = []
-    for path in segments(folder):
-        out.extend(pq.read_table(path).to_pylist())
+    for name in segments(store):
+        out.extend(store.read_parquet(name).to_pylist())
     return sorted(out, key=lambda r: r["frame_no"])
 
 
-def state(folder: Path) -> dict:
-    path = folder / "state.json"
-    return orjson.loads(path.read_bytes()) if path.exists() else {}
+def state(where: Storage | SinkConfig) -> dict:
+    raw = _store(where).read_bytes("state.json")
+    return orjson.loads(raw) if raw is not None else {}
 
 
-def faults(folder: Path) -> set[tuple[str, str, int]]:
-    path = folder / "faults.jsonl"
-    if not path.exists():
-        return set()
-    return {
-        (e["kind"], e["topic"], e["seq"]) for e in map(orjson.loads, path.read_bytes().splitlines())
-    }
+def faults(where: Storage | SinkConfig) -> set[tuple[str, str, int]]:
+    """Every fault decision on record, from the consumer's ``faults/`` objects."""
+    store, out = _store(where), set()
+    for name, _ in store.files("faults"):
+        for line in (store.read_bytes(f"faults/{name}") or b"").splitlines():
+            e = orjson.loads(line)
+            out.add((e["kind"], e["topic"], e["seq"]))
+    return out
 
 
-def config(landing: Path, url: str, **changes) -> SinkConfig:
+def consumer(cfg: SinkConfig) -> Storage:
+    """The consumer's landing (folder or prefix) of a sink configuration."""
+    return cfg.storage().child(cfg.consumer)
+
+
+def landing_flags(root: Storage) -> list[str]:
+    return ["--landing", root.uri()]
+
+
+def landing_env(root: Storage) -> dict[str, str]:
+    """What a sink process needs to reach ``root``: the AWS variables of an S3 landing."""
+    return {} if root.location.is_local else root.s3.environ()
+
+
+def config(root: Storage | Path, url: str, lock_url: str | None = None, **changes) -> SinkConfig:
+    """A sink on ``root`` (a Storage, or a local folder); ``lock_url``: an S3 landing's lock."""
+    root = root if isinstance(root, Storage) else Storage.at(root)
     base = SinkConfig(
         url=url,
         topics=("a", "b"),
         consumer="c1",
-        landing=landing,
+        landing=root.location,
+        s3=None if root.location.is_local else root.s3,
+        lock_url=lock_url,
         heartbeat_ms=1000,
         watchdog_slack_ms=200,
         flush_ms=50,
@@ -77,7 +105,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def running(cfg: SinkConfig, index: SearchIndex | None = None) -> AsyncIterator[Running]:
     """A sink on ``cfg`` in this event loop, with a deterministic backoff (lowest jitter)."""
-    landing = Landing(cfg.landing, cfg.consumer)
+    landing = Landing(cfg.storage(), cfg.consumer, cfg.lock_url)
     landing.open()
     sink = Sink(cfg, landing, index, draw=lambda: 0.0)
     run = Running(sink, asyncio.create_task(sink.run()))
@@ -92,8 +120,8 @@ async def running(cfg: SinkConfig, index: SearchIndex | None = None) -> AsyncIte
 class SinkProcess:
     """The sink as a child process, its output appended to ``log``."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.args, self.log = args, log
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args, self.log, self.env = args, log, env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -103,7 +131,7 @@ class SinkProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"},
             )
 
     def alive(self) -> bool:

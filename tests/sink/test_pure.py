@@ -2,7 +2,6 @@
 watchdog, progress lines, flag validation."""
 
 import argparse
-from pathlib import Path
 
 import pytest
 
@@ -12,6 +11,7 @@ from watch_service.sink.config import ConfigError, build_parser, config_from_arg
 from watch_service.sink.connection import WatchOptions, session_body
 from watch_service.sink.progress import Stats, lags, progress_line
 from watch_service.sink.rows import FrameContext, FrameError, advance, frame_rows, index_ops
+from watch_service.storage import Location, S3Config
 from watch_service.store.search_index import Rewound
 
 pytestmark = pytest.mark.unit
@@ -158,13 +158,34 @@ def _args(*extra: str) -> argparse.Namespace:
     )
 
 
+def _db() -> str:
+    return "postgresql://x"
+
+
 def test_config_from_flags():
-    cfg = config_from_args(_args("--node", "n1", "--fault-corrupt", "3"), "k", "postgresql://x")
+    cfg = config_from_args(_args("--node", "n1", "--fault-corrupt", "3"), "k", _db)
     assert cfg.url == "http://127.0.0.1:8400" and cfg.topics == ("a", "b")
-    assert cfg.consumer_dir == Path("/tmp/x/c1") and cfg.key == "k" and cfg.node == "n1"
+    assert cfg.consumer_dir == Location("file", "/tmp/x/c1") and cfg.key == "k"
+    assert cfg.node == "n1" and cfg.lock_url is None and cfg.s3 is None
     assert cfg.index_url == "postgresql://x" and cfg.faults.corrupt == 3 and cfg.faults.enabled
-    assert config_from_args(_args("--no-index"), None, "postgresql://x").index_url is None
+    assert config_from_args(_args("--no-index"), None, _db).index_url is None
     assert config_from_args(_args(), "", None).key is None
+
+
+def test_an_s3_landing_takes_the_aws_variables_and_locks_in_postgresql():
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k", "AWS_REGION": "r"}
+    s3 = _args("--landing", "s3://bars/landing/", "--no-index")
+    cfg = config_from_args(s3, None, _db, env)
+    assert cfg.consumer_dir.uri == "s3://bars/landing/c1" and cfg.index_url is None
+    assert cfg.lock_url == "postgresql://x"
+    assert cfg.s3 == S3Config(endpoint="http://127.0.0.1:9", access_key="k", region="r")
+    flagged = _args("--landing", "s3://bars/landing", "--database-url", "postgresql://y")
+    assert config_from_args(flagged, None, None, {}).lock_url == "postgresql://y"
+    with pytest.raises(ConfigError, match=r"^--landing s3://bars/landing: an object store has no"):
+        config_from_args(_args("--landing", "s3://bars/landing"), None, None, {})
+    bad_env = {"AWS_ENDPOINT_URL": "127.0.0.1:9"}
+    with pytest.raises(ConfigError, match="^--landing: AWS_ENDPOINT_URL='127.0.0.1:9'"):
+        config_from_args(s3, None, _db, bad_env)
 
 
 @pytest.mark.parametrize(
@@ -177,6 +198,9 @@ def test_config_from_flags():
         (["--flush-ms", "0"], "--flush-ms"),
         (["--node", "has space"], "--node"),
         (["--fault-drop-fraction", "1.5"], "--fault"),
+        (["--landing", "gs://bars/x"], "--landing: unsupported location 'gs://bars/x'"),
+        (["--landing", "s3:/bars"], "--landing: unsupported location 's3:/bars'"),
+        (["--landing", "S3://Bad_Bucket"], "--landing: location 'S3://Bad_Bucket': 'Bad_Bucket'"),
     ],
 )
 def test_config_names_the_bad_flag(extra, message):

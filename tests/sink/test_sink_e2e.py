@@ -68,15 +68,23 @@ def newest_per_key(items: dict[tuple[str, int], tuple[str | None, str]]) -> dict
     return out
 
 
-@pytest.mark.parametrize("faulty", [False, True], ids=["faithful", "fault-injection"])
+@pytest.mark.parametrize(
+    "faulty, landing_location",
+    [
+        pytest.param(False, "local", id="faithful-local"),
+        pytest.param(True, "local", id="fault-injection-local"),
+        pytest.param(True, "s3", id="fault-injection-s3", marks=pytest.mark.s3),
+    ],
+    indirect=["landing_location"],
+)
 async def test_sigkill_mid_stream_then_restart_loses_nothing(
-    service, http, pg_url, tmp_path, faulty
+    service, http, pg_url, tmp_path, faulty, landing_location
 ):
     topics = [unique("sink-a"), unique("sink-b")]
     for t in topics:
         async with http.put(f"{service.url}/v0/topics/{t}", json={}) as r:
             assert r.status == 201
-    consumer = tmp_path / "landing" / "e2e"
+    consumer = landing_location.child("e2e")
     args = [
         "--url",
         service.url,
@@ -84,8 +92,7 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(
         ",".join(topics),
         "--consumer",
         "e2e",
-        "--landing",
-        str(tmp_path / "landing"),
+        *lv.landing_flags(landing_location),
         "--database-url",
         pg_url,
         "--flush-rows",
@@ -96,7 +103,7 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(
         "0.5",
         *(FAULTS if faulty else []),
     ]
-    sink = lv.SinkProcess(args, tmp_path / "sink.log")
+    sink = lv.SinkProcess(args, tmp_path / "sink.log", lv.landing_env(landing_location))
     sink.start()
     writer = asyncio.create_task(write_all(http, service.url, topics))
     await wait_for(

@@ -72,13 +72,13 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(
     try:
         async with lv.running(cfg) as run:
             await wait_for(
-                lambda: lv.state(cfg.consumer_dir).get("cursors") == heads,
+                lambda: lv.state(cfg).get("cursors") == heads,
                 timeout=60,
                 what="every record landed",
             )
             assert run.sink.stats.duplicates == 0
             await asyncio.to_thread(proc.stop, signal.SIGKILL)
-            wid = lv.state(cfg.consumer_dir)["wid"]
+            wid = lv.state(cfg)["wid"]
             behind = await persisted_cursors(pg_url, wid)
             resent = sum(PER_TOPIC - behind[t] for t in topics)
             assert resent == 2 * PER_TOPIC, behind  # behind by everything: no stream closed
@@ -89,10 +89,7 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(
             total = 2 * (PER_TOPIC + LATER) + resent
             done = dict.fromkeys(topics, PER_TOPIC + LATER)
             await wait_for(
-                lambda: (
-                    run.sink.stats.records == total
-                    and lv.state(cfg.consumer_dir).get("cursors") == done
-                ),
+                lambda: run.sink.stats.records == total and lv.state(cfg).get("cursors") == done,
                 timeout=60,
                 what="the re-sent and new records landed",
             )
@@ -103,15 +100,16 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(
 
     logged = sum(int(n) for n in re.findall(r"re-delivered: (\d+) record", caplog.text))
     assert logged == resent
-    rows = [r for r in lv.rows(cfg.consumer_dir) if r["kind"] == "record"]
+    rows = [r for r in lv.rows(cfg) if r["kind"] == "record"]
     copies = collections.Counter((r["topic"], r["seq"]) for r in rows)
     assert copies == {
         (t, s): 2 if s <= PER_TOPIC else 1 for t in topics for s in range(1, PER_TOPIC + LATER + 1)
     }
 
-    footers = [Landing.segment_footer(p)["cursors"] for p in lv.segments(cfg.consumer_dir)]
+    landing = Landing(cfg.storage(), cfg.consumer)
+    footers = [landing.segment_footer(name)["cursors"] for name in lv.segments(cfg)]
     assert len(footers) > 2
     for before, after in itertools.pairwise(footers):
         assert all(after[t] >= before[t] for t in before), (before, after)
-    state = lv.state(cfg.consumer_dir)
+    state = lv.state(cfg)
     assert state["cursors"] == done and cursor_codec.decode(state["last_id"]) == done

@@ -21,8 +21,18 @@ async def stub():
     await server.stop()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_signal_flushes_the_buffer_and_exits_0(stub, tmp_path, sig):
+@pytest.mark.parametrize(
+    "sig, landing_location",
+    [
+        pytest.param(signal.SIGTERM, "local", id="SIGTERM-local"),
+        pytest.param(signal.SIGINT, "local", id="SIGINT-local"),
+        pytest.param(signal.SIGTERM, "s3", id="SIGTERM-s3", marks=pytest.mark.s3),
+    ],
+    indirect=["landing_location"],
+)
+async def test_signal_flushes_the_buffer_and_exits_0(
+    stub, tmp_path, sig, landing_location, request
+):
     stub.scripts.append(
         [
             record_frame("a", [1, 2], {"a": 2, "b": 0}),
@@ -30,7 +40,13 @@ async def test_signal_flushes_the_buffer_and_exits_0(stub, tmp_path, sig):
             HANG,
         ]
     )
-    consumer = tmp_path / "landing" / "c1"
+    consumer = landing_location.child("c1")
+    # an object-store consumer is locked in PostgreSQL, even without a search index
+    lock = (
+        []
+        if landing_location.location.is_local
+        else ["--database-url", request.getfixturevalue("pg_url")]
+    )
     # Nothing flushes on its own (huge row and time limits): only the signal can land it.
     sink = lv.SinkProcess(
         [
@@ -40,8 +56,8 @@ async def test_signal_flushes_the_buffer_and_exits_0(stub, tmp_path, sig):
             "a,b",
             "--consumer",
             "c1",
-            "--landing",
-            str(tmp_path / "landing"),
+            *lv.landing_flags(landing_location),
+            *lock,
             "--no-index",
             "--flush-rows",
             "1000000",
@@ -51,6 +67,7 @@ async def test_signal_flushes_the_buffer_and_exits_0(stub, tmp_path, sig):
             "0.1",
         ],
         tmp_path / "sink.log",
+        lv.landing_env(landing_location),
     )
     sink.start()
     await wait_for(

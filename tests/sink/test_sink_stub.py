@@ -4,7 +4,6 @@ error frames, wid reuse across restarts, and refusal."""
 import re
 
 import psycopg
-import pyarrow.parquet as pq
 import pytest
 
 from watch_service.protocol import cursor as cursor_codec
@@ -55,7 +54,7 @@ async def test_frames_in_odd_chunks_land_and_persist_the_cursor(stub, tmp_path):
     stub.scripts.append([*chunks(wire.replace(b"\n", b"\r\n"), 7), HANG])
     cfg = lv.config(tmp_path, stub.url, key="s3cret", node="n1")
     async with lv.running(cfg) as run:
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 4, what="4 frames")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 4, what="4 frames")
         assert await run.stop() == 0
     assert stub.posts == [
         {
@@ -70,7 +69,7 @@ async def test_frames_in_odd_chunks_land_and_persist_the_cursor(stub, tmp_path):
     (get,) = stub.gets
     assert (get.wid, get.authorization) == ("wid_1", "Bearer s3cret")
     assert get.last_event_id == cursor_codec.encode({"a": 0, "b": 0})
-    rows = lv.rows(cfg.consumer_dir)
+    rows = lv.rows(cfg)
     cols = ("frame_no", "kind", "topic", "seq", "cursor", "tag")
     assert [tuple(r[c] for c in cols) for r in rows] == [
         (1, "record", "a", 1, 2, None),
@@ -81,10 +80,10 @@ async def test_frames_in_odd_chunks_land_and_persist_the_cursor(stub, tmp_path):
     ]
     assert {r["consumer"] for r in rows} == {"c1"} and {r["filter_node"] for r in rows} == {"n1"}
     assert rows[0]["data"] == '{"n":1,"topic":"a"}' and rows[0]["head_seq"] == 5
-    for seg in lv.segments(cfg.consumer_dir):
-        assert re.fullmatch(r"part-\d{12}-\d{12}\.parquet", seg.name)
-        assert pq.read_schema(seg).remove_metadata() == SCHEMA
-    st = lv.state(cfg.consumer_dir)
+    for seg in lv.segments(cfg):
+        assert re.fullmatch(r"part-\d{12}-\d{12}\.parquet", seg)
+        assert lv.consumer(cfg).parquet_schema(seg).remove_metadata() == SCHEMA
+    st = lv.state(cfg)
     assert st["wid"] == "wid_1" and st["cursors"] == {"a": 2, "b": 9}
     assert st["last_id"] == cursor_codec.encode({"a": 2, "b": 9})
 
@@ -94,13 +93,13 @@ async def test_reconnects_with_last_event_id_after_retry(stub, tmp_path):
     stub.scripts += [[frames.retry(10), first], [record_frame("a", [2], {"a": 2, "b": 0}), HANG]]
     cfg = lv.config(tmp_path, stub.url)
     async with lv.running(cfg) as run:
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 2, what="2 frames")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 2, what="2 frames")
         assert run.sink.stats.reconnects == 1 and run.sink.stats.duplicates == 0
     assert len(stub.posts) == 1 and [g.wid for g in stub.gets] == ["wid_1", "wid_1"]
     assert stub.gets[1].last_event_id == cursor_codec.encode({"a": 1, "b": 0})
     # retry: 10 with the lowest jitter is 5 ms; the 2000 ms default would be at least 1 s.
     assert stub.gets[1].at - stub.gets[0].at < 0.9
-    assert [r["seq"] for r in lv.rows(cfg.consumer_dir)] == [1, 2]
+    assert [r["seq"] for r in lv.rows(cfg)] == [1, 2]
 
 
 async def test_heartbeats_keep_the_stream_and_silence_trips_the_watchdog(stub, tmp_path):
@@ -116,7 +115,7 @@ async def test_heartbeats_keep_the_stream_and_silence_trips_the_watchdog(stub, t
         await wait_for(lambda: len(stub.gets) == 2, timeout=15, what="a reconnect")
         assert stub.gets[1].at - stub.gets[0].at > 3.0  # not 2.2 s: the heartbeats re-armed it
         assert stub.gets[1].last_event_id == cursor_codec.encode({"a": 1, "b": 0})
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 2, what="frame 2")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 2, what="frame 2")
         assert run.sink.stats.reconnects == 1
 
 
@@ -152,8 +151,8 @@ async def test_gone_session_is_reposted_from_the_persisted_cursors(stub, tmp_pat
     assert stub.posts[2]["topics"] == {"a": {"from_seq": 5}, "b": {"from_seq": 3}}
     resume = cursor_codec.encode({"a": 5, "b": 3})
     assert [g.last_event_id for g in stub.gets[1:]] == [resume] * 3
-    assert lv.state(cfg.consumer_dir)["wid"] == "wid_3"
-    assert [r["kind"] for r in lv.rows(cfg.consumer_dir)] == ["record"] * 5 + [
+    assert lv.state(cfg)["wid"] == "wid_3"
+    assert [r["kind"] for r in lv.rows(cfg)] == ["record"] * 5 + [
         "tombstone",
         "caught-up",
     ]
@@ -164,15 +163,15 @@ async def test_restart_reuses_the_wid_and_counts_redelivered_records(stub, tmp_p
     stub.scripts.append([batch, HANG])
     cfg = lv.config(tmp_path, stub.url)
     async with lv.running(cfg):
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 1, what="frame 1")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 1, what="frame 1")
     # The peer ignores the rewind and re-sends the batch (at-least-once), then moves on.
     stub.scripts.append([batch, record_frame("a", [4], {"a": 4, "b": 0}), HANG])
     async with lv.running(cfg) as run:
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 3, what="frame 3")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 3, what="frame 3")
         assert run.sink.stats.duplicates == 3
     assert len(stub.posts) == 1 and [g.wid for g in stub.gets] == ["wid_1", "wid_1"]
     assert stub.gets[1].last_event_id == cursor_codec.encode({"a": 3, "b": 0})
-    rows = lv.rows(cfg.consumer_dir)
+    rows = lv.rows(cfg)
     assert [(r["frame_no"], r["seq"]) for r in rows] == [
         (1, 1),
         (1, 2),
@@ -209,9 +208,9 @@ async def test_index_outage_never_blocks_landing_and_is_caught_up_later(stub, tm
     cfg = lv.config(tmp_path, stub.url, topics=(topic,))
     down = SearchIndex(f"postgresql://postgres@127.0.0.1:{free_port()}/x", connect_timeout_s=1)
     async with lv.running(cfg, down) as run:
-        await wait_for(lambda: lv.state(cfg.consumer_dir).get("frame_no") == 3, what="landing")
+        await wait_for(lambda: lv.state(cfg).get("frame_no") == 3, what="landing")
         await wait_for(lambda: run.sink.stats.index_errors > 0, what="an index error")
-    assert lv.state(cfg.consumer_dir)["indexed_frame_no"] == 0
+    assert lv.state(cfg)["indexed_frame_no"] == 0
     expected = {f"{topic}/k{k}": max(s for s in range(1, 31) if s % 4 == k) for k in range(4)}
 
     async def indexed() -> dict:
@@ -227,4 +226,4 @@ async def test_index_outage_never_blocks_landing_and_is_caught_up_later(stub, tm
     stub.scripts.append([HANG])
     async with lv.running(cfg, SearchIndex(pg_url)):
         await wait_for(caught_up, timeout=20, what="the index to catch up from the landing")
-    assert lv.state(cfg.consumer_dir)["indexed_frame_no"] == 3
+    assert lv.state(cfg)["indexed_frame_no"] == 3

@@ -11,12 +11,16 @@ with new content; ``reason`` is ``source_rewound``, ``head_seq`` the source's he
 superseded by the records of those seqs landed after it (a higher ``frame_no``).
 
 Segment files are Parquet with exactly these columns, in this order, named
-``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` under ``<landing>/<consumer>/``.
+``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` under ``<landing>/<consumer>/``,
+beside the sink's resume state ``state.json`` (its per-topic ``cursors``, read by the Airflow
+sensor and the UI).
 """
 
 from __future__ import annotations
 
 import hashlib
+
+STATE_FILE = "state.json"
 
 KIND_RECORD = "record"
 KIND_TOMBSTONE = "tombstone"

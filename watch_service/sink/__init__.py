@@ -5,7 +5,8 @@ one SSE client (``client.watch``, also behind ``auditsync watch``).
 Pure parts: ``sse`` (the SSE parser), ``rows`` (frames → landing rows, cursors that never move
 backwards), ``faults``, ``backoff``, ``progress``; composite ids come from ``protocol.cursor``.
 I/O: ``connection`` (one session's POST and GET), ``client`` (the reconnecting client and its
-public ``watch`` iterator), ``durable`` and ``landing`` (files), ``indexer`` (PostgreSQL),
+public ``watch`` iterator), ``landing`` (segments, state, faults through ``storage``) and
+``lock`` (one sink per consumer), ``indexer`` (PostgreSQL),
 ``spool`` (buffer and durable commit), ``consumer`` (the sink's loop), ``command`` (``auditsync
 sink``), ``watch_command`` (``auditsync watch``). ``main`` and ``build_parser`` import the heavy
 parts lazily, so importing a pure module (``watch_service.sink.sse``) does not pull in aiohttp,

@@ -1,8 +1,9 @@
-"""``auditsync sink``: parse flags, open the consumer's landing folder, run the sink until
-SIGTERM/SIGINT (flush, persist the cursor, exit 0).
+"""``auditsync sink``: parse flags, open the consumer's landing (a folder or an ``s3://``
+prefix), run the sink until SIGTERM/SIGINT (flush, persist the cursor, exit 0).
 
 Exit codes: 0 stopped cleanly, 1 the server refused us for good (bad key, forbidden topic) or
-the landing could not be written, 2 bad flags or an unusable landing folder.
+the landing could not be written, 2 bad flags, an unsupported or unusable landing, or a
+consumer another sink holds; each refusal is one line on stderr.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from watch_service.sink.config import (
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing, LandingError
 from watch_service.sink.metrics import serving
+from watch_service.storage import StorageError
 from watch_service.store.database import database_url
 from watch_service.store.search_index import SearchIndex
 
@@ -56,13 +58,10 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     )
     try:
         settings = settings_mod.load(environ)
-        default_index = None
-        if not args.no_index and not args.database_url:
-            default_index = database_url(settings)
-        cfg = config_from_args(args, settings.sink_key, default_index)
-        landing = Landing(cfg.landing, cfg.consumer)
+        cfg = config_from_args(args, settings.sink_key, lambda: database_url(settings), environ)
+        landing = Landing(cfg.storage(), cfg.consumer, cfg.lock_url)
         landing.open()
-    except (ConfigError, SettingsError, LandingError, OSError) as exc:
+    except (ConfigError, SettingsError, LandingError, StorageError, OSError) as exc:
         print(f"auditsync sink: {exc}", file=sys.stderr)
         return 2
     try:

@@ -1,7 +1,9 @@
 """The sink's flags and its one frozen configuration object.
 
 ``build_parser`` defines ``auditsync sink``'s flags; ``config_from_args`` validates them into a
-:class:`SinkConfig`, failing with the flag's name in the message.
+:class:`SinkConfig`, failing with the flag's name in the message. ``--landing`` is parsed by
+``watch_service.storage`` (a path, ``file://…`` or ``s3://bucket/prefix``; anything else is
+refused before anything is created).
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from pathlib import Path
+from collections.abc import Callable, Mapping
 
 from watch_service.protocol.errors import ApiError, AuditsyncError
 from watch_service.protocol.names import TOPIC_RE, check_node
 from watch_service.sink.faults import FaultPolicy
+from watch_service.storage import Location, S3Config, Storage, StorageError
 
 KEY_ENV = "AUDITSYNC_SINK_KEY"
 _CONSUMER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -28,7 +31,7 @@ class SinkConfig:
     url: str
     topics: tuple[str, ...]
     consumer: str
-    landing: Path
+    landing: Location
     node: str | None = None
     from_seq: int = 0
     tail: bool = False
@@ -43,10 +46,16 @@ class SinkConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: no /metrics
     faults: FaultPolicy = dataclasses.field(default_factory=FaultPolicy)
+    s3: S3Config | None = None  # None: from the AWS variables, if the landing is on S3
+    lock_url: str | None = None  # the PostgreSQL holding an object-store consumer's lock
 
     @property
-    def consumer_dir(self) -> Path:
-        return self.landing / self.consumer
+    def consumer_dir(self) -> Location:
+        return self.landing.join(self.consumer)
+
+    def storage(self) -> Storage:
+        """The landing zone root and its filesystem."""
+        return Storage(self.landing, self.s3)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -59,7 +68,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--url", required=True, help="the watch service, e.g. http://127.0.0.1:8400")
     p.add_argument("--topics", required=True, help="comma-separated topic names")
     p.add_argument("--consumer", required=True, help="this sink's name: <landing>/<consumer>/")
-    p.add_argument("--landing", required=True, type=Path, help="landing zone root folder")
+    p.add_argument(
+        "--landing",
+        required=True,
+        help="landing zone root: a folder, file:///path or s3://bucket/prefix "
+        "(S3 credentials and endpoint from the AWS_* variables)",
+    )
     p.add_argument("--node", help="node filter: never receive records written by this node")
     start = p.add_mutually_exclusive_group()
     start.add_argument(
@@ -79,13 +93,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--flush-ms", type=int, default=500, help="oldest buffered frame age, at most")
     p.add_argument("--progress-s", type=float, default=5.0, help="progress log interval")
     p.add_argument("--backoff-cap-ms", type=int, default=30_000)
-    index = p.add_mutually_exclusive_group()
-    index.add_argument(
+    p.add_argument(
         "--database-url",
-        help="search index PostgreSQL "
-        "(default: the service's DATABASE_URL or the embedded cluster)",
+        help="the sink's PostgreSQL: the search index and, for an s3:// landing, the consumer "
+        "lock (default: the service's DATABASE_URL or the embedded cluster)",
     )
-    index.add_argument("--no-index", action="store_true", help="do not keep a search index")
+    p.add_argument("--no-index", action="store_true", help="do not keep a search index")
     p.add_argument(
         "--fault-drop-fraction",
         type=float,
@@ -118,8 +131,18 @@ def _positive(name: str, value: float) -> None:
 
 
 def config_from_args(
-    args: argparse.Namespace, key: str | None, default_index_url: str | None
+    args: argparse.Namespace,
+    key: str | None,
+    default_database_url: Callable[[], str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> SinkConfig:
+    """``default_database_url``: called only when a database is needed and not flagged;
+    ``environ``: where an S3 landing's AWS variables are read (default ``os.environ``)."""
+    try:
+        landing = Location.parse(args.landing)
+        s3 = None if landing.is_local else S3Config.from_env(environ)
+    except StorageError as exc:
+        raise ConfigError(f"--landing: {exc}") from None
     if not re.fullmatch(r"https?://[^/\s]+/?", args.url):
         raise ConfigError(f"--url: expected http(s)://host:port, got {args.url!r}")
     topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
@@ -152,11 +175,21 @@ def config_from_args(
         faults = FaultPolicy(args.fault_drop_fraction, args.fault_corrupt, args.fault_seed)
     except ValueError as exc:
         raise ConfigError(f"--fault-*: {exc}") from None
+    database = args.database_url
+    if database is None and (not args.no_index or not landing.is_local):
+        database = default_database_url() if default_database_url is not None else None
+    if not landing.is_local and not database:
+        raise ConfigError(
+            f"--landing {landing.uri}: an object store has no file locks; the sink locks its "
+            "consumer in PostgreSQL: give --database-url or set DATABASE_URL"
+        )
     return SinkConfig(
         url=args.url.rstrip("/"),
         topics=topics,
         consumer=args.consumer,
-        landing=args.landing.resolve(),
+        landing=landing,
+        s3=s3,
+        lock_url=None if landing.is_local else database,
         node=args.node,
         from_seq=args.from_seq,
         tail=args.tail,
@@ -167,7 +200,7 @@ def config_from_args(
         flush_ms=args.flush_ms,
         progress_s=args.progress_s,
         backoff_cap_ms=args.backoff_cap_ms,
-        index_url=None if args.no_index else (args.database_url or default_index_url),
+        index_url=None if args.no_index else database,
         faults=faults,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,

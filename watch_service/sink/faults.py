@@ -3,8 +3,9 @@ mangle, so the reconcile pipeline has defects to find.
 
 Off by default. Pure: the fate of a record is a function of (seed, topic, seq) — plus, for
 corruption, how many corruptions are already on record — so a record re-delivered after a crash
-meets the same fate it met before. The sink persists every decision (``faults.jsonl``) before
-the segment that omits or alters the record, and reloads them into :class:`FaultBook`.
+meets the same fate it met before. The sink persists every decision
+(``faults/part-<first>-<last>.jsonl``) before the segment that omits or alters the record, and
+reloads them into :class:`FaultBook`.
 
 * drop: a fraction of records is left out of the landing (the cursor still advances).
 * corrupt: up to N records land with altered ``data`` and a hash of the altered text, so the

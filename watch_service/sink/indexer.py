@@ -107,7 +107,7 @@ class Indexer:
 
     async def _catch_up(self) -> bool:
         """Upsert every durable segment the index has not seen; False on a database error."""
-        for seg in self.landing.segments():
+        for seg in await asyncio.to_thread(self.landing.segments):  # a LIST on S3
             if seg.last_frame_no <= self.state.indexed_frame_no:
                 continue
             if seg.first_frame_no > self.state.indexed_frame_no + 1:
@@ -117,7 +117,7 @@ class Indexer:
                     self.state.indexed_frame_no + 1,
                     seg.first_frame_no - 1,
                 )
-            records = await asyncio.to_thread(self.landing.segment_index_ops, seg.path)
+            records = await asyncio.to_thread(self.landing.segment_index_ops, seg.name)
             if not await self._upsert(records, seg.last_frame_no):
                 return False
         return True

@@ -1,43 +1,44 @@
-"""The sink's folder ``<landing>/<consumer>/``: append-only Parquet segments, the resume state,
-the fault log, and the lock that keeps two sinks off one consumer.
+"""A consumer's landing ``<landing>/<consumer>/`` (a local folder or an ``s3://`` prefix):
+append-only Parquet segments, the resume state, the fault decisions, and the lock that keeps
+two sinks off one consumer (``lock.py``). Every byte goes through
+:class:`~watch_service.storage.Storage`, whose writes are whole objects: on a local disk a temp
+file, fsync, rename and folder fsync; on object storage one PUT. Nothing is ever appended to,
+so both storages follow one protocol:
 
-Durability protocol (see ``durable.py`` for the primitives):
+1. fault decisions new in the buffered frames are written as one object
+   ``faults/part-<first:012d>-<last:012d>.jsonl`` (if a crash before step 2 left one of that
+   name, the new one holds the union of both); all are loaded at start;
+2. the segment ``part-<first:012d>-<last:012d>.parquet`` is written, whole; its footer metadata
+   carries the resume position after its last frame (frame id, frame_no, cursor map);
+3. only then is ``state.json`` (wid, last id, frame_no, cursors, index progress) replaced,
+   whole.
 
-1. fault decisions for the buffered frames are appended to ``faults.jsonl`` and fsynced;
-2. the segment ``part-<first:012d>-<last:012d>.parquet`` is written to a temp file, fsynced,
-   renamed into place and the folder fsynced; its footer metadata carries the resume position
-   after its last frame (frame id, frame_no, cursor map);
-3. only then is ``state.json`` (wid, last id, frame_no, cursors, index progress) replaced the
-   same way.
-
-A crash between 2 and 3 is repaired on load: the newest segment's footer is ahead of
+A crash between 1 and 2 leaves decisions for frames that are re-delivered: they meet the same
+fate. A crash between 2 and 3 is repaired on load: the newest segment's footer is ahead of
 ``state.json`` and wins, so frame numbers never repeat and nothing it holds is re-requested.
+A crash inside a write leaves the old object (or none): a local temp file, removed at open.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import re
-from pathlib import Path
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import COLUMNS, NOT_NULL
-from watch_service.sink import durable
+from watch_service.protocol.landing import COLUMNS, NOT_NULL, STATE_FILE
+from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import INDEX_COLUMNS, index_ops
+from watch_service.storage import Storage
 from watch_service.store.search_index import IndexOp
 
-STATE_FILE = "state.json"
-FAULTS_FILE = "faults.jsonl"
-LOCK_FILE = ".lock"
+FAULTS_DIR = "faults"
 META_KEY = b"auditsync.sink"
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
+_FAULTS_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
 SCHEMA = pa.schema(
     [pa.field(name, _TYPES[kind], nullable=name not in NOT_NULL) for name, kind in COLUMNS]
@@ -45,7 +46,7 @@ SCHEMA = pa.schema(
 
 
 class LandingError(AuditsyncError):
-    """The consumer folder is unusable (locked by another sink, unreadable state)."""
+    """The consumer's landing is unusable (locked by another sink, unreadable state)."""
 
 
 @dataclasses.dataclass
@@ -74,11 +75,33 @@ class SinkState:
 class Segment:
     first_frame_no: int
     last_frame_no: int
-    path: Path
+    name: str  # relative to the consumer's landing
 
 
 def segment_name(first_frame_no: int, last_frame_no: int) -> str:
     return f"part-{first_frame_no:012d}-{last_frame_no:012d}.parquet"
+
+
+def faults_name(first_frame_no: int, last_frame_no: int) -> str:
+    """The fault decisions written just before the segment of these frames."""
+    return f"{FAULTS_DIR}/part-{first_frame_no:012d}-{last_frame_no:012d}.jsonl"
+
+
+def faults_bytes(keys: set[FaultKey]) -> bytes:
+    return b"".join(
+        orjson.dumps({"kind": kind, "topic": topic, "seq": seq}) + b"\n"
+        for kind, topic, seq in sorted(keys)
+    )
+
+
+def parse_faults(raw: bytes) -> set[FaultKey]:
+    keys: set[FaultKey] = set()
+    for line in raw.splitlines():
+        if line.strip():
+            entry = orjson.loads(line)
+            if entry.get("kind") in KINDS:
+                keys.add((entry["kind"], entry["topic"], entry["seq"]))
+    return keys
 
 
 def rows_table(rows: list[tuple]) -> pa.Table:
@@ -89,48 +112,52 @@ def rows_table(rows: list[tuple]) -> pa.Table:
 
 
 class Landing:
-    def __init__(self, root: Path, consumer: str) -> None:
-        self.dir = Path(root) / consumer
-        self._lock_fd: int | None = None
+    """``root``: the landing zone; ``database_url``: where an object-store consumer is locked."""
+
+    def __init__(self, root: Storage, consumer: str, database_url: str | None = None) -> None:
+        self.store = root.child(consumer)
+        self._database_url = database_url
+        self._lock: lock.ConsumerLock | None = None
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri()
 
     def open(self) -> None:
-        """Create the folder, take the lock, and clear temp files a crash left behind."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        """Check the location answers, take the lock, and clear temp files a crash left."""
+        self.store.ensure()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LandingError(f"{self.dir}: another sink holds this consumer's lock") from None
-        self._lock_fd = fd
-        durable.remove_temp_files(self.dir)
+            self._lock = lock.take(self.store, self._database_url)
+        except lock.LockError as exc:
+            raise LandingError(str(exc)) from None
+        self.store.remove_temp_files()
         # pyarrow imports pandas on its first array, which can take seconds: pay that here,
         # not inside the first flush while frames queue up.
         rows_table([])
 
     def close(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def segments(self) -> list[Segment]:
         found = []
-        for p in self.dir.iterdir():
-            m = _SEGMENT_RE.fullmatch(p.name)
+        for name, _ in self.store.files():
+            m = _SEGMENT_RE.fullmatch(name)
             if m:
-                found.append(Segment(int(m.group(1)), int(m.group(2)), p))
+                found.append(Segment(int(m.group(1)), int(m.group(2)), name))
         return sorted(found, key=lambda s: s.first_frame_no)
 
     def load_state(self) -> SinkState:
         """``state.json``, advanced to the newest segment's footer if that is ahead of it."""
-        path = self.dir / STATE_FILE
+        raw = self.store.read_bytes(STATE_FILE)
         try:
-            state = SinkState.from_json(path.read_bytes()) if path.exists() else SinkState()
+            state = SinkState() if raw is None else SinkState.from_json(raw)
         except (ValueError, TypeError) as exc:
-            raise LandingError(f"{path}: unreadable sink state ({exc})") from None
+            raise LandingError(f"{self.uri}/{STATE_FILE}: unreadable sink state ({exc})") from None
         segments = self.segments()
         if segments and segments[-1].last_frame_no > state.frame_no:
-            footer = self.segment_footer(segments[-1].path)
+            footer = self.segment_footer(segments[-1].name)
             state.frame_no = footer["last_frame_no"]
             state.last_id = footer["last_frame_id"]
             # The spool's whole map when it wrote that segment: newer than state.json's, and
@@ -144,7 +171,7 @@ class Landing:
     def save_state_bytes(self, payload: bytes) -> None:
         """Replace ``state.json`` with an already serialised state (built on the event loop,
         written from a worker thread)."""
-        durable.replace_bytes(self.dir / STATE_FILE, payload)
+        self.store.write_bytes(STATE_FILE, payload)
 
     def write_segment(
         self,
@@ -153,7 +180,8 @@ class Landing:
         last_frame_no: int,
         last_frame_id: str,
         cursors: dict[str, int],
-    ) -> Path:
+    ) -> str:
+        """Write one segment, whole; its name. Refused unless this sink still holds the lock."""
         footer = {
             "first_frame_no": first_frame_no,
             "last_frame_no": last_frame_no,
@@ -161,36 +189,44 @@ class Landing:
             "cursors": cursors,
         }
         table = rows_table(rows).replace_schema_metadata({META_KEY: orjson.dumps(footer)})
-        target = self.dir / segment_name(first_frame_no, last_frame_no)
-        if target.exists():
-            raise LandingError(f"{target}: segment exists; frame numbers must never repeat")
-        durable.replace_file(target, lambda f: pq.write_table(table, f))
-        return target
+        name = segment_name(first_frame_no, last_frame_no)
+        self._check_lock()
+        if self.store.exists(name):
+            raise LandingError(
+                f"{self.uri}/{name}: segment exists; frame numbers must never repeat"
+            )
+        self.store.write_parquet(name, table)
+        return name
 
-    @staticmethod
-    def segment_footer(path: Path) -> dict:
-        meta = pq.read_schema(path).metadata or {}
+    def _check_lock(self) -> None:
+        if self._lock is None:
+            raise LandingError(f"{self.uri}: not open (the consumer lock is not held)")
+        try:
+            self._lock.check()
+        except lock.LockError as exc:
+            raise LandingError(str(exc)) from None
+
+    def segment_footer(self, name: str) -> dict:
+        meta = self.store.parquet_schema(name).metadata or {}
         if META_KEY not in meta:
-            raise LandingError(f"{path}: segment has no sink footer")
+            raise LandingError(f"{self.uri}/{name}: segment has no sink footer")
         return orjson.loads(meta[META_KEY])
 
-    @staticmethod
-    def segment_index_ops(path: Path) -> list[IndexOp]:
+    def segment_index_ops(self, name: str) -> list[IndexOp]:
         """What the search index does for a segment's rows (``rows.index_ops``)."""
-        cols = pq.read_table(path, columns=list(INDEX_COLUMNS)).to_pydict()
+        cols = self.store.read_parquet(name, columns=list(INDEX_COLUMNS)).to_pydict()
         return index_ops(zip(*(cols[c] for c in INDEX_COLUMNS), strict=True))
 
     def load_faults(self) -> set[FaultKey]:
-        """Fault decisions on record, deduplicated by (kind, topic, seq)."""
+        """Every fault decision on record, deduplicated by (kind, topic, seq)."""
         keys: set[FaultKey] = set()
-        for line in durable.read_lines(self.dir / FAULTS_FILE):
-            entry = orjson.loads(line)
-            if entry.get("kind") in KINDS:
-                keys.add((entry["kind"], entry["topic"], entry["seq"]))
+        for name, _ in self.store.files(FAULTS_DIR):
+            if _FAULTS_RE.fullmatch(name):
+                keys |= parse_faults(self.store.read_bytes(f"{FAULTS_DIR}/{name}") or b"")
         return keys
 
-    def append_faults(self, keys: list[FaultKey]) -> None:
-        durable.append_lines(
-            self.dir / FAULTS_FILE,
-            (orjson.dumps({"kind": kind, "topic": topic, "seq": seq}) for kind, topic, seq in keys),
-        )
+    def write_faults(self, keys: list[FaultKey], first_frame_no: int, last_frame_no: int) -> None:
+        """Record decisions before the segment of these frames is written (step 1)."""
+        name = faults_name(first_frame_no, last_frame_no)
+        earlier = self.store.read_bytes(name)  # left by a crash before its segment
+        self.store.write_bytes(name, faults_bytes(set(keys) | parse_faults(earlier or b"")))

@@ -9,9 +9,12 @@ persisted, which may be behind ours), every re-sent record is recognised, counte
 and neither the resume id nor ``state.json`` regresses. ``flush`` commits the buffer in this
 order, each step durable before the next starts:
 
-1. new fault decisions → ``faults.jsonl`` (fsync);
-2. rows → segment ``part-<first>-<last>.parquet`` (temp, fsync, rename, fsync folder);
-3. resume state → ``state.json`` (temp, fsync, rename, fsync folder);
+1. new fault decisions → ``faults/part-<first>-<last>.jsonl``;
+2. rows → segment ``part-<first>-<last>.parquet``;
+3. resume state → ``state.json``;
+
+each one whole object (see ``landing.py``: temp, fsync, rename on a local disk; one PUT on
+object storage),
 
 and hands the segment's records to the :class:`~watch_service.sink.indexer.Indexer`, which
 upserts them into the search index in the background (never ahead of the landing).
@@ -135,7 +138,7 @@ class Spool:
         rows, first, last = self._rows, self._first_frame_no, self.frame_no
         self._rows, self._first_frame_no = [], None
         if self.book is not None and (new := self.book.take_new()):
-            await asyncio.to_thread(self.landing.append_faults, new)
+            await asyncio.to_thread(self.landing.write_faults, new, first, last)
         cursors = dict(self.cursors)
         await asyncio.to_thread(
             self.landing.write_segment, rows, first, last, self.last_id, cursors

@@ -42,7 +42,10 @@ OVERRIDES = {
     "AUDITSYNC_SPARK_MASTER": "spark_default connection host (local[*], spark://host:7077, …)",
     "AUDITSYNC_WATCH_URL": "auditsync_watch connection (default http://<AUDITSYNC_HOST>:<PORT>)",
     "AUDITSYNC_SINK_KEY": "bearer key the sensor presents to the watch service",
-    "AUDITSYNC_LANDING": "landing zone root (default <AUDITSYNC_HOME>/landing)",
+    "AUDITSYNC_LANDING": "landing zone root: a path, file://… or s3://bucket/prefix "
+    "(default <AUDITSYNC_HOME>/landing)",
+    "AUDITSYNC_AWS_CONN_ID": "the Airflow aws connection an s3:// landing is read with "
+    "(unset: the AWS_* variables)",
     "AUDITSYNC_WAREHOUSE": "pipeline outputs root (default <AUDITSYNC_HOME>/warehouse)",
     "AUDITSYNC_CONSUMERS": "comma-separated sink consumers to wait for (default: all found)",
     "AUDITSYNC_SCHEDULE": f"audit_sync cron schedule (default {DEFAULT_SCHEDULE!r})",

@@ -27,6 +27,7 @@ import aiohttp
 from watch_service import settings as settings_mod
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.settings import Settings, SettingsError
+from watch_service.storage import Storage
 from watch_service.store.cluster import EmbeddedPgError
 from watch_service.store.database import database_url, embedded_cluster
 from watch_service.store.migrate import MigrationError, migrate
@@ -58,7 +59,7 @@ class Demo:
     # the pipeline half (watch_service/tools/demo_airflow.py)
     tenant: str = ""
     sink: subprocess.Popen | None = None
-    landing: Path = Path()
+    landing: Storage | None = None  # the sink's landing zone, once the sink is started
     heads: dict[str, int] = dataclasses.field(default_factory=dict)  # short name -> head_seq
     gx_root: Path = Path()
     pipeline_run: str = ""

@@ -21,7 +21,10 @@ import aiohttp
 import psycopg
 
 from watch_service.protocol.authz import change_topic
+from watch_service.protocol.landing import STATE_FILE
 from watch_service.settings import PROJECT_ROOT
+from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
 from watch_service.store import runs
 from watch_service.tools import spark_connect
 from watch_service.tools.airflow_env import airflow_env
@@ -85,7 +88,7 @@ async def read_heads(demo, http: aiohttp.ClientSession) -> dict[str, int]:
 
 
 def start_sink(demo) -> None:
-    demo.landing = demo.work_dir / "landing"
+    demo.landing = Storage.at(demo.work_dir / "landing")
     log_path = demo.log_dir / "sink.log"
     with open(log_path, "ab") as log:
         demo.sink = subprocess.Popen(
@@ -100,7 +103,7 @@ def start_sink(demo) -> None:
                 "--consumer",
                 CONSUMER,
                 "--landing",
-                str(demo.landing),
+                demo.landing.uri(),
                 "--database-url",
                 demo.db_url,
                 "--heartbeat-ms",
@@ -115,23 +118,21 @@ def start_sink(demo) -> None:
         )
     demo.say(
         "sink",
-        f"pid {demo.sink.pid} consumer {CONSUMER!r} -> {demo.landing} "
+        f"pid {demo.sink.pid} consumer {CONSUMER!r} -> {demo.landing.uri()} "
         f"(FAULT INJECTION ON: drop 1 % of records, corrupt 3 payloads; log: {log_path})",
     )
 
 
 def wait_for_sink(demo, heads: dict[str, int]) -> None:
     """Until the sink's durable cursors reach every topic's head."""
-    state_path = demo.landing / CONSUMER / "state.json"
     deadline = time.monotonic() + SINK_TIMEOUT_S
     while True:
         demo.check(
             demo.sink.poll() is None,
             f"the sink exited with {demo.sink.returncode}; see {demo.log_dir / 'sink.log'}",
         )
-        cursors = {}
-        if state_path.exists():
-            cursors = json.loads(state_path.read_text()).get("cursors", {})
+        raw = demo.landing.read_bytes(f"{CONSUMER}/{STATE_FILE}")
+        cursors = {} if raw is None else json.loads(raw).get("cursors", {})
         behind = {t: h - cursors.get(t, 0) for t, h in heads.items() if cursors.get(t, 0) < h}
         if not behind:
             break
@@ -185,7 +186,7 @@ def _run_airflow(demo, server: spark_connect.ServerState | None) -> None:
         {
             "AUDITSYNC_WATCH_URL": demo.service_url,
             "AUDITSYNC_SPARK_MASTER": "local[2]",
-            "AUDITSYNC_LANDING": str(demo.landing),
+            "AUDITSYNC_LANDING": demo.landing.location.path,
             "AUDITSYNC_WAREHOUSE": str(demo.work_dir / "warehouse"),
             "AUDITSYNC_CONSUMERS": CONSUMER,
             "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
@@ -255,16 +256,8 @@ def _follow_tasks(demo, proc: subprocess.Popen, log_path: Path) -> int:
 
 
 def summarize(demo) -> list[str]:
-    """Figures from pipeline_runs / reconcile_summary and the sink's faults file."""
-    faults = (
-        [
-            json.loads(x)
-            for x in (demo.landing / CONSUMER / "faults.jsonl").read_text().splitlines()
-            if x.strip()
-        ]
-        if (demo.landing / CONSUMER / "faults.jsonl").exists()
-        else []
-    )
+    """Figures from pipeline_runs / reconcile_summary and the sink's fault decisions."""
+    faults = Landing(demo.landing, CONSUMER).load_faults()
     with psycopg.connect(demo.db_url) as conn:
         rows = [
             (t, s, n, left)
@@ -289,8 +282,8 @@ def summarize(demo) -> list[str]:
             f"{get('duplicate'):>4} {get('tombstoned'):>5} {get('silent_gap'):>5} "
             f"{get('mismatch'):>5} {left:>5}"
         )
-    drops = sum(f["kind"] == "drop" for f in faults)
-    corrupt = sum(f["kind"] == "corrupt" for f in faults)
+    drops = sum(kind == "drop" for kind, _, _ in faults)
+    corrupt = sum(kind == "corrupt" for kind, _, _ in faults)
     found_gaps = sum(s.get("silent_gap", (0, 0))[0] for s in by_topic.values())
     found_mism = sum(s.get("mismatch", (0, 0))[0] for s in by_topic.values())
     lines.append(

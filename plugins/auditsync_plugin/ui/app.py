@@ -6,7 +6,8 @@ token), because plugin apps get no authentication by default.
 
 Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the results
 tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
-``auditsync_landing`` Variable (the sinks' cursors, for the lag table). ``static/`` holds the
+``auditsync_landing`` Variable (the sinks' cursors, for the lag table: a path, ``file://…`` or
+``s3://…``, reached as ``landing_store`` says). ``static/`` holds the
 page's style sheet and ``static/vendor/`` the Data Docs' assets (``assets.py`` fetches them);
 Data Docs pages are rewritten as they are served to load those instead of public CDNs.
 """
@@ -22,6 +23,9 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from watch_service.storage import Storage
+
+from ..landing_store import landing_storage
 from ..sink_cursors import read_positions
 from . import assets, report, runs
 from .page import render_page
@@ -66,7 +70,7 @@ def static_file(static: Path, rel: str) -> Path | None:
     return resolve_doc(static, rel) if rel else None
 
 
-def sink_cursors(landing: Path | None) -> dict[tuple[str, str], int]:
+def sink_cursors(landing: Storage | None) -> dict[tuple[str, str], int]:
     """(consumer, topic) -> the sink's persisted cursor, from the landing zone's state files."""
     if landing is None:
         return {}
@@ -95,18 +99,18 @@ def _airflow_gx_root() -> Path:
     return Path(Variable.get(GX_ROOT_VAR))
 
 
-def _airflow_landing() -> Path | None:
+def _airflow_landing() -> Storage | None:
     from airflow.models.variable import Variable
 
     value = Variable.get(LANDING_VAR, default_var=None)
-    return None if not value else Path(value)
+    return None if not value else landing_storage(value)
 
 
 def create_app(
     conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
     gx_root: Callable[[], Path] = _airflow_gx_root,
     auth: Callable[..., Any] | None = None,
-    landing: Callable[[], Path | None] = _airflow_landing,
+    landing: Callable[[], Storage | None] = _airflow_landing,
     static: Path = STATIC_DIR,
 ) -> FastAPI:
     """``auth``: the login dependency (default: Airflow's ``get_user``)."""
