@@ -60,7 +60,7 @@ async def test_the_sink_lands_a_rewind_moves_back_and_replaces_its_copies(
             assert r.status == 200, await r.text()
 
     cfg = lv.config(tmp_path / "landing", url, topics=(topic,), heartbeat_ms=60000)
-    folder = cfg.consumer_dir
+    folder = cfg
     async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
 
         def landed_through(run: lv.Running, seq: int):
