@@ -125,7 +125,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     max_active_runs=1,
     # Transient faults retry with exponential backoff; findings and bugs fail at once.
     default_args={**RETRY_ARGS, "execution_timeout": timedelta(minutes=30)},
-    deadline=deadlines.deadline_alert(DEADLINE, ALERTS.as_kwargs()),
+    deadline=deadlines.dag_deadline(DEADLINE, ALERTS.as_kwargs()),
     tags=["auditsync"],
 ) as dag:
     wait = SinkCursorSensor(

@@ -7,13 +7,18 @@ so the deadline is ``logical date + period + allowed``, which is exactly ``allow
 interval's end. A run that succeeds in time clears its deadline; one that has not, when the
 deadline passes, has the executor call ``notifiers.deadline_missed`` with the alert channels.
 
-:func:`schedule_period` and :func:`verify_deadline` are pure; :func:`deadline_alert` builds
-the ``DeadlineAlert`` the DAG carries.
+:func:`schedule_period` and :func:`verify_deadline` are pure; :func:`dag_deadline` builds
+the ``DeadlineAlert`` the DAG carries — except under ``airflow dags test``, which runs without a
+scheduler (nothing would watch the deadline) and which, in Airflow 3.3.2, fails every
+successful run of a DAG that carries one: its in-memory DAG holds the alert definitions where
+``DagRun.update_state`` expects their database ids.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
@@ -60,3 +65,13 @@ def deadline_alert(interval: timedelta, settings_kwargs: dict, name: str = "veri
         callback=SyncCallback(CALLBACK, kwargs={"settings": settings_kwargs}),
         name=name,
     )
+
+
+def under_dags_test(argv: Sequence[str]) -> bool:
+    """Whether this process is ``airflow dags test …`` (read from its arguments)."""
+    return list(argv[1:3]) == ["dags", "test"]
+
+
+def dag_deadline(interval: timedelta, settings_kwargs: dict, argv: Sequence[str] = sys.argv):
+    """The DAG's deadline alert, or None under ``airflow dags test`` (see above)."""
+    return None if under_dags_test(argv) else deadline_alert(interval, settings_kwargs)

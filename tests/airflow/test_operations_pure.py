@@ -191,3 +191,13 @@ def test_the_deadline_is_three_periods_after_the_interval_by_default():
     )
     with pytest.raises(ValueError, match="AUDITSYNC_VERIFY_DEADLINE_S"):
         deadlines.verify_deadline("*/15 * * * *", "soon")
+
+
+def test_no_deadline_under_dags_test():
+    """`airflow dags test` has no scheduler to watch a deadline, and Airflow 3.3.2's
+    ``dag.test()`` fails a successful run of a DAG carrying one."""
+    week = timedelta(days=7)
+    assert deadlines.dag_deadline(week, {}, ["/venv/bin/airflow", "dags", "test", "x"]) is None
+    alert = deadlines.dag_deadline(week, {}, ["/venv/bin/airflow", "scheduler"])
+    assert alert is not None and alert.interval == week
+    assert alert.callback.path == "auditsync_plugin.notifiers.deadline_missed"
