@@ -44,7 +44,7 @@ def parsed(tmp_path_factory) -> dict:
 
 def test_no_import_errors_and_both_dags(parsed):
     assert parsed["import_errors"] == {}
-    assert parsed["dags"] == ["audit_full", "audit_sync", "retention"]
+    assert parsed["dags"] == ["audit_full", "audit_sync", "maintenance", "retention"]
     assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
 
 
@@ -84,6 +84,28 @@ def test_the_pipeline_wiring(parsed):
         "auditsync_reconciliation",
         "auditsync_search_index",
     ]
+
+
+def test_the_maintenance_wiring(parsed):
+    """One Spark step, daily, over the audit_sync warehouse; the URL in its environment."""
+    assert parsed["maintenance"] == {
+        "schedule": "@daily",
+        "tasks": {
+            "maintenance": [
+                "SparkStepOperator",
+                "maintenance",
+                [
+                    "--work",
+                    "{{ var.value.auditsync_warehouse }}",
+                    "--snapshot-retention-hours",
+                    "168",
+                    "--target-file-size-mb",
+                    "128",
+                ],
+            ]
+        },
+        "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
+    }
 
 
 def test_no_credentials_in_process_arguments(parsed):
