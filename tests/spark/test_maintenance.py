@@ -67,9 +67,7 @@ def test_maintenance_compacts_expires_and_keeps_what_runs_need(spark, pg_url, tm
     args = maintenance.build_parser().parse_args(
         ["--work", layout.work, "--database-url", pg_url, "--snapshot-retention-hours", "0"]
     )
-    started = time.monotonic()
     figures = maintenance.run(spark, args)
-    seconds = time.monotonic() - started
 
     per = figures["tables"]
     assert sorted(per) == ["audit_log", "deliveries"]  # the others were never written
@@ -103,4 +101,3 @@ def test_maintenance_compacts_expires_and_keeps_what_runs_need(spark, pg_url, tm
     assert house.snapshots[KEPT - 1] not in kept and set(house.snapshots[KEPT:]) <= kept
     assert tables.compact_state(spark, layout) == compact_before
     assert not stray.exists()
-    assert seconds < 40, seconds
