@@ -8,9 +8,9 @@ Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the
 tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
 ``auditsync_landing`` Variable (the sinks' cursors, for the lag table) and the
 ``auditsync_warehouse`` Variable (the Iceberg warehouse, for the audit-log page: the audit log
-as a run left it, ``audit_log.py``). ``static/`` holds the
-page's style sheet and ``static/vendor/`` the Data Docs' assets (``assets.py`` fetches them);
-Data Docs pages are rewritten as they are served to load those instead of public CDNs.
+as a run left it, ``audit_log.py``). ``static/`` holds the page's style sheet and
+``static/vendor/`` the Data Docs' assets (``assets.py`` fetches them); Data Docs pages are
+rewritten as they are served to load those instead of public CDNs.
 """
 
 from __future__ import annotations
@@ -177,8 +177,8 @@ def create_app(
 
     @app.get("/audit-log", response_class=HTMLResponse)
     def audit_log_page(run: str = "", topic: str = "", after: int = 0) -> HTMLResponse:
-        where = warehouse()
         try:
+            where = warehouse()
             if not where:
                 raise WarehouseUnset(f"the Airflow Variable {WAREHOUSE_VAR} is not set")
             view = audit_log.read(conninfo(), where, run.strip(), topic.strip(), max(0, after))
