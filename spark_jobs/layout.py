@@ -28,6 +28,9 @@ import hashlib
 from watch_service.storage import Location
 
 STEPS = ("compact", "reconcile", "backfill", "verify")
+# Every Spark job Airflow runs: the pipeline's steps, and maintenance (its own daily DAG,
+# never part of a pipeline run).
+JOBS = (*STEPS, "maintenance")
 NAMESPACE = "audit"
 TABLES = (
     "deliveries",

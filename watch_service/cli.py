@@ -151,6 +151,11 @@ _DELEGATED = (
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
     (
+        "audit-log",
+        "spark_jobs.time_travel",
+        "show the warehouse's audit log as a pipeline run left it (time travel)",
+    ),
+    (
         "spark-connect",
         "watch_service.tools.spark_connect",
         "the long-running Spark Connect server the pipeline's steps use",

@@ -23,7 +23,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.layout import STEPS
+from spark_jobs.layout import JOBS
 
 CONNECT_CONN_ID = "spark_connect_default"
 OUTPUT_TAIL_LINES = 40
@@ -51,7 +51,7 @@ def failure_message(step: str, remote: str, output: str, figures: Mapping[str, A
 
 
 class SparkStepOperator(SparkSubmitOperator):
-    """``step``: one of ``spark_jobs.layout.STEPS``; ``application_args``: its ``main.py`` flags;
+    """``step``: one of ``spark_jobs.layout.JOBS``; ``application_args``: its ``main.py`` flags;
     ``connect_conn_id``: the Spark Connect connection to prefer (None: always spark-submit)."""
 
     ui_color = "#fde8d7"
@@ -59,8 +59,8 @@ class SparkStepOperator(SparkSubmitOperator):
     def __init__(
         self, *, step: str, connect_conn_id: str | None = CONNECT_CONN_ID, **kwargs: Any
     ) -> None:
-        if step not in STEPS:
-            raise ValueError(f"unknown Spark step {step!r}; expected one of {STEPS}")
+        if step not in JOBS:
+            raise ValueError(f"unknown Spark step {step!r}; expected one of {JOBS}")
         driver_error = None
         if "jars" not in kwargs and "packages" not in kwargs:
             from spark_jobs.common.session import JdbcDriverMissing, submit_options

@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import STEPS, Layout
+from spark_jobs.layout import JOBS, STEPS, Layout
 
 DATABASE_ENV = DATABASE_URL_ENV
 
@@ -37,8 +37,8 @@ class Paths:
 
 
 def application(project: Path, job: str) -> str:
-    if job not in STEPS:
-        raise ValueError(f"unknown Spark job {job!r}; expected one of {STEPS}")
+    if job not in JOBS:
+        raise ValueError(f"unknown Spark job {job!r}; expected one of {JOBS}")
     return str(project / "spark_jobs" / job / "main.py")
 
 
@@ -54,3 +54,15 @@ def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None)
             )
         out += ["--target", target]
     return out
+
+
+def maintenance_args(warehouse: str, retention_hours: str, target_file_mb: str) -> list[str]:
+    """``spark_jobs/maintenance/main.py`` arguments (templated values pass through as text)."""
+    return [
+        "--work",
+        warehouse,
+        "--snapshot-retention-hours",
+        retention_hours,
+        "--target-file-size-mb",
+        target_file_mb,
+    ]

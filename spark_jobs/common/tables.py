@@ -203,16 +203,22 @@ def snapshots(spark: SparkSession, layout: Layout, names: tuple[str, ...]) -> di
     return out
 
 
-def compact_state(spark: SparkSession, layout: Layout) -> dict:
-    """The newest compact commit's cumulative state (batch, per-consumer progress), from the
-    summary of the newest snapshot in the deliveries table's current history that has one."""
+def compact_snapshot(spark: SparkSession, layout: Layout) -> Any:
+    """The newest snapshot in the deliveries table's current history whose summary carries
+    compact's state: a row (snapshot_id, committed_ms, state), or None."""
     t = layout.table("deliveries")
-    row = spark.sql(
-        f"SELECT s.summary['{COMPACT_PROPERTY}'] AS state FROM {t}.snapshots s "
+    return spark.sql(
+        f"SELECT s.snapshot_id, unix_millis(s.committed_at) AS committed_ms, "
+        f"s.summary['{COMPACT_PROPERTY}'] AS state FROM {t}.snapshots s "
         f"JOIN {t}.history h ON s.snapshot_id = h.snapshot_id "
         f"WHERE h.is_current_ancestor AND s.summary['{COMPACT_PROPERTY}'] IS NOT NULL "
         f"ORDER BY h.made_current_at DESC LIMIT 1"
     ).first()
+
+
+def compact_state(spark: SparkSession, layout: Layout) -> dict:
+    """The newest compact commit's cumulative state (batch, per-consumer progress)."""
+    row = compact_snapshot(spark, layout)
     if row is None:
         return {"batch": 0, "consumers": {}}
     return json.loads(row["state"])

@@ -33,6 +33,7 @@ parse_s = time.perf_counter() - started
 heavy = sorted({m for m in ("pyspark", "great_expectations") if m in sys.modules} - heavy_before)
 plugins, plugin_errors = plugins_manager._get_plugins()
 dag = bag.dags.get("audit_sync")
+maint = bag.dags.get("maintenance")
 print(
     json.dumps(
         {
@@ -85,6 +86,16 @@ print(
             }
             if dag
             else {},
+            "maintenance": {
+                "schedule": str(maint.schedule),
+                "tasks": {
+                    t.task_id: [type(t).__name__, t.step, list(t.application_args)]
+                    for t in maint.tasks
+                },
+                "env": {t.task_id: t.env_vars for t in maint.tasks},
+            }
+            if maint
+            else None,
         }
     )
 )

@@ -44,7 +44,7 @@ def parsed(tmp_path_factory) -> dict:
 
 def test_no_import_errors_and_both_dags(parsed):
     assert parsed["import_errors"] == {}
-    assert parsed["dags"] == ["audit_full", "audit_sync", "retention"]
+    assert parsed["dags"] == ["audit_full", "audit_sync", "maintenance", "retention"]
     assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
 
 
@@ -96,6 +96,28 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     assert set(parsed["retries"]) == set(parsed["tasks"])
     assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())
     assert all(c == [] for c in parsed["callbacks"].values())
+
+
+def test_the_maintenance_wiring(parsed):
+    """One Spark step, daily, over the audit_sync warehouse; the URL in its environment."""
+    assert parsed["maintenance"] == {
+        "schedule": "@daily",
+        "tasks": {
+            "maintenance": [
+                "SparkStepOperator",
+                "maintenance",
+                [
+                    "--work",
+                    "{{ var.value.auditsync_warehouse }}",
+                    "--snapshot-retention-hours",
+                    "168",
+                    "--target-file-size-mb",
+                    "128",
+                ],
+            ]
+        },
+        "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
+    }
 
 
 def test_no_credentials_in_process_arguments(parsed):

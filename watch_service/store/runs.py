@@ -47,11 +47,12 @@ GET_RUN = """SELECT status, defects_found, defects_remaining, steps
                FROM pipeline_runs WHERE run_id = %(run_id)s"""
 RECENT_RUNS = """
 WITH recent AS (
-    SELECT run_id, status AS run_status, started_at, finished_at
+    SELECT run_id, status AS run_status, started_at, finished_at,
+           (snapshots ->> 'audit_log')::bigint AS audit_snapshot
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
-SELECT r.run_id, r.run_status, r.started_at, r.finished_at, s.consumer, s.topic,
-       s.status, s.count - s.revised AS count, s.remaining
+SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
+       s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining
 FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """

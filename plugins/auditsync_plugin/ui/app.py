@@ -7,7 +7,8 @@ token), because plugin apps get no authentication by default.
 Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the results
 tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
 ``auditsync_landing`` Variable (the sinks' cursors, for the lag table: a path, ``file://…`` or
-``s3://…``, reached as ``landing_store`` says). ``static/`` holds the
+``s3://…``, reached as ``landing_store`` says) and the ``auditsync_warehouse`` Variable (the Iceberg
+warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``). ``static/`` holds the
 page's style sheet and ``static/vendor/`` the Data Docs' assets (``assets.py`` fetches them);
 Data Docs pages are rewritten as they are served to load those instead of public CDNs.
 """
@@ -23,18 +24,24 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import Storage
 
 from ..landing_store import landing_storage
 from ..sink_cursors import read_positions
-from . import assets, report, runs
+from . import assets, audit_log, report, runs
 from .page import render_page
 
 log = logging.getLogger(__name__)
 PG_CONN_ID = "auditsync_pg"
 GX_ROOT_VAR = "auditsync_gx_root"
 LANDING_VAR = "auditsync_landing"
+WAREHOUSE_VAR = "auditsync_warehouse"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+class WarehouseUnset(AuditsyncError):
+    """The audit-log page has no warehouse to read."""
 
 
 def docs_dir(gx_root: Path) -> Path:
@@ -106,12 +113,19 @@ def _airflow_landing() -> Storage | None:
     return None if not value else landing_storage(value)
 
 
+def _airflow_warehouse() -> str | None:
+    from airflow.models.variable import Variable
+
+    return Variable.get(WAREHOUSE_VAR, default_var=None) or None
+
+
 def create_app(
     conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
     gx_root: Callable[[], Path] = _airflow_gx_root,
     auth: Callable[..., Any] | None = None,
     landing: Callable[[], Storage | None] = _airflow_landing,
     static: Path = STATIC_DIR,
+    warehouse: Callable[[], str | None] = _airflow_warehouse,
 ) -> FastAPI:
     """``auth``: the login dependency (default: Airflow's ``get_user``)."""
     if auth is None:
@@ -162,6 +176,22 @@ def create_app(
                 "error": error,
             }
         )
+
+    @app.get("/audit-log", response_class=HTMLResponse)
+    def audit_log_page(run: str = "", topic: str = "", after: int = 0) -> HTMLResponse:
+        try:
+            where = warehouse()
+            if not where:
+                raise WarehouseUnset(f"the Airflow Variable {WAREHOUSE_VAR} is not set")
+            view = audit_log.read(conninfo(), where, run.strip(), topic.strip(), max(0, after))
+        except AuditsyncError as exc:  # an unknown run, another warehouse's, an expired one
+            failed = audit_log.View(run, topic, after, error=str(exc))
+            return HTMLResponse(audit_log.render(failed), 404)
+        except Exception as exc:  # the database or the object store: say so, in the page
+            log.warning("auditsync audit-log page: %s", exc)
+            failed = audit_log.View(run, topic, after, error=f"{type(exc).__name__}: {exc}")
+            return HTMLResponse(audit_log.render(failed), 503)
+        return HTMLResponse(audit_log.render(view))
 
     @app.get("/docs/{path:path}", response_model=None)
     def data_docs(path: str) -> FileResponse | HTMLResponse:

@@ -126,6 +126,16 @@ def _count_cell(line: TopicLine, name: str) -> str:
     return f'<td class="{css}">{value}</td>'
 
 
+def _audit_link(line: TopicLine) -> str:
+    """The run's audit-log snapshot and a link to the audit log as the run left it."""
+    snapshot = "unchanged" if line.audit_snapshot is None else f"snapshot {line.audit_snapshot}"
+    query = urlencode({"run": line.run_id, "topic": line.topic})
+    return (
+        f'<div class="muted">audit log: <a class="audit-log" href="audit-log?{_e(query)}">'
+        f"{_e(snapshot)}</a></div>"
+    )
+
+
 def _runs_table(page: Page) -> str:
     head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
         f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
@@ -135,7 +145,7 @@ def _runs_table(page: Page) -> str:
         status = _badge(line.run_status or "running", line.run_status or "running")
         cells = "".join(_count_cell(line, name) for name, _ in NUMBERS)
         body.append(
-            f"<tr><td>{_e(line.run_id)}</td>"
+            f"<tr><td>{_e(line.run_id)}{_audit_link(line)}</td>"
             f'<td>{status}<div class="muted">{_e(line.finished_at)}</div></td>'
             f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
             f"{cells}</tr>"

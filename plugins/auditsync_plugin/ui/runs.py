@@ -26,6 +26,7 @@ class TopicLine:
     silent_gaps: int = 0
     backfilled: int = 0
     defects_left: int = 0
+    audit_snapshot: int | None = None  # the audit log's snapshot the run left (None: unchanged)
 
 
 def pivot(
@@ -46,6 +47,7 @@ def pivot(
                 "" if finished is None else str(finished)[:19],
                 row["consumer"],
                 row["topic"],
+                audit_snapshot=row.get("audit_snapshot"),
             )
         status, count = row["status"], int(row["count"])
         left = count if row.get("remaining") is None else int(row["remaining"])

@@ -1,0 +1,96 @@
+"""The plugin's audit-log page: one topic of the warehouse's audit log as a reconciliation run
+left it (Iceberg time travel, read with pyiceberg through ``spark_jobs.time_travel``: no JVM in
+the API server), a page of rows at a time.
+
+:func:`read` is the I/O: the run's snapshot from ``pipeline_runs``, the table from the catalog
+in the same PostgreSQL, the rows. :class:`View` and :func:`render` are pure; the HTML is the
+autoescaped Jinja template ``templates/audit_log.html``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from spark_jobs import time_travel
+from spark_jobs.layout import Layout
+
+PAGE_ROWS = 50
+DATA_WIDTH = 160
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    run: str
+    topic: str
+    after: int
+    topics: list[str] = dataclasses.field(default_factory=list)
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    snapshot_id: int | None = None
+    next_after: int | None = None
+    error: str | None = None
+
+    @property
+    def heading(self) -> str:
+        return f"as run {self.run} left it" if self.run else "now"
+
+    def link(self, after: int) -> str:
+        query = {k: v for k, v in (("run", self.run), ("topic", self.topic)) if v}
+        return "audit-log?" + urlencode({**query, "after": str(after)})
+
+
+def database_url(conninfo: Mapping[str, Any]) -> str:
+    """The ``postgresql://`` URL of the plugin's connection fields (pure)."""
+    user = quote(str(conninfo.get("user") or ""), safe="")
+    if user and conninfo.get("password"):
+        user += ":" + quote(str(conninfo["password"]), safe="")
+    host = f"{conninfo['host']}:{conninfo.get('port') or 5432}"
+    db = quote(str(conninfo.get("dbname") or "postgres"), safe="")
+    return f"postgresql://{user + '@' if user else ''}{host}/{db}"
+
+
+def read(conninfo: Mapping[str, Any], warehouse: str, run: str, topic: str, after: int) -> View:
+    """The page's data (``TimeTravelError`` for an unknown run, another warehouse's run, an
+    expired snapshot, a warehouse with no audit log)."""
+    import psycopg
+
+    layout = Layout("", warehouse, "")
+    url = database_url(conninfo)
+    as_of = time_travel.AsOf(run_id=run or None)
+    with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
+        target = time_travel.resolve(conn, layout, as_of)
+    table = time_travel.load(layout, url)
+    snapshot = time_travel.snapshot_of(table, target, f"the audit log {as_of.describe()}")
+    topics = time_travel.topics(table, snapshot)
+    chosen = topic or (topics[0] if topics else "")
+    page = time_travel.read_page(table, snapshot, chosen, after, PAGE_ROWS)
+    rows = [
+        {
+            "seq": r["seq"],
+            "ts": time_travel.iso_ms(r["ts"]),
+            "origin": r["origin"],
+            "tag": r["tag"] or "",
+            "data": time_travel.clip(r["data"], DATA_WIDTH),
+        }
+        for r in page.rows
+    ]
+    return View(run, chosen, after, topics, rows, snapshot, page.next_after)
+
+
+@functools.cache
+def _template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    return env.get_template("audit_log.html")
+
+
+def render(view: View) -> str:
+    return str(_template().render(view=view))

@@ -1,0 +1,80 @@
+"""A tiny warehouse written through the jobs' own table module: ``appends`` one-row commits to
+the audit log (one topic+seq each, topics alternating), a pipeline run recorded after each
+commit with the snapshot it left (as ``store.record_snapshots`` does), and two compact-like
+commits to the deliveries table carrying ``auditsync.compact``. Shared by the maintenance and
+time-travel tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+import psycopg
+
+from spark_jobs import readers
+from spark_jobs.common import tables
+from spark_jobs.layout import Layout
+from watch_service.store import runs
+
+DAY = dt.date(2026, 11, 26)
+TS0 = int(dt.datetime(2026, 11, 26, 8, tzinfo=dt.UTC).timestamp() * 1000)
+
+
+@dataclasses.dataclass
+class Warehouse:
+    layout: Layout
+    topics: tuple[str, str]
+    run_ids: list[str]  # run_ids[i] left the audit log at snapshots[i] (i + 1 rows)
+    snapshots: list[int]
+    compact_state: dict
+
+
+def audit_row(topic: str, seq: int, run_id: str) -> tuple:
+    data = json.dumps({"n": seq, "text": f"record <{seq}> of {topic} " + "x" * 40})
+    return (topic, seq, TS0 + seq, None, None, None, data, "0" * 64, "delivered", DAY, run_id)
+
+
+def delivery_row(consumer: str, frame_no: int, batch: int) -> tuple:
+    row = {
+        "consumer": consumer,
+        "frame_no": frame_no,
+        "received_ms": TS0,
+        "kind": "record",
+        "topic": "t",
+        "seq": frame_no,
+        "batch": batch,
+    }
+    return tuple(row.get(f.name) for f in tables.SCHEMAS["deliveries"][0].fields)
+
+
+def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse:
+    layout = Layout("", work, "")
+    tables.attach(spark, layout, pg_url)
+    topics = (f"{prefix}-a", f"{prefix}-b")
+    schema = tables.SCHEMAS["audit_log"][0]
+    run_ids = []
+    for i in range(appends):
+        run_id = f"{prefix}-run-{i:03d}"
+        row = audit_row(topics[i % 2], i // 2 + 1, run_id)
+        tables.append(
+            layout, "audit_log", spark.createDataFrame([row], schema), {tables.RUN_PROPERTY: run_id}
+        )
+        run_ids.append(run_id)
+    snapshots = [e.snapshot_id for e in readers.load(layout, pg_url, "audit_log").history()]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for run_id, snap in zip(run_ids, snapshots):
+            runs.start_run(conn, run_id)
+            runs.record_snapshots(conn, run_id, layout.catalog, {"audit_log": snap})
+    state: dict = {}
+    for batch in (1, 2):
+        state = {"batch": batch, "consumers": {"c1": {"segment_through": batch}}}
+        tables.append(
+            layout,
+            "deliveries",
+            spark.createDataFrame(
+                [delivery_row("c1", batch, batch)], tables.SCHEMAS["deliveries"][0]
+            ),
+            {tables.COMPACT_PROPERTY: json.dumps(state, sort_keys=True)},
+        )
+    return Warehouse(layout, topics, run_ids, snapshots, state)
