@@ -142,14 +142,16 @@ def build_layout2(work: Path, url: str, old: str, c1: Stream, c2: Stream, a: str
     whole = {"run_id": "full1", "consumer": c1.consumer, "topic": a, "status": st.DELIVERED}
     _put(work / "audits/full1/summary/p.parquet", [whole | {"count": 6, "revised": 0}], SUMMARY)
     day = 1_700_000_000_000  # 2023-11-14
-    for topic, date, seqs, ts in (
-        (a, "2023-11-14", range(1, 7), day),
-        (b, "2023-11-14", range(1, 4), day),
-        (b, "2023-11-15", range(4, 7), day + 86_400_000),
+    for folder, topic, seqs, ts in (
+        (f"topic={a}/date=2023-11-14", a, range(1, 7), day),
+        (f"topic={b}/date=2023-11-14", b, range(1, 4), day),
+        # A backfill crashed swapping in B's 15th: 4..6 staged, 4..5 retired, a journal.
+        (f"_staging/r3/topic={b}/date=2023-11-15", b, range(4, 7), day + 86_400_000),
+        (f"topic={b}/.retired-date=2023-11-15", b, range(4, 6), day + 86_400_000),
     ):
         rows = [_audit(topic, s, ts + s) for s in seqs]
-        folder = work / f"audit_log/topic={topic}/date={date}"
-        _put(folder / "part-00000.parquet", rows, AUDIT_LOG, ("topic", "date"))
+        _put(work / "audit_log" / folder / "part-00000.parquet", rows, AUDIT_LOG, ("topic", "date"))
+    _json(work / "audit_log/_swaps/r3.json", {"folders": [f"topic={b}/date=2023-11-15"]})
 
 
 def old_rows(folder: Path) -> list[dict]:
@@ -243,6 +245,7 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
         "ledger",
         "runs",
     ]
+    assert not (aside / "audit_log/_swaps/r3.json").exists()
     got = {name: table_rows(layout, pg_url, name) for name in TABLES}
     batch = {"batch": lambda r: int(r["_file"].rsplit("/", 1)[1][1:9])}
     committed = [r for r in old_rows(aside / "deliveries") if batch["batch"](r) <= 2]
@@ -284,9 +287,34 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     # A second time: no message, no commit anywhere.
     before = tables.snapshots(spark, layout, TABLES)
     tables.attach(spark, layout, pg_url)
-    assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""
     assert tables.snapshots(spark, layout, TABLES) == before
+
+
+def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp_path, capsys):
+    """The full-rebuild layout: deliveries by consumer only, no marker, no run state."""
+    work = tmp_path / "work1"
+    row = _deliveries(Stream("c", {"t": 0}).records("t", [1]), 1)[0]
+    _put(work / "deliveries/consumer=c/part-00000.parquet", [row], DELIVERIES, ("consumer",))
+    _put(work / "runs/r0/detail/part-00000.parquet", [_verdict("c", "t", 1)], DETAIL)
+    rows = [_audit("t", s, 1_700_000_000_000 + s) for s in (1, 2, 3)]
+    _put(work / "audit_log/topic=t/date=2023-11-14/p.parquet", rows, AUDIT_LOG, ("topic", "date"))
+    layout = Layout("", str(work), unique("l1"))
+    tables.attach(spark, layout, pg_url)
+    err = capsys.readouterr().err
+    assert err.count("[pipeline]") == 1 and "was a layout-1 warehouse" in err, err
+    assert "(rows: audit_log 3)" in err and "compacted afresh" in err
+    assert sorted(p.name for p in work.iterdir()) == ["audit", "legacy-layout1"]
+    aside = work / "legacy-layout1"
+    assert sorted(p.name for p in aside.iterdir()) == ["audit_log", "deliveries", "runs"]
+    want = [r | {"run_id": "legacy"} for r in old_rows(aside / "audit_log")]
+    got = table_rows(layout, pg_url, "audit_log")
+    assert len(got) == 3
+    assert canon(got, AUDIT_LOG, run_id=_run) == canon(want, AUDIT_LOG, run_id=_run)
+    assert table_rows(layout, pg_url, "deliveries") == []
+    assert tables.compact_state(spark, layout) == {"batch": 0, "consumers": {}}
+    tables.attach(spark, layout, pg_url)
+    assert capsys.readouterr().err == ""
 
 
 def _b(row: dict) -> int:
