@@ -41,7 +41,9 @@ from watch_service.store import runs
 
 MARKER = "_layout.json"
 LEGACY_PROPERTY = "auditsync.legacy"
-FOLDERS = ("audits", "runs", "ledger", "audit_log", "deliveries")  # moved in this order
+# Moved aside in this order, the marker last (``deliveries.layout1`` is what the move from
+# layout 1 to 2 left).
+FOLDERS = ("deliveries.layout1", "audits", "runs", "ledger", "audit_log", "deliveries")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -166,13 +166,10 @@ def old_rows(folder: Path) -> list[dict]:
     return out
 
 
-def canon(rows: list[dict], schema: StructType, **extra) -> list[tuple]:
-    names = [f.name for f in schema.fields] + sorted(extra)
-    return sorted(
-        tuple(str(v) for v in [*(r.get(n) for n in names[: len(schema.fields)])])
-        + tuple(str(extra[k](r)) for k in sorted(extra))
-        for r in rows
-    )
+def canon(rows: list[dict], schema: StructType, *extra: str) -> list[tuple]:
+    """Rows as sorted tuples of text over the schema's columns and ``extra``."""
+    names = [f.name for f in schema.fields] + list(extra)
+    return sorted(tuple(str(r.get(n)) for n in names) for r in rows)
 
 
 def table_rows(layout: Layout, url: str, name: str) -> list[dict]:
@@ -218,6 +215,10 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     aside = work / "legacy-layout2"
     assert f"The old files are in {aside.as_uri()}" in err and "delete them" in err
     assert f"2 reconcile run(s) of warehouse {old} are now keyed {layout.catalog}" in err
+    assert (
+        "(rows: deliveries 12, ledger 1, detail 12, summary 4, remaining 2, audit_detail 1, "
+        "audit_summary 1, audit_log 12). Delivery batches 1..2 are kept" in err
+    )
 
     # The run judged only the new segment: batch 3, A 7..9.
     assert {k: figures["compact"][k] for k in ("batch", "segments", "rows")} == {
@@ -247,15 +248,19 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     ]
     assert not (aside / "audit_log/_swaps/r3.json").exists()
     got = {name: table_rows(layout, pg_url, name) for name in TABLES}
-    batch = {"batch": lambda r: int(r["_file"].rsplit("/", 1)[1][1:9])}
-    committed = [r for r in old_rows(aside / "deliveries") if batch["batch"](r) <= 2]
+    committed = [
+        r | {"batch": int(r["_file"].rsplit("/", 1)[1][1:9])}
+        for r in old_rows(aside / "deliveries")
+    ]
+    committed = [r for r in committed if r["batch"] <= 2]  # not the crashed compact's batch 3
     assert len(committed) == 12
-    assert canon([r for r in got["deliveries"] if r["batch"] <= 2], DELIVERIES, batch=_b) == (
-        canon(committed, DELIVERIES, **batch)
-    )
-    assert sorted(r["seq"] for r in got["deliveries"] if r["batch"] == 3) == [7, 8, 9]
-    ledger = [r for r in old_rows(aside / "ledger") if r["run"] == "r2"]
-    assert canon(got["ledger"], LEDGER, run_id=_run) == canon(ledger, LEDGER, run_id=_of("run"))
+    converted = [r for r in got["deliveries"] if r["batch"] <= 2]
+    assert canon(converted, DELIVERIES, "batch") == canon(committed, DELIVERIES, "batch")
+    # Batch 3 continues from the converted state: its first frame's cursor_before is 6.
+    fresh = [(r["seq"], r["cursor_before"]) for r in got["deliveries"] if r["batch"] == 3]
+    assert sorted(fresh) == [(7, 6), (8, 6), (9, 6)]
+    ledger = [r | {"run_id": r["run"]} for r in old_rows(aside / "ledger") if r["run"] == "r2"]
+    assert canon(got["ledger"], LEDGER, "run_id") == canon(ledger, LEDGER, "run_id")
     for name, schema, column, top in (
         ("detail", DETAIL, "run_id", "runs"),
         ("remaining", LEFT, "verify_run", "runs"),
@@ -267,9 +272,7 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
             for r in old_rows(aside / top / owner / name.removeprefix("audit_"))
         ]
         mine = [r for r in got[name] if r[column] != layout.run_id]
-        assert canon(mine, schema, **{column: _of(column)}) == canon(
-            want, schema, **{column: _of(column)}
-        ), name
+        assert canon(mine, schema, column) == canon(want, schema, column), name
     for name, top in (("summary", "runs"), ("audit_summary", "audits")):
         want = [r for r in old_rows(aside / top) if "/summary/" in "/" + r["_file"]]
         want = [r for r in want if not r["_file"].startswith("crashed")]
@@ -281,7 +284,7 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     ]
     assert len(audit_old) == 12
     audit_new = [r for r in got["audit_log"] if r["run_id"] != layout.run_id]
-    assert canon(audit_new, AUDIT_LOG, run_id=_run) == canon(audit_old, AUDIT_LOG, run_id=_run)
+    assert canon(audit_new, AUDIT_LOG, "run_id") == canon(audit_old, AUDIT_LOG, "run_id")
     assert sorted(r["seq"] for r in got["audit_log"] if r["run_id"] == layout.run_id) == [7, 8, 9]
 
     # A second time: no message, no commit anywhere.
@@ -310,20 +313,8 @@ def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp
     want = [r | {"run_id": "legacy"} for r in old_rows(aside / "audit_log")]
     got = table_rows(layout, pg_url, "audit_log")
     assert len(got) == 3
-    assert canon(got, AUDIT_LOG, run_id=_run) == canon(want, AUDIT_LOG, run_id=_run)
+    assert canon(got, AUDIT_LOG, "run_id") == canon(want, AUDIT_LOG, "run_id")
     assert table_rows(layout, pg_url, "deliveries") == []
     assert tables.compact_state(spark, layout) == {"batch": 0, "consumers": {}}
     tables.attach(spark, layout, pg_url)
     assert capsys.readouterr().err == ""
-
-
-def _b(row: dict) -> int:
-    return int(row["batch"])
-
-
-def _run(row: dict) -> str:
-    return row["run_id"]
-
-
-def _of(column: str):
-    return lambda row: row[column]
