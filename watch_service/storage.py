@@ -16,7 +16,8 @@ Spark steps) and pyiceberg (the CLI and the UI reading Iceberg tables without a 
 
 Writes are whole objects: on a local disk a temp file, fsync and rename (atomic and durable);
 on object storage one PUT (atomic by the store's contract). Nothing here renames to commit
-anything on object storage; the table format owns the warehouse's commits.
+anything on object storage; the table format owns the warehouse's commits. ``move`` (local
+disks only) puts the folders of an old warehouse layout aside once they are converted.
 """
 
 from __future__ import annotations
@@ -340,6 +341,23 @@ class Storage:
         import pyarrow.fs as pafs
 
         return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    def is_folder(self, rel: str = "") -> bool:
+        import pyarrow.fs as pafs
+
+        return self.fs.get_file_info(self.path(rel)).type == pafs.FileType.Directory
+
+    def move(self, rel: str, to: str) -> None:
+        """Rename a file or folder to ``to`` (its parent created), durably. Local only: a
+        rename on object storage is a copy of every object, and nothing that must be atomic
+        may rest on one there, so it is refused."""
+        if not self.location.is_local:
+            raise StorageError(f"{self.uri(rel)}: moving is supported on a local disk only")
+        target = Path(self.path(to))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.path(rel), target)
+        _fsync_dir(target.parent)
+        _fsync_dir(Path(self.path(rel)).parent)
 
     def delete(self, rel: str) -> None:
         """Delete one file; nothing when it is not there."""

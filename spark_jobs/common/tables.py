@@ -117,14 +117,27 @@ def ddl(layout: Layout, name: str) -> str:
 def attach(
     spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
 ) -> None:
-    """Configure the warehouse's catalog in this session and create what is missing (once per
-    session: a marker setting says it was done)."""
+    """Configure the warehouse's catalog in this session, create what is missing, and convert
+    a warehouse still in a hand-written Parquet layout (``spark_jobs.legacy``); once per
+    session (a marker setting says it was done)."""
     conf = catalog_conf(layout, database_url, s3)
     marker = f"spark.sql.catalog.{layout.catalog}.auditsync-attached"
     digest = str(hash(tuple(sorted(conf.items()))))
     if spark.conf.get(marker, None) == digest:
         return
-    for key, value in conf.items():
+    create(spark, layout, database_url, s3)
+    # Imported here: the conversion writes through this module.
+    from spark_jobs import legacy
+
+    legacy.convert(spark, layout, database_url)
+    spark.conf.set(marker, digest)
+
+
+def create(
+    spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
+) -> None:
+    """Configure the warehouse's catalog in this session and create the tables missing."""
+    for key, value in catalog_conf(layout, database_url, s3).items():
         spark.conf.set(key, value)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {layout.catalog}.{NAMESPACE}")
     existing = {
@@ -135,7 +148,6 @@ def attach(
             spark.sql(ddl(layout, name))
             if name == "audit_log":
                 spark.sql(f"ALTER TABLE {layout.table(name)} WRITE ORDERED BY topic, seq")
-    spark.conf.set(marker, digest)
 
 
 def read(spark: SparkSession, layout: Layout, name: str, snapshot: int | None = None) -> DataFrame:
@@ -226,14 +238,25 @@ def compact_state(spark: SparkSession, layout: Layout) -> dict:
 
 def committed_by(spark: SparkSession, layout: Layout, name: str, run_id: str, step: str) -> bool:
     """Whether a snapshot in the table's current history was committed by this run's step."""
+    properties = {RUN_PROPERTY: run_id, STEP_PROPERTY: step}
+    return snapshot_summary(spark, layout, name, properties) is not None
+
+
+def snapshot_summary(
+    spark: SparkSession, layout: Layout, name: str, properties: Mapping[str, str]
+) -> dict[str, str] | None:
+    """The summary of the newest snapshot in the table's current history that carries these
+    summary properties (None: there is none)."""
     t = layout.table(name)
+    matches = " ".join(
+        f"AND s.summary['{_quote(k)}'] = '{_quote(v)}'" for k, v in properties.items()
+    )
     row = spark.sql(
-        f"SELECT count(*) AS n FROM {t}.snapshots s JOIN {t}.history h "
-        f"ON s.snapshot_id = h.snapshot_id WHERE h.is_current_ancestor "
-        f"AND s.summary['{RUN_PROPERTY}'] = '{_quote(run_id)}' "
-        f"AND s.summary['{STEP_PROPERTY}'] = '{_quote(step)}'"
+        f"SELECT s.summary FROM {t}.snapshots s JOIN {t}.history h "
+        f"ON s.snapshot_id = h.snapshot_id WHERE h.is_current_ancestor {matches} "
+        f"ORDER BY h.made_current_at DESC LIMIT 1"
     ).first()
-    return bool(row and row["n"])
+    return None if row is None else dict(row["summary"])
 
 
 def _quote(text: str) -> str:

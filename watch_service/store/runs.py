@@ -102,6 +102,9 @@ INSERT_WINDOW = """INSERT INTO reconcile_windows
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
 COMMITTED_RUNS = "SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s"
+RUN_ORDER = """SELECT run_id, batch_to, recorded_at FROM reconcile_runs
+                WHERE warehouse = %(warehouse)s"""
+MOVE_WAREHOUSE = """UPDATE reconcile_runs SET warehouse = %(new)s WHERE warehouse = %(old)s"""
 OPEN_REPAIRS = """SELECT run_id FROM reconcile_runs
                    WHERE warehouse = %(warehouse)s AND repairs_open AND run_id <> %(run_id)s
                    ORDER BY batch_to"""
@@ -269,6 +272,20 @@ def commit_reconcile(
 
 def committed_runs(conn: Any, warehouse: str) -> set[str]:
     return {r[0] for r in _execute(conn, COMMITTED_RUNS, {"warehouse": warehouse}).fetchall()}
+
+
+def run_order(conn: Any, warehouse: str) -> dict[str, tuple[int, Any]]:
+    """(batch_to, recorded_at) of each of the warehouse's committed reconcile runs."""
+    return {
+        r[0]: (int(r[1]), r[2])
+        for r in _execute(conn, RUN_ORDER, {"warehouse": warehouse}).fetchall()
+    }
+
+
+def move_warehouse(conn: Any, old: str, new: str) -> None:
+    """Key the runs of warehouse ``old`` by ``new`` (a converted warehouse keeps its
+    incremental progress). Idempotent."""
+    _execute(conn, MOVE_WAREHOUSE, {"old": old, "new": new})
 
 
 def open_repairs(conn: Any, warehouse: str, run_id: str) -> list[str]:

@@ -1,0 +1,162 @@
+"""The one-time conversion of a warehouse the hand-written Parquet layouts left behind into the
+Iceberg tables (``spark_jobs.layout``): ``tables.attach`` calls ``convert`` at the start of
+every step, and it costs one or two file lookups unless there is something to convert.
+
+Layout 2 (the incremental pipeline before Iceberg, marked by ``_layout.json`` {"version": 2,
+"id"}): every committed batch, verdict and audit-log row (``spark_jobs.old_warehouse`` says
+which) is appended to its table as it is, the deliveries with ``batch`` from the file name and
+the newest commit record as compact's state (so the next compact continues after the same
+landing segments); then PostgreSQL's runs of the old warehouse id are re-keyed to the catalog
+name (``reconcile_runs.warehouse``), so the next run judges only what is new.
+
+Layout 1 (the full-rebuild pipeline: ``deliveries/`` by consumer only, no marker, no
+incremental state): the audit log is converted; its deliveries and run outputs are not (the
+landing zone is compacted afresh by the normal compact and the first run judges the whole
+history), as the move from layout 1 to 2 did.
+
+Crash-safe: each table's append is one Iceberg commit carrying ``auditsync.legacy = <old
+id>``, and a table that has one is not appended again; the re-keying is idempotent; the old
+folders move aside to ``<work>/legacy-layout<N>/`` last (the marker, or layout 1's
+``deliveries/``, the very last), so a conversion killed anywhere finishes on the next step.
+One message on stderr says what was converted and where the old files are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from collections.abc import Callable, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.common import store, tables
+from spark_jobs.common.schemas import DETAIL, SUMMARY
+from spark_jobs.layout import Layout
+from spark_jobs.old_warehouse import OldWarehouse
+from spark_jobs.verify.transforms import LEFT
+from watch_service.storage import Storage
+from watch_service.store import runs
+
+MARKER = "_layout.json"
+LEGACY_PROPERTY = "auditsync.legacy"
+# Moved aside in this order, the marker last (``deliveries.layout1`` is what the move from
+# layout 1 to 2 left).
+FOLDERS = ("deliveries.layout1", "audits", "runs", "ledger", "audit_log", "deliveries")
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """An old warehouse: its layout version and the id its runs are keyed by ("" if none)."""
+
+    version: int
+    old_id: str
+
+    @property
+    def key(self) -> str:
+        """The ``auditsync.legacy`` value of its converted tables' commits."""
+        return self.old_id or f"layout{self.version}"
+
+    @property
+    def aside(self) -> str:
+        return f"legacy-layout{self.version}"
+
+
+def detect(house: Storage) -> Found | None:
+    """The old layout at ``house``, or None (nothing to convert)."""
+    if not house.location.is_local:
+        return None  # the hand-written layouts lived on one local filesystem only
+    marker = house.read_bytes(MARKER)
+    if marker is not None:
+        value = json.loads(marker)
+        if value.get("version") != 2:
+            raise tables.WarehouseError(
+                f"{house.uri(MARKER)}: layout version {value.get('version')}; only layout 2 "
+                f"(or layout 1, without a marker) can be converted"
+            )
+        return Found(2, str(value.get("id") or ""))
+    if house.is_folder("deliveries"):
+        return Found(2 if house.is_folder("deliveries/_batches") else 1, "")
+    return None
+
+
+def message(layout: Layout, found: Found, batch: int, added: Mapping[str, int], moved: int) -> str:
+    """The one message a conversion prints (pure)."""
+    rows = ", ".join(f"{name} {n}" for name, n in added.items()) or "none"
+    if found.version == 2:
+        kept = (
+            f" Delivery batches 1..{batch} are kept (compact continues after them); "
+            f"PostgreSQL's {moved} reconcile run(s) of warehouse {found.old_id or '(no id)'} "
+            f"are now keyed {layout.catalog}, so the next run judges only what is new."
+        )
+    else:
+        kept = (
+            " Its deliveries and run outputs are not converted (they hold no incremental "
+            "state): the landing zone is compacted afresh and this run judges the whole "
+            "history once."
+        )
+    return (
+        f"[pipeline] {layout.work} was a layout-{found.version} warehouse (hand-written "
+        f"Parquet): converted once into the Iceberg tables of catalog {layout.catalog} "
+        f"(rows: {rows}).{kept} The old files are in {layout.warehouse.join(found.aside)}; "
+        f"nothing reads them any more: delete them when satisfied."
+    )
+
+
+def convert(
+    spark: SparkSession,
+    layout: Layout,
+    database_url: str,
+    hook: Callable[[str], None] | None = None,
+) -> str | None:
+    """Convert an old-layout warehouse once (see above); the message printed, or None when
+    there was nothing to convert. ``hook(point)`` is called after each table's commit and each
+    move (tests kill the conversion there)."""
+    house = Storage(layout.warehouse)
+    found = detect(house)
+    if found is None:
+        return None
+    old = OldWarehouse(spark, layout, house, found.old_id, database_url)
+    readers: dict[str, Callable[[], DataFrame | None]] = {"audit_log": old.audit_log}
+    if found.version == 2:
+        readers = {
+            "deliveries": old.deliveries,
+            "ledger": old.ledger,
+            "detail": functools.partial(old.per_run, "runs", "detail", DETAIL, "run_id"),
+            "summary": functools.partial(old.per_run, "runs", "summary", SUMMARY, None),
+            "remaining": functools.partial(old.per_run, "runs", "remaining", LEFT, "verify_run"),
+            "audit_detail": functools.partial(old.per_run, "audits", "detail", DETAIL, "run_id"),
+            "audit_summary": functools.partial(old.per_run, "audits", "summary", SUMMARY, None),
+            **readers,
+        }
+    added: dict[str, int] = {}
+    for name, read in readers.items():
+        done = {LEGACY_PROPERTY: found.key}
+        summary = tables.snapshot_summary(spark, layout, name, done)
+        if summary is None:
+            rows = read()
+            if rows is None:
+                continue
+            if name == "deliveries":
+                done[tables.COMPACT_PROPERTY] = json.dumps(old.state, sort_keys=True)
+            tables.append(layout, name, rows, done)
+            if hook:
+                hook(f"legacy.{name}")
+            summary = tables.snapshot_summary(spark, layout, name, done) or {}
+        added[name] = int(summary.get("added-records", 0))
+    moved = 0
+    if found.old_id:
+        with store.connect(database_url) as conn:
+            runs.move_warehouse(conn, found.old_id, layout.catalog)
+            # Every step converts first, so the catalog's runs are all the old warehouse's.
+            moved = len(runs.committed_runs(conn, layout.catalog))
+    for name in (*FOLDERS, MARKER):
+        if house.exists(name):
+            house.move(name, f"{found.aside}/{name}")
+            if hook:
+                hook("legacy.moving")
+    batch = tables.compact_state(spark, layout)["batch"] if found.version == 2 else 0
+    text = message(layout, found, batch, added, moved)
+    print(text, file=sys.stderr, flush=True)
+    return text
