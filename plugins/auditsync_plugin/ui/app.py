@@ -10,7 +10,8 @@ tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and
 ``s3://…``, reached as ``landing_store`` says) and the ``auditsync_warehouse`` Variable (the
 Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``).
 ``static/`` holds the page's style sheet and ``static/vendor/`` the Data Docs' assets
-(``assets.py`` fetches them); Data Docs pages are rewritten as they are served to load those instead of public CDNs.
+(``assets.py`` fetches them); Data Docs pages are rewritten as they are served to load those
+instead of public CDNs.
 """
 
 from __future__ import annotations
