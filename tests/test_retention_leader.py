@@ -3,9 +3,9 @@ workers run), 10,000 retained topics with nothing due, and
 
 - one runner leads (the service-wide advisory lock); the other only tries, one statement a
   pass, and takes over when the leader's connection goes;
-- the leader's idle pass is one read: PostgreSQL counts exactly one committed transaction per
-  runner per pass (``pg_stat_database.xact_commit``), where a pass used to open a locking
-  transaction per retained topic;
+- the leader's idle pass is one read: PostgreSQL counts one committed transaction per runner
+  per pass (``pg_stat_database.xact_commit``; a few more are allowed for autovacuum), where a
+  pass used to open a locking transaction per retained topic;
 - a topic that is due is trimmed exactly: its gaps rows and tombstones, nothing else.
 
 The database is a fresh one in the session cluster, so no other test's topics or commits count.
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.pg
 IDLE_TOPICS = 10_000
 TTL = 86_400_000
 PASSES = 3
+OTHERS = 3
 # A backend reports its commit count with its table statistics, so a transaction that reads no
 # table (a try of the advisory lock) is reported by the backend's next one that does: this
 # statement reads one and makes its report immediate.
@@ -69,7 +70,7 @@ def seed(url: str, now_ms: int) -> None:
         )
         c.execute(
             "INSERT INTO topics (name, head_seq, earliest_seq, last_ts, max_records, ttl_ms) "
-            "VALUES ('due-cap', 5, 1, %(now)s, 3, NULL), ('due-ttl', 3, 1, %(now)s, NULL, 1000)",
+            "VALUES ('due-cap', 5, 1, %(now)s, 3, NULL), ('due-ttl', 3, 1, %(now)s, NULL, 60000)",
             {"now": now_ms},
         )
         c.execute(
@@ -77,7 +78,7 @@ def seed(url: str, now_ms: int) -> None:
             "FROM generate_series(1, 5) s UNION ALL "
             "SELECT 'due-ttl', s, CASE WHEN s < 3 THEN %(old)s ELSE %(now)s END, '{}'::json "
             "FROM generate_series(1, 3) s",
-            {"now": now_ms, "old": now_ms - 10_000},
+            {"now": now_ms, "old": now_ms - 120_000},
         )
 
 
@@ -136,8 +137,12 @@ async def test_one_leader_idle_passes_are_one_read_and_due_topics_trim_exactly(o
                 assert await a.run_pass() == []
                 assert await b.run_pass() is None
             await flush(a, b)
-            # a's read and b's try each pass; their flushes; the probe's read and flush
-            assert await commits(probe) - before == 2 * PASSES + 2 + 2
+            # a's read and b's try each pass; their flushes; the probe's read and flush: and at
+            # most OTHERS by backends outside the test (autovacuum on the catalogs of a freshly
+            # migrated database), where a pass that locked each topic would add 10,000 a pass.
+            ours = 2 * PASSES + 2 + 2
+            delta = await commits(probe) - before
+            assert ours <= delta <= ours + OTHERS, delta
             cur = await probe.execute("SELECT count(*) FROM gaps")
             assert await cur.fetchone() == (2,)  # nothing trimmed twice
 
