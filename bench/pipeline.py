@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
 from spark_jobs.layout import STEPS, Layout  # noqa: E402
 from watch_service.settings import Settings  # noqa: E402
@@ -56,14 +55,15 @@ from watch_service.tools import spark_connect  # noqa: E402
 from watch_service.tools.airflow_env import airflow_env  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
 
-TOPICS = tuple(f"bench-{i}" for i in range(4))
+TOPIC_COUNT = 4
 CONSUMER = "bench"
 FRAME = 500
 FRAMES_PER_SEGMENT = 100
 TS0 = 1_700_000_000_000
-# One record per second per topic: 5 M records span about two weeks of audit-log date
-# partitions, and a new interval's records land in the newest one, as in production.
-TS_STEP_MS = 1_000
+# One record per millisecond per topic: 5 M records land on ONE day of the audit log, the
+# costliest shape for a pipeline whose cost would follow the day (issue 24); a new interval's
+# records land in that day too.
+TS_STEP_MS = 1
 BIN = Path(sys.executable).parent
 
 
@@ -75,15 +75,20 @@ def load() -> str:
 class World:
     """The source (PostgreSQL) and one consumer's landing zone, grown together."""
 
-    def __init__(self, url: str, landing: Path) -> None:
+    def __init__(self, url: str, landing: str, prefix: str) -> None:
+        from watch_service.storage import Storage
+
+        self.topics = tuple(f"{prefix}-{i}" for i in range(TOPIC_COUNT))
         self.url = url
-        self.dir = landing / CONSUMER
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.heads = dict.fromkeys(TOPICS, 0)
+        self.landing = landing
+        self.store = Storage.at(landing).child(CONSUMER)
+        self.heads = dict.fromkeys(self.topics, 0)
         self.frame_no = 0
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE records SET UNLOGGED")  # a throwaway cluster: speed only
-            conn.execute("INSERT INTO topics (name) SELECT unnest(%s::text[])", (list(TOPICS),))
+            conn.execute(
+                "INSERT INTO topics (name) SELECT unnest(%s::text[])", (list(self.topics),)
+            )
 
     @property
     def total(self) -> int:
@@ -92,10 +97,11 @@ class World:
     def add(self, count: int) -> float:
         """``count`` new records spread over the topics, in the source and the landing zone."""
         started = time.monotonic()
-        per_topic = [count // len(TOPICS) + (i < count % len(TOPICS)) for i in range(len(TOPICS))]
+        n_topics = len(self.topics)
+        per_topic = [count // n_topics + (i < count % n_topics) for i in range(n_topics)]
         with psycopg.connect(self.url) as conn:
             conn.execute("SET synchronous_commit = off")
-            for topic, n in zip(TOPICS, per_topic):
+            for topic, n in zip(self.topics, per_topic):
                 first = self.heads[topic] + 1
                 for lo in range(first, first + n, FRAME * FRAMES_PER_SEGMENT):
                     hi = min(lo + FRAME * FRAMES_PER_SEGMENT, first + n) - 1
@@ -144,15 +150,15 @@ class World:
             },
             schema=SCHEMA,
         )
-        pq.write_table(table, self.dir / segment_name(first_frame, self.frame_no))
+        self.store.write_parquet(segment_name(first_frame, self.frame_no), table)
 
 
-def pipeline_run(spark, world: World, work: Path, run_id: str) -> dict[str, float]:
+def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float]:
     """One in-process pipeline run (the runner's steps on ``spark``); seconds per step."""
     from spark_jobs import runner
     from watch_service.store import runs
 
-    layout = Layout(world.dir.parent, work, run_id)
+    layout = Layout(world.landing, work, run_id)
     with psycopg.connect(world.url, autocommit=True) as conn:
         runs.start_run(conn, run_id)
     seconds = {}
@@ -164,11 +170,13 @@ def pipeline_run(spark, world: World, work: Path, run_id: str) -> dict[str, floa
     return seconds
 
 
-def history_runs(base: Path, url: str, sizes: list[int], new: int) -> dict[int, dict]:
+def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) -> dict[int, dict]:
+    """The runs over growing history on one storage (``root``: a folder or an s3:// prefix)."""
     from spark_jobs.common.session import build_session
 
-    world = World(url, base / "landing")
-    work = base / "warehouse"
+    world = World(url, f"{root}/landing", f"bench-{storage}")
+    work = f"{root}/warehouse"
+    print(f"== storage {storage}: {root}", flush=True)
     spark = build_session(
         "bench-pipeline",
         master="local[2]",
@@ -279,19 +287,38 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-dag", action="store_true")
     parser.add_argument("--dag-only", action="store_true", help="only the empty DAG runs")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--storages",
+        default="file,s3",
+        help="where the landing zone and warehouse live: file (a local folder) and/or s3 "
+        "(a real S3 server on loopback, S3Proxy)",
+    )
     args = parser.parse_args(argv)
+    storages = [x for x in args.storages.split(",") if x]
     sizes = [0, 100_000] if args.quick else [int(x) for x in args.sizes.split(",")]
     dag_n = 1 if args.quick else args.dag_runs
     base = Path(tempfile.mkdtemp(prefix="auditsync-bench-pipeline-"))
     base.chmod(0o755)  # the embedded server runs as the postgres user
     pg = EmbeddedPostgres(base / "pg", free_port())
     print(f"bench/pipeline.py: {load()}", flush=True)
+    store = None
+    by_storage: dict[str, dict[int, dict]] = {}
     try:
         pg.start()
         migrate(pg.url)
         dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n)
-        results = {} if args.dag_only else history_runs(base, pg.url, sizes, args.new)
+        for storage in [] if args.dag_only else storages:
+            root = str(base / "file")
+            if storage == "s3":
+                from watch_service.tools.objectstore import ObjectStore
+
+                store = ObjectStore(base / "s3").start(buckets=("bench",))
+                os.environ.update(store.config.environ())
+                root = "s3://bench/pipeline"
+            by_storage[storage] = history_runs(root, pg.url, sizes, args.new, storage)
     finally:
+        if store is not None:
+            store.stop()
         pg.stop()
         shutil.rmtree(base, ignore_errors=True)
     if dags:
@@ -300,18 +327,21 @@ def main(argv: list[str]) -> int:
             f"\nempty DAG run (median of {dag_n}): Spark Connect {connect:.1f} s, "
             f"spark-submit {submit:.1f} s, ratio {connect / submit:.2f} (target <= 0.5)"
         )
-    if not results:
-        return 0
-    first = results[min(sizes)]["total"]
-    print(f"\n== per-step seconds of a run adding {args.new:,} records")
-    for size in sorted(sizes):
-        r = results[size]
-        print(f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x")
-    print(f"empty in-process run: {fmt(results[-1])}")
-    biggest = results[max(sizes)]["total"] / first
-    print(
-        f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); {load()}"
-    )
+    for storage, results in by_storage.items():
+        first = results[min(sizes)]["total"]
+        print(f"\n== {storage}: per-step seconds of a run adding {args.new:,} records")
+        for size in sorted(sizes):
+            r = results[size]
+            print(f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x")
+        print(f"empty in-process run: {fmt(results[-1])}")
+        biggest = results[max(sizes)]["total"] / first
+        print(
+            f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); "
+            f"{load()}"
+        )
+    if len(by_storage) == 2:
+        file_total, s3_total = (by_storage[k][max(sizes)]["total"] for k in ("file", "s3"))
+        print(f"s3 / file over {max(sizes):,}: {s3_total / file_total:.2f}x")
     return 0
 
 

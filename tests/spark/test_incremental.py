@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs import runner
+from spark_jobs import readers, runner
 from spark_jobs.common import statuses as st
 from spark_jobs.common.store import connect
 from spark_jobs.layout import Layout
@@ -78,11 +78,12 @@ def world(request, spark, pg_url, object_store, tmp_path_factory):
     root = places.root(request.param, tmp_path_factory.mktemp("incremental"))
     plan = streams(a, g)
     inc = Layout(places.join(root, "landing"), places.join(root, "inc"), "")
-    figures = []
+    figures, run_ids = [], []
     for run in range(3):
         land(inc.landing, plan, run)
         layout = Layout(inc.landing, inc.work, unique("inc"))
         figures.append(runner.run_steps(spark, layout, pg_url, partitions=2))
+        run_ids.append(layout.run_id)
     whole = Layout(inc.landing, places.join(root, "whole"), unique("whole"))
     whole_figures = runner.run_steps(spark, whole, pg_url, partitions=2)
     audit = runner.audit(spark, Layout(inc.landing, inc.work, unique("audit")), pg_url, 2)
@@ -92,6 +93,7 @@ def world(request, spark, pg_url, object_store, tmp_path_factory):
         "inc": inc,
         "whole": whole,
         "figures": figures,
+        "run_ids": run_ids,
         "url": pg_url,
         "whole_figures": whole_figures,
         "audit": audit,
@@ -155,3 +157,26 @@ def test_injected_faults_are_exactly_the_defects_found(world):
     assert second["verify"]["remaining"] == 11  # 17 backfilled; the rest cannot be
     assert third["verify"]["found"] == 0  # the late copies repair, not break
     assert third["verify"]["passed"]
+
+
+def test_the_audit_log_as_each_run_left_it(world):
+    """c1 dropped A.17 in run 2, which backfill repaired: absent from the audit log as run 1
+    left it, present (from the source) as run 2 left it, by the snapshot ids each run
+    recorded."""
+    url, a = world["url"], world["a"]
+    with connect(url) as conn:
+        snaps = [runs.run_snapshots(conn, r) for r in world["run_ids"]]
+    as_of = [
+        {
+            (r["topic"], r["seq"]): r["origin"]
+            for r in readers.audit_log(
+                world["inc"], url, a, snapshot_id=snap[1]["audit_log"]
+            ).to_pylist()
+        }
+        for snap in snaps
+    ]
+    assert all(snap[0] == world["inc"].catalog for snap in snaps)
+    assert (a, 17) not in as_of[0] and (a, 16) not in as_of[0]
+    assert as_of[1][(a, 17)] == st.ORIGIN_BACKFILL
+    assert as_of[1][(a, 16)] == st.ORIGIN_DELIVERED
+    assert set(as_of[0]) < set(as_of[1]) <= set(as_of[2])
