@@ -59,3 +59,14 @@ def test_the_cache_cannot_say(setup, after):
     t = tailer(5, 9)
     setup(t)
     assert t.cached(after, 10, 1 << 20, ALL, 9) is None
+
+
+def test_a_seq_written_again_with_another_ts_is_a_rewind_sign():
+    t = tailer(5, 9)  # seq s cached with $ts 100 + s
+    assert not t.rewritten(7, 107)  # the same append heard twice (a read, then its notice)
+    assert t.rewritten(7, 999)  # the source wrote 7 again: it went back
+    assert not t.rewritten(4, 999) and not t.rewritten(10, 999)  # outside the cache: unknown
+    assert t.cached(12, 10, 1 << 20, ALL, 9) is None  # above the head: PostgreSQL decides
+    t.rewound_to += [8, 6, 7]
+    assert t.rewinds_since(0) == (3, 6) and t.rewinds_since(2) == (3, 7)
+    assert t.rewinds_since(3) == (3, None)

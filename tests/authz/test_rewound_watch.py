@@ -101,13 +101,14 @@ async def test_a_watch_from_a_position_the_restored_source_lost(restorable, surf
     [line] = await permify_across.lines(1)
     assert line.result.changes.snap_token == snap_lost
     await restorable.restore(backup)
-    # What a failover does to the service's connection that LISTENs for changes: it is lost.
+    # What a failover does to the connections that LISTEN for changes: they are lost.
     async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
         cur = await db.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE datname = current_database() AND query = 'LISTEN auditsync'"
         )
-        assert await cur.fetchone() == (1,)
+        (terminated,) = await cur.fetchone()
+        assert terminated >= 1  # ours, and the other services' on this database if listening
 
     # The watch that was open across it had sent doc:lost: it ends, saying so.
     seq = seq_of(settings.spicedb_tenant, lost.token)

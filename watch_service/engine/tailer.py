@@ -336,6 +336,12 @@ class Tailer:
         self._suspect = False
         if self.cache_after is None or not self.cache:
             return None
+        # The source still holding the newest cached record as cached holds every older one
+        # (it cannot have gone back below it without losing or rewriting it): one row decides.
+        end = self.cache_after + len(self.cache)
+        last = await tail.read_tail(conn, self.topic, end - 1, 1)
+        if last is not None and last.records and last.records[0] == self.cache[-1].rec:
+            return None
         check = await tail.read_tail(conn, self.topic, self.cache_after, len(self.cache))
         if check is None or check.deleted:
             return None
