@@ -21,7 +21,8 @@ partition), a one-topic pyiceberg read 0.836 s, an append 3.41 s; maintenance 44
 files -> 4, 205 snapshots expired); after it 4 files (1 per partition), the read 0.065 s
 (0.08x), the append 3.45 s (1.01x: a Spark job's fixed cost, not the table's size).
 
-``python bench/maintenance.py [--appends 200] [--rows 40] [--samples 5] [--retention-hours 0]``
+``python bench/maintenance.py [--appends 200] [--rows 40] [--samples 5] [--retention-hours 0]
+[--quick]``
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=40, help="rows per append (4 topics)")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--retention-hours", type=float, default=0.0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 30 appends, 3 samples")
     args = parser.parse_args()
+    if args.quick:
+        args.appends, args.samples = 30, 3
     if not 1 <= args.appends <= MAX_APPENDS:
         parser.error(f"--appends must be within 1..{MAX_APPENDS}")
     base = Path(tempfile.mkdtemp(prefix="auditsync-bench-maint-"))
