@@ -44,6 +44,10 @@ TABLES = (
 )
 
 
+def _template(text: object) -> bool:
+    return "{{" in str(text)
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     landing: str
@@ -52,9 +56,11 @@ class Layout:
 
     def __post_init__(self) -> None:
         # Parse once: an unsupported scheme fails here, with the location in the message.
-        if self.landing:  # steps after compact need no landing zone
+        # An Airflow template ("{{ var.value.… }}") is rendered later, by Airflow: kept as is.
+        if self.landing and not _template(self.landing):  # steps after compact need none
             object.__setattr__(self, "landing", str(Location.parse(self.landing)))
-        object.__setattr__(self, "work", str(Location.parse(self.work)))
+        if not _template(self.work):
+            object.__setattr__(self, "work", str(Location.parse(self.work)))
 
     @property
     def landing_location(self) -> Location:
