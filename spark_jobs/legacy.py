@@ -33,14 +33,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.common import store, tables
 from spark_jobs.common.schemas import DETAIL, SUMMARY
-from spark_jobs.layout import Layout
+from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
 from spark_jobs.verify.transforms import LEFT
 from watch_service.storage import Storage
 from watch_service.store import runs
 
 MARKER = "_layout.json"
-LEGACY_PROPERTY = "auditsync.legacy"
 # Moved aside in this order, the marker last (``deliveries.layout1`` is what the move from
 # layout 1 to 2 left).
 FOLDERS = ("deliveries.layout1", "audits", "runs", "ledger", "audit_log", "deliveries")

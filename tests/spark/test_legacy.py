@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructType
 
-from spark_jobs import legacy, readers, runner
+from spark_jobs import legacy, readers, runner, time_travel
 from spark_jobs.common import statuses as st
 from spark_jobs.common import tables
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
@@ -137,6 +137,8 @@ def build_layout2(work: Path, url: str, old: str, c1: Stream, c2: Stream, a: str
             windows.append((c2.consumer, b, 0, 3 * batch - 3, 3 * batch, None))
             rows = [(r["consumer"], r["topic"], r["status"], 3, 0) for r in summary]
             runs.commit_reconcile(conn, old, run, (batch, batch), False, windows, rows)
+            runs.start_run(conn, run)
+            runs.finish_run(conn, run, True, 0, 0)
     _put(work / "runs/crashed/detail/part-00000.parquet", [_verdict("x", a, 1)], DETAIL)
     _put(work / "audits/full1/detail/part-00000.parquet", [_verdict(c1.consumer, a, 1)], DETAIL)
     whole = {"run_id": "full1", "consumer": c1.consumer, "topic": a, "status": st.DELIVERED}
@@ -286,6 +288,13 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     audit_new = [r for r in got["audit_log"] if r["run_id"] != layout.run_id]
     assert canon(audit_new, AUDIT_LOG, "run_id") == canon(audit_old, AUDIT_LOG, "run_id")
     assert sorted(r["seq"] for r in got["audit_log"] if r["run_id"] == layout.run_id) == [7, 8, 9]
+
+    # "As run r2 left it" predates the history: refused, not an empty audit log.
+    with psycopg.connect(pg_url) as conn:
+        target = time_travel.resolve(conn, layout, time_travel.AsOf(run_id="r2"))
+    table = readers.load(layout, pg_url, "audit_log")
+    with pytest.raises(time_travel.TimeTravelError, match="before the warehouse was converted"):
+        time_travel.snapshot_of(table, target, "the audit log as run r2 left it")
 
     # A second time (attach converts once per session, so ask the conversion itself): no
     # message, no commit anywhere.
