@@ -6,11 +6,12 @@ the second time.
 
 The old warehouse is written file by file with pyarrow, as layout 2 laid it out (``B``'s name
 has a ``:``, escaped in its folder names as Spark wrote them). Source: ``A`` seqs 1..9, ``B``
-1..6. ``c1`` got A 1..3 (batch 1), 4..6 (batch 2) and lands 7..9 now; ``c2``
-got B 1..3 and 4..6. Runs ``r1`` (batch 1) and ``r2`` (batch 2) are committed in PostgreSQL
-under the old id; ``crashed`` left a detail and a ledger but never committed; batch 3 was
-being moved in when a compact crashed (a pending list, no record). The audit log: A and B on
-one day (last rewritten by ``r2`` and ``r1``), B's 4..6 on the next (no manifest names it).
+1..6. ``c1`` got A 1..3 (batch 1), 4..6 (batch 2) and lands 7..9 now; ``c2`` got B 1..3 and
+4..6. Runs ``r1`` (batch 1) and ``r2`` (batch 2) are committed in PostgreSQL under the old id;
+``crashed`` left a detail and a ledger but never committed; batch 3 was being moved in when a
+compact crashed (a pending list, no record). The audit log: A and B on one day (last
+rewritten by ``r2`` and ``r1``), B's 4..6 on the next (no manifest names it; a backfill
+crashed swapping it in, so its journal must be rolled forward).
 """
 
 from __future__ import annotations
