@@ -28,6 +28,9 @@ import hashlib
 from watch_service.storage import Location
 
 STEPS = ("compact", "reconcile", "backfill", "verify")
+# The snapshot summary property of the commits that converted a hand-written-layout warehouse
+# (``spark_jobs.legacy``); its value is the old warehouse's id.
+LEGACY_PROPERTY = "auditsync.legacy"
 # Every Spark job Airflow runs: the pipeline's steps, and maintenance (its own daily DAG,
 # never part of a pipeline run).
 JOBS = (*STEPS, "maintenance")

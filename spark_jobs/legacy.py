@@ -1,6 +1,8 @@
 """The one-time conversion of a warehouse the hand-written Parquet layouts left behind into the
-Iceberg tables (``spark_jobs.layout``): ``tables.attach`` calls ``convert`` at the start of
-every step, and it costs one or two file lookups unless there is something to convert.
+Iceberg tables (``spark_jobs.layout``): ``tables.attach`` calls ``convert`` when a session
+first opens the warehouse (at the start of every step), and it costs one or two file lookups
+unless there is something to convert. The old layouts lived on one local filesystem that the
+driver and the executors share, so only a local warehouse is looked at.
 
 Layout 2 (the incremental pipeline before Iceberg, marked by ``_layout.json`` {"version": 2,
 "id"}): every committed batch, verdict and audit-log row (``spark_jobs.old_warehouse`` says
@@ -18,7 +20,8 @@ Crash-safe: each table's append is one Iceberg commit carrying ``auditsync.legac
 id>``, and a table that has one is not appended again; the re-keying is idempotent; the old
 folders move aside to ``<work>/legacy-layout<N>/`` last (the marker, or layout 1's
 ``deliveries/``, the very last), so a conversion killed anywhere finishes on the next step.
-One message on stderr says what was converted and where the old files are.
+One message on stderr says what was converted and where the old files are. The tables'
+history starts at the conversion (``spark_jobs.time_travel`` refuses a time before it).
 """
 
 from __future__ import annotations
@@ -33,14 +36,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.common import store, tables
 from spark_jobs.common.schemas import DETAIL, SUMMARY
-from spark_jobs.layout import Layout
+from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
 from spark_jobs.verify.transforms import LEFT
 from watch_service.storage import Storage
 from watch_service.store import runs
 
 MARKER = "_layout.json"
-LEGACY_PROPERTY = "auditsync.legacy"
 # Moved aside in this order, the marker last (``deliveries.layout1`` is what the move from
 # layout 1 to 2 left).
 FOLDERS = ("deliveries.layout1", "audits", "runs", "ledger", "audit_log", "deliveries")

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import readers
-from spark_jobs.layout import Layout
+from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -113,7 +113,10 @@ class Page:
 def snapshot_of(table: Table, target: Target, what: str) -> int | None:
     """The snapshot id ``target`` names in ``table``, checked to still exist."""
     if target.when is not None:
-        return readers.snapshot_at(table, target.when)
+        found = readers.snapshot_at(table, target.when)
+        if found is None:
+            _before_conversion(table, target.when, what)
+        return found
     if target.snapshot_id is None:
         current = table.current_snapshot()
         return None if current is None else current.snapshot_id
@@ -123,6 +126,20 @@ def snapshot_of(table: Table, target: Target, what: str) -> int | None:
             f"(older than the snapshot retention)"
         )
     return target.snapshot_id
+
+
+def _before_conversion(table: Table, when: dt.datetime, what: str) -> None:
+    """Refuse a time before the table's history starts with a conversion from a hand-written
+    layout (``spark_jobs.legacy``): its rows existed then, but no snapshot of them did."""
+    history = table.history()
+    first = table.snapshot_by_id(history[0].snapshot_id) if history else None
+    if first is None or first.summary is None or not first.summary.get(LEGACY_PROPERTY):
+        return
+    raise TimeTravelError(
+        f"{what} is not kept: {iso_ms(int(when.timestamp() * 1000))} is before the warehouse "
+        f"was converted from its hand-written layout ({iso_ms(first.timestamp_ms)}), where its "
+        f"history starts"
+    )
 
 
 def read_page(table: Table, snapshot_id: int | None, topic: str, after: int, limit: int) -> Page:

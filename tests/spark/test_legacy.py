@@ -4,17 +4,20 @@ exactly, the incremental progress carried over (the run judges only the new segm
 message, the old folders aside; a conversion killed midway finishes exactly; nothing happens
 the second time.
 
-The old warehouse is written file by file with pyarrow, as layout 2 laid it out. Source: ``A``
-seqs 1..9, ``B`` 1..6. ``c1`` got A 1..3 (batch 1), 4..6 (batch 2) and lands 7..9 now; ``c2``
-got B 1..3 and 4..6. Runs ``r1`` (batch 1) and ``r2`` (batch 2) are committed in PostgreSQL
-under the old id; ``crashed`` left a detail and a ledger but never committed; batch 3 was
-being moved in when a compact crashed (a pending list, no record). The audit log: A and B on
-one day (last rewritten by ``r2`` and ``r1``), B's 4..6 on the next (no manifest names it).
+The old warehouse is written file by file with pyarrow, as layout 2 laid it out (``B``'s name
+has a ``:``, escaped in its folder names as Spark wrote them). Source: ``A`` seqs 1..9, ``B``
+1..6. ``c1`` got A 1..3 (batch 1), 4..6 (batch 2) and lands 7..9 now; ``c2`` got B 1..3 and
+4..6. Runs ``r1`` (batch 1) and ``r2`` (batch 2) are committed in PostgreSQL under the old id;
+``crashed`` left a detail and a ledger but never committed; batch 3 was being moved in when a
+compact crashed (a pending list, no record). The audit log: A and B on one day (last
+rewritten by ``r2`` and ``r1``), B's 4..6 on the next (no manifest names it; a backfill
+crashed swapping it in, so its journal must be rolled forward).
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from pathlib import Path
 
 import psycopg
@@ -23,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructType
 
-from spark_jobs import legacy, readers, runner
+from spark_jobs import legacy, readers, runner, time_travel
 from spark_jobs.common import statuses as st
 from spark_jobs.common import tables
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
@@ -50,6 +53,11 @@ def _arrow(schema: StructType, drop: tuple[str, ...] = ()) -> pa.Schema:
 def _put(path: Path, rows: list[dict], schema: StructType, drop: tuple[str, ...] = ()) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=_arrow(schema, drop)), path)
+
+
+def _esc(topic: str) -> str:
+    """A topic as Spark named its partition folder (``:`` is one of the escaped characters)."""
+    return topic.replace(":", "%3A")
 
 
 def _json(path: Path, value: object) -> None:
@@ -94,10 +102,11 @@ def _audit(topic: str, seq: int, ts: int) -> dict:
 def build_layout2(work: Path, url: str, old: str, c1: Stream, c2: Stream, a: str, b: str):
     """The old warehouse at ``work`` and its runs in PostgreSQL."""
     _json(work / "_layout.json", {"version": 2, "id": old})
+    ta, tb = f"topic={_esc(a)}", f"topic={_esc(b)}"
     d, consumers, files = work / "deliveries", {}, []
     for batch in (1, 2, 3):
         for stream, topic in ((c1, a), (c2, b)):
-            rel = f"consumer={stream.consumer}/topic={topic}/b{batch:08d}-part-00000.parquet"
+            rel = f"consumer={stream.consumer}/topic={_esc(topic)}/b{batch:08d}-part-00000.parquet"
             rows = _deliveries(stream, batch)
             _put(d / rel, rows, DELIVERIES, ("consumer", "topic"))
             if batch == 3:
@@ -114,11 +123,11 @@ def build_layout2(work: Path, url: str, old: str, c1: Stream, c2: Stream, a: str
             _json(d / f"_batches/b{batch:08d}.json", {**record, "consumers": consumers})
     ledger = {"seq": 5, "seq_to": 5, "status": st.SILENT_GAP, "copies": 0, "judged_batch": 2}
     for run in ("r2", "crashed"):
-        folder = work / f"ledger/run={run}/consumer={c2.consumer}/topic={b}"
+        folder = work / f"ledger/run={run}/consumer={c2.consumer}/{tb}"
         _put(folder / "part-00000.parquet", [ledger], LEDGER, ("consumer", "topic"))
     for run, batch, seqs, parts in (
-        ("r1", 1, range(1, 4), [f"topic={a}/date=2023-11-14", f"topic={b}/date=2023-11-14"]),
-        ("r2", 2, range(4, 7), [f"topic={a}/date=2023-11-14"]),
+        ("r1", 1, range(1, 4), [f"{ta}/date=2023-11-14", f"{tb}/date=2023-11-14"]),
+        ("r2", 2, range(4, 7), [f"{ta}/date=2023-11-14"]),
     ):
         detail = [_verdict(c, t, s) for c, t in ((c1.consumer, a), (c2.consumer, b)) for s in seqs]
         _put(work / f"runs/{run}/detail/part-00000.parquet", detail, DETAIL)
@@ -137,21 +146,23 @@ def build_layout2(work: Path, url: str, old: str, c1: Stream, c2: Stream, a: str
             windows.append((c2.consumer, b, 0, 3 * batch - 3, 3 * batch, None))
             rows = [(r["consumer"], r["topic"], r["status"], 3, 0) for r in summary]
             runs.commit_reconcile(conn, old, run, (batch, batch), False, windows, rows)
+            runs.start_run(conn, run)
+            runs.finish_run(conn, run, True, 0, 0)
     _put(work / "runs/crashed/detail/part-00000.parquet", [_verdict("x", a, 1)], DETAIL)
     _put(work / "audits/full1/detail/part-00000.parquet", [_verdict(c1.consumer, a, 1)], DETAIL)
     whole = {"run_id": "full1", "consumer": c1.consumer, "topic": a, "status": st.DELIVERED}
     _put(work / "audits/full1/summary/p.parquet", [whole | {"count": 6, "revised": 0}], SUMMARY)
     day = 1_700_000_000_000  # 2023-11-14
     for folder, topic, seqs, ts in (
-        (f"topic={a}/date=2023-11-14", a, range(1, 7), day),
-        (f"topic={b}/date=2023-11-14", b, range(1, 4), day),
+        (f"{ta}/date=2023-11-14", a, range(1, 7), day),
+        (f"{tb}/date=2023-11-14", b, range(1, 4), day),
         # A backfill crashed swapping in B's 15th: 4..6 staged, 4..5 retired, a journal.
-        (f"_staging/r3/topic={b}/date=2023-11-15", b, range(4, 7), day + 86_400_000),
-        (f"topic={b}/.retired-date=2023-11-15", b, range(4, 6), day + 86_400_000),
+        (f"_staging/r3/{tb}/date=2023-11-15", b, range(4, 7), day + 86_400_000),
+        (f"{tb}/.retired-date=2023-11-15", b, range(4, 6), day + 86_400_000),
     ):
         rows = [_audit(topic, s, ts + s) for s in seqs]
         _put(work / "audit_log" / folder / "part-00000.parquet", rows, AUDIT_LOG, ("topic", "date"))
-    _json(work / "audit_log/_swaps/r3.json", {"folders": [f"topic={b}/date=2023-11-15"]})
+    _json(work / "audit_log/_swaps/r3.json", {"folders": [f"{tb}/date=2023-11-15"]})
 
 
 def old_rows(folder: Path) -> list[dict]:
@@ -161,7 +172,10 @@ def old_rows(folder: Path) -> list[dict]:
         rel = path.relative_to(folder)
         if any(p.startswith(("_", ".")) for p in rel.parts):
             continue
-        values = dict(p.split("=", 1) for p in rel.parts[:-1] if "=" in p)
+        values = {
+            k: urllib.parse.unquote(v)
+            for k, v in (p.split("=", 1) for p in rel.parts[:-1] if "=" in p)
+        }
         out += [{**row, **values, "_file": str(rel)} for row in pq.read_table(path).to_pylist()]
     return out
 
@@ -189,7 +203,7 @@ def crash_at(point: str):
 
 
 def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsys):
-    a, b, old = unique("la"), unique("lb"), unique("old")
+    a, b, old = unique("la"), unique("lb") + ":x", unique("old")  # b's folders: lb-…%3Ax
     make_source(pg_url, {a: {"seqs": list(range(1, 10))}, b: {"seqs": list(range(1, 7))}})
     c1 = Stream(unique("c1"), {a: 0}).records(a, [1, 2, 3]).records(a, [4, 5, 6])
     c1.records(a, [7, 8, 9])
@@ -287,9 +301,17 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     assert canon(audit_new, AUDIT_LOG, "run_id") == canon(audit_old, AUDIT_LOG, "run_id")
     assert sorted(r["seq"] for r in got["audit_log"] if r["run_id"] == layout.run_id) == [7, 8, 9]
 
-    # A second time: no message, no commit anywhere.
+    # "As run r2 left it" predates the history: refused, not an empty audit log.
+    with psycopg.connect(pg_url) as conn:
+        target = time_travel.resolve(conn, layout, time_travel.AsOf(run_id="r2"))
+    table = readers.load(layout, pg_url, "audit_log")
+    with pytest.raises(time_travel.TimeTravelError, match="before the warehouse was converted"):
+        time_travel.snapshot_of(table, target, "the audit log as run r2 left it")
+
+    # A second time (attach converts once per session, so ask the conversion itself): no
+    # message, no commit anywhere.
     before = tables.snapshots(spark, layout, TABLES)
-    tables.attach(spark, layout, pg_url)
+    assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""
     assert tables.snapshots(spark, layout, TABLES) == before
 
@@ -316,5 +338,5 @@ def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp
     assert canon(got, AUDIT_LOG, "run_id") == canon(want, AUDIT_LOG, "run_id")
     assert table_rows(layout, pg_url, "deliveries") == []
     assert tables.compact_state(spark, layout) == {"batch": 0, "consumers": {}}
-    tables.attach(spark, layout, pg_url)
+    assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""
