@@ -60,6 +60,8 @@ class Layout:
     def __post_init__(self) -> None:
         # Parse once: an unsupported scheme fails here, with the location in the message.
         # An Airflow template ("{{ var.value.… }}") is rendered later, by Airflow: kept as is.
+        object.__setattr__(self, "landing", str(self.landing))
+        object.__setattr__(self, "work", str(self.work))
         if self.landing and not _template(self.landing):  # steps after compact need none
             object.__setattr__(self, "landing", str(Location.parse(self.landing)))
         if not _template(self.work):

@@ -72,12 +72,12 @@ def test_the_pipeline_wiring(parsed):
     assert parsed["schedule"] == ["CronDataIntervalTimetable", "*/15 * * * *"]
     spark_submit = str(Path(sys.executable).with_name("spark-submit"))
     assert sorted(parsed["spark"]) == sorted(["compact", "reconcile", *backfill, "verify"])
+    from spark_jobs.common.session import classpath
+
     for task, (conn_id, binary, jars) in parsed["spark"].items():
-        assert (conn_id, binary, jars) == (
-            "spark_default",
-            spark_submit,
-            "/usr/share/java/postgresql.jar",
-        ), task
+        assert (conn_id, binary, jars) == ("spark_default", spark_submit, ",".join(classpath())), (
+            task
+        )
     assert parsed["outlets"] == [
         "auditsync_audit_log",
         "auditsync_quality_report",
@@ -142,4 +142,4 @@ def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):
 
     monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
     op = SparkStepOperator(task_id="t", step="compact", application="x.py")
-    assert op.jars == str(jar) and op.packages is None
+    assert op.jars.split(",")[-1] == str(jar) and op.packages is None

@@ -307,8 +307,18 @@ def test_data_docs_paths_cannot_leave_the_docs_folder(tmp_path: Path):
 def test_job_arguments_are_the_pipeline_runners():
     paths = jobs.Paths("/l", "/w", "R")
     assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
-    assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
-    assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]
+    # Locations in their canonical form (file:///…); an s3:// one stays as given.
+    assert jobs.args("compact", paths) == [
+        "--work",
+        "file:///w",
+        "--run-id",
+        "R",
+        "--landing",
+        "file:///l",
+    ]
+    assert jobs.args("verify", paths) == ["--work", "file:///w", "--run-id", "R"]
+    s3 = jobs.Paths("s3://bucket/landing", "s3://bucket/wh", "R")
+    assert jobs.args("compact", s3)[:2] == ["--work", "s3://bucket/wh"]
     assert jobs.args("backfill", paths, target="search_index")[-2:] == ["--target", "search_index"]
     with pytest.raises(ValueError, match="--target is for backfill"):
         jobs.args("backfill", paths, target="both")
@@ -442,7 +452,8 @@ def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
     assert cmd[:3] == ["/venv/bin/spark-submit", "--class", SERVER_CLASS]
     assert cmd[-1] == "spark-internal"
     flags = dict(zip(cmd[1:-1:2], cmd[2:-1:2]))
-    assert flags["--master"] == "local[2]" and flags["--jars"] == str(jar)
+    assert flags["--master"] == "local[2]" and flags["--jars"].split(",")[-1] == str(jar)
+    assert "iceberg-spark-runtime-4.1_2.13-1.11.0.jar" in flags["--jars"]
     confs = {c.split("=", 1)[0]: c.split("=", 1)[1] for c in cmd if c.startswith("spark.")}
     assert confs["spark.connect.grpc.binding.port"] == "15099"
     assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback by default
