@@ -33,7 +33,7 @@ class Paths:
 
     @property
     def layout(self) -> Layout:
-        return Layout(Path(self.landing), Path(self.warehouse), self.run_id)
+        return Layout(self.landing, self.warehouse, self.run_id)
 
 
 def application(project: Path, job: str) -> str:
