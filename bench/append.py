@@ -271,9 +271,8 @@ class Bench:
 
     def note_cpu(self, before: tuple[float, float, float], records: int) -> None:
         after = self.cpu.sample()
-        self.cpu_per_record = tuple(
-            (a - b) / records * 1e6 for a, b in zip(after, before, strict=True)
-        )
+        svc, pg, own = ((a - b) / records * 1e6 for a, b in zip(after, before, strict=True))
+        self.cpu_per_record = (svc, pg, own)
 
     async def measure(self, name: str, fn: Callable[[], Awaitable[float]]) -> float:
         await fn()  # warm-up: connections, plans, caches

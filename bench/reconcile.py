@@ -33,7 +33,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -72,16 +74,19 @@ SELECT CASE WHEN s.seq IS NULL THEN 'phantom'
 """
 
 
-def timed(spark, fn, repeats: int) -> tuple[float, float, object]:
+_T = TypeVar("_T")
+
+
+def timed(spark, fn: Callable[[], _T], repeats: int) -> tuple[float, float, _T]:
     """Median wall seconds, median JVM CPU seconds, and the last result of ``fn()``."""
     pid = spark.sparkContext._gateway.proc.pid
-    walls, cpus, result = [], [], None
+    walls, cpus, results = [], [], []
     for _ in range(repeats):
         started, cpu0 = time.monotonic(), cpu_s(pid)
-        result = fn()
+        results.append(fn())
         walls.append(time.monotonic() - started)
         cpus.append(cpu_s(pid) - cpu0)
-    return statistics.median(walls), statistics.median(cpus), result
+    return statistics.median(walls), statistics.median(cpus), results[-1]
 
 
 def run_reconcile(spark, target, deliveries_path: str, detail_path: str) -> dict[str, int]:
@@ -144,9 +149,9 @@ def run_pg(url: str, deliveries_path: str) -> tuple[float, float, dict]:
 def bench_size(spark, url: str, work: Path, n: int, repeats: int, args) -> dict:
     per_topic = n // TOPICS
     target = jdbc.jdbc_target(url)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"\n== {n:,} source records ({TOPICS} topics x {per_topic:,}); load average {load}",
+        f"\n== {n:,} source records ({TOPICS} topics x {per_topic:,}); load average {loadavg}",
         flush=True,
     )
     print(f"source generated in PostgreSQL in {load_source(url, per_topic):.1f} s", flush=True)
@@ -175,7 +180,7 @@ def bench_size(spark, url: str, work: Path, n: int, repeats: int, args) -> dict:
         f"median of {repeats}); counts {'match' if ok else 'DIFFER'}: {counts}",
         flush=True,
     )
-    result = {"n": n, "reconcile": t_rec, "ok": ok}
+    result: dict[str, Any] = {"n": n, "reconcile": t_rec, "ok": ok}
     if n <= args.datacompy_max_rows:
         t_dc, c_dc, differing = timed(spark, lambda: run_datacompy(spark, target, deliveries), 1)
         result["datacompy"] = t_dc

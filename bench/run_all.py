@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
         print(f"== {path.name}", flush=True)
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, str(path), *argv], cwd=HERE.parent)
+        code: int | str
         try:
             code = proc.wait(TIMEOUTS_S.get(path.name, TIMEOUT_S))
         except subprocess.TimeoutExpired:

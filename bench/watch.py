@@ -140,7 +140,8 @@ async def watcher_main(pipe) -> None:
             pipe.send((lat.tobytes(), [w.count for w in watchers], sum(w.gaps for w in watchers)))
         elif cmd == "close":
             for w in watchers:
-                w.transport.abort()
+                if w.transport is not None:
+                    w.transport.abort()
             watchers.clear()
             pipe.send("ok")
         elif cmd == "exit":
@@ -182,7 +183,9 @@ class Watchers:
         return sum(sum(c) for c in await self.ask("counts"))
 
     async def report(self) -> tuple[list[int], list[int], int]:
-        lats, counts, gaps = [], [], 0
+        lats: list[int] = []
+        counts: list[int] = []
+        gaps = 0
         for raw, c, g in await self.ask("report"):
             lats += array.array("q", raw)
             counts += c
@@ -419,7 +422,9 @@ async def bench() -> None:
 
     # SIGTERM (run_all's overrun backstop) cancels the run, so the finally below still stops
     # everything this benchmark started.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    task = asyncio.current_task()
+    assert task is not None  # run by asyncio.run
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     ctx = mp.get_context("spawn")
     base = Path(tempfile.mkdtemp(prefix="auditsync-bench-"))
     base.chmod(0o755)  # noqa: ASYNC240 (one call at start) - the cluster runs as postgres
@@ -442,6 +447,7 @@ async def bench() -> None:
         relay_port, svc_port = free_port(), free_port()
         relay = ctx.Process(target=relay_proc, args=(db_url, relay_port), daemon=True)
         relay.start()
+        assert relay.pid is not None  # set by start()
         service = start_service(db_url, svc_port, base / "service.log")
         url = f"http://127.0.0.1:{svc_port}"
 
@@ -512,7 +518,7 @@ async def bench() -> None:
         if watchers:
             watchers.stop()
         if relay is not None and relay.is_alive():
-            os.kill(relay.pid, signal.SIGTERM)
+            relay.terminate()  # SIGTERM
             relay.join(5)
         if service is not None:
             service.stop(timeout=15)

@@ -158,7 +158,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _end_streams(app: web.Application) -> None:
     """On shutdown, open streams end: each writes its terminal frame and stores its cursors."""
-    for task in list(app[STREAM_TASKS]):
+    for task in app[STREAM_TASKS].copy():
         task.cancel()
 
 

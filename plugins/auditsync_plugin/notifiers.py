@@ -23,7 +23,6 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk.bases.notifier import BaseNotifier
@@ -223,11 +222,14 @@ class AuditsyncAlert(BaseNotifier):
 
     def _lag(self, context: Any, dag_id: str, run_id: str, error: str) -> Alert:
         from .hooks import WatchServiceError, WatchServiceHook
+        from .landing_store import landing_storage
         from .sink_cursors import decide, read_positions, split_consumers
 
         end = context.get("data_interval_end") or context.get("logical_date")
         end_s = end.timestamp() if end is not None else time.time()
-        positions, missing = read_positions(Path(self.landing), split_consumers(self.consumers))
+        positions, missing = read_positions(
+            landing_storage(self.landing), split_consumers(self.consumers)
+        )
         try:
             heads: dict[str, int] | None = WatchServiceHook(self.watch_conn_id).get_heads()
         except WatchServiceError as exc:

@@ -59,7 +59,7 @@ def suites(
 ) -> dict[str, list]:
     """Expectations per dataset. Statuses and origins come from ``spark_jobs.common.statuses``."""
     is_record = Column("kind") == "record"
-    ts_range = {"min_value": bounds.min_ts_ms, "max_value": bounds.max_ts_ms}
+    ts_range: dict[str, Any] = {"min_value": bounds.min_ts_ms, "max_value": bounds.max_ts_ms}
     return {
         "deliveries": [
             *_not_null(*sorted(LANDING_NOT_NULL)),

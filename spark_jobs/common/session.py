@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from spark_jobs.common import jars
 from spark_jobs.common.jars import JarsMissing
@@ -74,7 +74,12 @@ def submit_flags(environ: Mapping[str, str] | None = None) -> list[str]:
     return flags
 
 
-def submit_options(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+class SubmitOptions(TypedDict):
+    jars: str
+    conf: dict[str, str]
+
+
+def submit_options(environ: Mapping[str, str] | None = None) -> SubmitOptions:
     """The same, as Airflow's ``SparkSubmitOperator`` keywords."""
     return {"jars": ",".join(classpath(environ)), "conf": dict(STATIC_CONF)}
 

@@ -108,6 +108,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         stats = batch.agg(
             F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
         ).first()
+        assert stats is not None  # an aggregate without grouping returns one row
         lasts = {
             r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(batch).collect()
         }

@@ -48,6 +48,7 @@ async def _stream(request: web.Request, resp: web.StreamResponse, start: stream.
     app = request.app
     timeout = app[SETTINGS].write_timeout_s
     task = asyncio.current_task()
+    assert task is not None  # a request handler runs in a task
     app[STREAM_TASKS].add(task)
     try:
         async for item in stream.watch_changes(app[HUB], app[POOL], start, IDLE_S):

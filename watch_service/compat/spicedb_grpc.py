@@ -41,6 +41,13 @@ _Code = grpc.StatusCode
 
 
 class Permissions(Base, ps_grpc.PermissionsServiceServicer):
+    CheckPermission = unimplemented("CheckPermission")
+    CheckBulkPermissions = unimplemented("CheckBulkPermissions")
+    ExpandPermissionTree = unimplemented("ExpandPermissionTree")
+    LookupResources = unimplemented("LookupResources", streaming=True)
+    LookupSubjects = unimplemented("LookupSubjects", streaming=True)
+    ExportBulkRelationships = unimplemented("ExportBulkRelationships", streaming=True)
+
     def _validated(self, w: db.Write, tuples: list[pa.Tuple], filters: list[pa.TupleFilter]):
         async def check(conn: psycopg.AsyncConnection) -> None:
             schema = await self.schema(conn)
@@ -152,7 +159,8 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         return await self.call(context, self._import(request_iterator))
 
     async def _import(self, request_iterator) -> ps.ImportBulkRelationshipsResponse:
-        ops, seen = [], set()
+        ops: list[tuple[str, pa.Tuple]] = []
+        seen: set[tuple[str, ...]] = set()
         async for req in request_iterator:
             for rel in req.relationships:
                 t = sp.to_tuple(rel, f"relationships[{len(ops)}]")
@@ -172,12 +180,6 @@ class Permissions(Base, ps_grpc.PermissionsServiceServicer):
         async with self.app[POOL].connection() as conn:
             result = await db.apply(conn, self.tenant, "spicedb", w, self.settings.authz_history_ms)
         return ps.ImportBulkRelationshipsResponse(num_loaded=result.changes)
-
-
-for _name in ("CheckPermission", "CheckBulkPermissions", "ExpandPermissionTree"):
-    setattr(Permissions, _name, unimplemented(_name))
-for _name in ("LookupResources", "LookupSubjects", "ExportBulkRelationships"):
-    setattr(Permissions, _name, unimplemented(_name, streaming=True))
 
 
 def _pre(request) -> list[db.Precondition]:

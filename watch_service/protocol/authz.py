@@ -77,7 +77,8 @@ def parse_tuple(text: str) -> Tuple:
     m = _TUPLE_RE.fullmatch(text)
     if m is None:
         raise AuthzInputError(f"tuple: {text!r} is not entity:id#relation@subject:id[#relation]")
-    return Tuple(*m.groups("")[:5], m.group(6) or "")
+    entity_type, entity_id, relation, subject_type, subject_id, subject_relation = m.groups("")
+    return Tuple(entity_type, entity_id, relation, subject_type, subject_id, subject_relation)
 
 
 def format_attribute_ref(a: Attribute) -> str:

@@ -79,7 +79,7 @@ async def read_records(request: web.Request) -> web.Response:
     if result is None:
         raise TopicNotFound(name)
     head = orjson.dumps({"topic": name})[:-1].decode()
-    tail = {
+    tail: dict[str, object] = {
         "from_seq": result.from_seq,
         "to_seq": result.to_seq,
         "head_seq": result.head_seq,

@@ -165,10 +165,10 @@ async def _stream(request: web.Request, wid: str, row: sessions.SessionRow) -> w
     else:  # a stream elsewhere stores its cursors first (bounded), then they are read
         async with app[POOL].connection() as conn:
             await sessions.ask_release(conn, wid, TAKEOVER_WAIT_S)
-            row = await sessions.load(conn, wid)
-        if row is None:
+            stored = await sessions.load(conn, wid)
+        if stored is None:
             raise NotFound(f"watch session {wid!r} is unknown or expired; POST /v0/watch again")
-        server_cursors = {t: row.cursors[t] for t in definition.topics}  # session topic order
+        server_cursors = {t: stored.cursors[t] for t in definition.topics}  # session topic order
     cursors = cursor_codec.rewind(server_cursors, client)
     async with app[POOL].connection() as conn:
         gen = await sessions.open_stream(conn, wid, cursors, LEASE_S)
@@ -196,6 +196,7 @@ async def _stream(request: web.Request, wid: str, row: sessions.SessionRow) -> w
     )
     app[STREAMS].add(stream)
     task = asyncio.current_task()
+    assert task is not None  # a request handler runs in a task
     app[STREAM_TASKS].add(task)
     app[METRICS].open_streams.set(len(app[STREAMS]))
     try:

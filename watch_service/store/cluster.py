@@ -140,15 +140,15 @@ class EmbeddedPostgres:
             )
         return proc.stdout
 
-    def _check_reachable(self) -> None:
-        """As root the server runs as another user, who must be able to reach base_dir."""
+    def _check_reachable(self, run_as: str) -> None:
+        """As root the server runs as ``run_as``, who must be able to reach base_dir."""
         for parent in reversed(self.base_dir.parents):
             probe = subprocess.run(
-                ["runuser", "-u", self.run_as, "--", "test", "-x", str(parent)], capture_output=True
+                ["runuser", "-u", run_as, "--", "test", "-x", str(parent)], capture_output=True
             )
             if probe.returncode != 0:
                 raise EmbeddedPgError(
-                    f"user {self.run_as!r} (who runs the embedded server, since initdb refuses "
+                    f"user {run_as!r} (who runs the embedded server, since initdb refuses "
                     f"root) cannot enter {parent}; put the project (or AUDITSYNC_HOME) under a "
                     f"directory others may traverse, or `chmod o+x {parent}`"
                 )
@@ -168,7 +168,7 @@ class EmbeddedPostgres:
             for path in (self.base_dir, self.data_dir, self.run_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
             self.data_dir.chmod(0o700)
-            self._check_reachable()
+            self._check_reachable(self.run_as)
         self._run(
             [
                 str(bindir / "initdb"),

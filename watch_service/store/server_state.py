@@ -24,14 +24,20 @@ class Readiness:
 
 async def commit_timestamps_on(conn: AsyncConnection) -> bool:
     cur = await conn.execute(COMMIT_TIMESTAMPS)
-    return bool((await cur.fetchone())[0])
+    row = await cur.fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    return bool(row[0])
 
 
 def commit_timestamps_on_sync(conn: psycopg.Connection) -> bool:
-    return bool(conn.execute(COMMIT_TIMESTAMPS).fetchone()[0])
+    row = conn.execute(COMMIT_TIMESTAMPS).fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    return bool(row[0])
 
 
 async def readiness(conn: AsyncConnection) -> Readiness:
     cur = await conn.execute(READINESS)
-    commit_ts, version = await cur.fetchone()
+    row = await cur.fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    commit_ts, version = row
     return Readiness(bool(commit_ts), int(version))

@@ -58,7 +58,9 @@ async def force_flush(conn: AsyncConnection) -> int:
 
 async def flush_lsn(conn: AsyncConnection) -> int:
     cur = await conn.execute("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
-    return int((await cur.fetchone())[0])
+    row = await cur.fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    return int(row[0])
 
 
 async def topic_heads(conn: AsyncConnection, names: list[str]) -> dict[str, int]:

@@ -216,7 +216,9 @@ def _run_airflow(demo, server: spark_connect.ServerState | None) -> None:
         f"metadata DB ready; airflow dags test audit_sync {logical.isoformat()} (log: {log_path})",
     )
     with psycopg.connect(demo.db_url) as conn:
-        began = conn.execute("SELECT now()").fetchone()[0]
+        row = conn.execute("SELECT now()").fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
+        began = row[0]
     with open(log_path, "a") as log:
         proc = subprocess.Popen(
             [str(bin_dir / "airflow"), "dags", "test", "audit_sync", logical.isoformat()],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from aiohttp import web
 from psycopg_pool import AsyncConnectionPool
 
@@ -29,4 +32,4 @@ STREAMS = web.AppKey("streams", set)  # open SSE WatchStreams (cursor flusher)
 # The service-wide count of open SSE streams behind AUDITSYNC_MAX_STREAMS (web/stream_slots.py)
 STREAM_SLOTS = web.AppKey("stream_slots", StreamSlots)
 # Tasks of every open streaming response (SSE, Permify watch): shutdown cancels them.
-STREAM_TASKS = web.AppKey("stream_tasks", set)
+STREAM_TASKS = web.AppKey("stream_tasks", set[asyncio.Task[Any]])
