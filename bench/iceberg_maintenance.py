@@ -90,6 +90,7 @@ class Appender:
         tables.append(self.layout, "audit_log", df, {tables.RUN_PROPERTY: run_id})
         seconds = time.monotonic() - started
         snapshot = tables.current_snapshot(self.spark, self.layout, "audit_log")
+        assert snapshot is not None  # the append just committed one
         with psycopg.connect(self.url, autocommit=True) as conn:
             runs.start_run(conn, run_id)
             runs.record_snapshots(conn, run_id, self.layout.catalog, {"audit_log": snapshot})
