@@ -34,6 +34,7 @@ from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
 from ..support import ServiceProcess, free_port, unique
+from .receivers import SmtpReceiver, WebhookReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "plugins") not in sys.path:
@@ -132,7 +133,16 @@ def spark_connect(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def airflow_home(pg_url, watch_service, spark_connect, tmp_path_factory) -> AirflowHome:
+def alert_receivers():
+    """A real SMTP server and a webhook receiver on loopback, which the DAG runs alert."""
+    with SmtpReceiver() as smtp, WebhookReceiver() as hook:
+        yield smtp, hook
+
+
+@pytest.fixture(scope="session")
+def airflow_home(
+    pg_url, watch_service, spark_connect, alert_receivers, tmp_path_factory
+) -> AirflowHome:
     local = tmp_path_factory.mktemp("airflow-local")
     connect_settings, connect = spark_connect
     env = airflow_env(
@@ -142,6 +152,9 @@ def airflow_home(pg_url, watch_service, spark_connect, tmp_path_factory) -> Airf
             "AUDITSYNC_SPARK_MASTER": "local[2]",
             "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
             "AUDITSYNC_SPARK_CONNECT": connect.url,
+            "AUDITSYNC_ALERT_EMAIL": "ops@example.com",
+            "AUDITSYNC_ALERT_SMTP": alert_receivers[0].url,
+            "AUDITSYNC_ALERT_WEBHOOK": alert_receivers[1].url(),
         },
     )
     full = {
