@@ -43,6 +43,11 @@ UPDATE pipeline_runs
        finished_at = now(), updated_at = now()
  WHERE run_id = %(run_id)s
 """
+# What the findings view needs of a run: its warehouse, whether verify ran, whether a
+# verify since saw its repairable defects repaired (repairs_open false; NULL: no reconcile).
+RUN_FINDINGS = """SELECT p.warehouse, p.steps ? 'verify', r.repairs_open
+                     FROM pipeline_runs p LEFT JOIN reconcile_runs r USING (run_id)
+                    WHERE p.run_id = %(run_id)s"""
 GET_RUN = """SELECT status, defects_found, defects_remaining, steps
                FROM pipeline_runs WHERE run_id = %(run_id)s"""
 RECENT_RUNS = """
@@ -194,6 +199,12 @@ def finish_run(conn: Any, run_id: str, passed: bool, found: int, remaining: int)
             "remaining": remaining,
         },
     )
+
+
+def run_findings(conn: Any, run_id: str) -> tuple[str | None, bool, bool | None] | None:
+    """(warehouse, verified, repairs_open) of a run (``RUN_FINDINGS``), or None when unknown."""
+    row = _execute(conn, RUN_FINDINGS, {"run_id": run_id}).fetchone()
+    return None if row is None else (row[0], bool(row[1]), row[2])
 
 
 def get_run(conn: Any, run_id: str) -> tuple | None:
