@@ -91,9 +91,10 @@ SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.start_seq, w.seq
 """
 LAST_BATCH = """SELECT coalesce(max(batch_to), 0) FROM reconcile_runs
                  WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s"""
-LATER_RUNS = """SELECT count(*) FROM reconcile_runs
+LATER_RUNS = """SELECT run_id FROM reconcile_runs
                  WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s AND recorded_at > (
-                       SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)"""
+                       SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)
+                 ORDER BY recorded_at"""
 FORGET_RECONCILE = [
     "DELETE FROM reconcile_summary WHERE run_id = %(run_id)s",
     "DELETE FROM reconcile_runs WHERE run_id = %(run_id)s",
@@ -240,13 +241,31 @@ def cumulative_summary(conn: Any, warehouse: str) -> dict[tuple[str, str, str], 
     }
 
 
+def later_runs(conn: Any, warehouse: str, run_id: str) -> list[str]:
+    """The warehouse's runs reconciled after ``run_id`` (none when it never reconciled)."""
+    key = {"warehouse": warehouse, "run_id": run_id}
+    return [r[0] for r in _execute(conn, LATER_RUNS, key).fetchall()]
+
+
+def rerun_refusal(run_id: str, later: Sequence[str]) -> str:
+    """Why ``run_id`` is not re-run (a backfill of a past interval, a cleared old run): its
+    windows are seq ranges that later runs continued from, so redoing it would judge their
+    seqs twice or move the windows back (pure)."""
+    shown = ", ".join(later[:3]) + (f" and {len(later) - 3} more" if len(later) > 3 else "")
+    return (
+        f"reconcile run {run_id} cannot be re-run: later runs built on it ({shown}); its seqs "
+        f"are judged and the newest run continues from them, so there is nothing to backfill"
+    )
+
+
 def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[tuple]]:
     """What the warehouse's runs other than ``run_id`` committed: (highest delivery batch
     read, progress rows (consumer, topic, start_seq, reconciled_through, filter_node)).
     Refuses to redo a run that later runs built on."""
     key = {"warehouse": warehouse, "run_id": run_id}
-    if _execute(conn, LATER_RUNS, key).fetchone()[0]:
-        raise ValueError(f"reconcile run {run_id} cannot be re-run: later runs built on it")
+    later = later_runs(conn, warehouse, run_id)
+    if later:
+        raise ValueError(rerun_refusal(run_id, later))
     last = int(_execute(conn, LAST_BATCH, key).fetchone()[0])
     return last, [tuple(r) for r in _execute(conn, PROGRESS, key).fetchall()]
 
