@@ -127,7 +127,7 @@ def csv_rows(text: str) -> list[dict]:
     return [{k: int(v) if k in ints else v for k, v in r.items()} for r in rows]
 
 
-def test_build_judges_each_range_by_verify(house):
+def test_build_judges_each_range_by_verify():
     run = findings.Run("wh", True, True)
     d = [{"consumer": "c", "topic": "t", "seq": 1, "seq_to": 4, "status": "silent_gap"}]
     left = [{**d[0], "left": 4}]
@@ -227,3 +227,81 @@ def test_the_csv_the_cli_and_the_page_show_the_detail_rows(house, pg_url, capsys
         missing.text
     )
     assert client.get("/findings.csv", params={"run": "no-such-run"}).status_code == 404
+
+
+@pytest.fixture
+def served(house, pg_url, tmp_path):
+    """The plugin's app (login dependency replaced) under uvicorn on a loopback socket bound
+    here, so it accepts connections before the server thread serves them."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from auditsync_plugin.ui.app import create_app
+
+    app = create_app(
+        conninfo=lambda: conninfo_to_dict(pg_url),
+        gx_root=lambda: tmp_path,
+        auth=lambda: None,
+        landing=lambda: None,
+        warehouse=lambda: house.layout.work,
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+@pytest.mark.browser
+def test_the_findings_view_shows_every_column_at_1280(house, served):
+    """Headless Chromium at 1280 × 800 on the findings page: every column inside the window,
+    nothing scrolled sideways, the rows the CSV's first page; a screenshot for the record."""
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    from ..airflow.test_ui_browser import (
+        ARTIFACTS,
+        CHROMIUM_FLAGS,
+        VIEWPORT,
+        assert_within_the_window,
+        block_the_internet,
+    )
+
+    url = f"{served}/findings?run={house.verified}"
+    with urllib.request.urlopen(f"{served}/findings.csv?run={house.verified}", timeout=30) as r:
+        ranges = list(csv.reader(io.StringIO(r.read().decode())))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
+        try:
+            context = browser.new_context(viewport=VIEWPORT)
+            refused = block_the_internet(context)
+            page = context.new_page()
+            resp = page.goto(url)
+            assert resp is not None and resp.status == 200
+            assert assert_within_the_window(page, "#findings thead th") == len(findings.COLUMNS)
+            cells = assert_within_the_window(page, "#findings tbody td")
+            assert cells == findings.PAGE_ROWS * len(findings.COLUMNS)
+            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+            shown = [
+                r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()
+            ]
+            assert shown == ranges[1 : 1 + findings.PAGE_ROWS]
+            page.select_option("#filter-consumer", "c1")
+            with page.expect_navigation():
+                page.click("#filters button")
+            assert page.locator("#findings tbody tr").count() == 3
+            page.screenshot(path=str(ARTIFACTS / "findings.png"), full_page=True)
+            assert refused == [], refused
+        finally:
+            browser.close()
