@@ -227,6 +227,11 @@ def test_the_csv_the_cli_and_the_page_show_the_detail_rows(house, pg_url, capsys
         missing.text
     )
     assert client.get("/findings.csv", params={"run": "no-such-run"}).status_code == 404
+    assert client.get("/findings.csv").status_code == 404
+    bad = client.get("/findings", params={"run": house.verified, "page": "x"})
+    assert bad.status_code == 200 and "page 1 of 2" in bad.text
+    none = client.get("/findings")
+    assert none.status_code == 404 and "no run given" in none.text
 
 
 @pytest.fixture

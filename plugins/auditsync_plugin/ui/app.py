@@ -197,13 +197,16 @@ def create_app(
         return HTMLResponse(audit_log.render(view))
 
     def run_findings(run: str) -> list[dict[str, Any]]:
+        from spark_jobs.findings import FindingsError
         from spark_jobs.findings import read as read_findings
 
+        if not run.strip():
+            raise FindingsError("no run given: open a run's findings from its line of the runs")
         return read_findings(audit_log.database_url(conninfo()), run.strip(), warehouse())
 
     @app.get("/findings", response_class=HTMLResponse)
     def findings_page(
-        run: str, consumer: str = "", topic: str = "", status: str = "", page: int = 1
+        run: str = "", consumer: str = "", topic: str = "", status: str = "", page: str = "1"
     ) -> HTMLResponse:
         chosen = Filters(consumer.strip(), topic.strip(), status.strip())
         try:
@@ -214,10 +217,13 @@ def create_app(
             log.warning("auditsync findings page: %s", exc)
             failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(findings.render(failed), 503)
-        return HTMLResponse(findings.render(findings.view(run, found, chosen, page)))
+        number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
+        return HTMLResponse(findings.render(findings.view(run, found, chosen, number)))
 
     @app.get("/findings.csv")
-    def findings_csv(run: str, consumer: str = "", topic: str = "", status: str = "") -> Response:
+    def findings_csv(
+        run: str = "", consumer: str = "", topic: str = "", status: str = ""
+    ) -> Response:
         chosen = Filters(consumer.strip(), topic.strip(), status.strip())
         try:
             found = run_findings(run)
