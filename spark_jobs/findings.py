@@ -161,7 +161,7 @@ def read(database_url: str, run_id: str, work: str | None = None) -> list[dict[s
     by its id in the catalog)."""
     import psycopg
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-    from pyiceberg.expressions import EqualTo
+    from pyiceberg.expressions import And, EqualTo, In
 
     from watch_service.store import runs
 
@@ -174,13 +174,15 @@ def read(database_url: str, run_id: str, work: str | None = None) -> list[dict[s
     catalog = readers.catalog_named(
         run.warehouse, database_url, S3Config.from_env() if remote else None
     )
-    equal: Any = EqualTo  # a pydantic model: its generated signature confuses mypy
+    equal: Any = EqualTo  # pydantic models: their generated signatures confuse mypy
+    among: Any = In
     try:
         detail = catalog.load_table(f"{NAMESPACE}.detail")
         remaining = catalog.load_table(f"{NAMESPACE}.remaining")
     except (NoSuchTableError, NoSuchNamespaceError):
         raise FindingsError(f"warehouse {run.warehouse} has no detail table yet") from None
-    found_rows = readers.scan(detail, row_filter=equal("run_id", run_id)).to_pylist()
+    defects = And(equal("run_id", run_id), among("status", DEFECTS))
+    found_rows = readers.scan(detail, row_filter=defects).to_pylist()
     left = readers.scan(remaining, row_filter=equal("verify_run", run_id)).to_pylist()
     return build(found_rows, [r for r in left if r["run_id"] == run_id], run)
 
