@@ -135,7 +135,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         timeout=SENSOR_TIMEOUT_S,
         **notifiers.sensor_callbacks(ALERTS, PATHS.landing, CONSUMERS),
     )
-    start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID)
+    start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID, warehouse=PATHS.warehouse)
     compact = spark_job("compact", "compact")
     reconcile = spark_job("reconcile", "reconcile")
     backfill = [

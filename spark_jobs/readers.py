@@ -35,12 +35,21 @@ def sqlalchemy_url(database_url: str) -> str:
 
 
 def catalog(layout: Layout, database_url: str, s3: S3Config | None = None) -> SqlCatalog:
+    remote = not layout.warehouse.is_local
+    return catalog_named(
+        layout.catalog, database_url, (s3 or S3Config.from_env()) if remote else None
+    )
+
+
+def catalog_named(name: str, database_url: str, s3: S3Config | None = None) -> SqlCatalog:
+    """The catalog ``name`` (a warehouse's id, ``Layout.catalog``): its tables' metadata
+    locations are absolute, so reading needs no warehouse location; ``s3`` to reach S3."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     props: dict[str, str] = {"uri": sqlalchemy_url(database_url)}
-    if not layout.warehouse.is_local:
-        props.update((s3 or S3Config.from_env()).pyiceberg_properties())
-    return SqlCatalog(layout.catalog, **props)
+    if s3 is not None:
+        props.update(s3.pyiceberg_properties())
+    return SqlCatalog(name, **props)
 
 
 def load(layout: Layout, database_url: str, name: str, s3: S3Config | None = None) -> Table:

@@ -4,6 +4,10 @@
                              [--master local[2]] [--driver-memory 2g] [--num-partitions 4]
                              [--keep-runs 96] [--conf KEY=VALUE ...]
     auditsync pipeline audit --landing LOCATION --work LOCATION [same options]
+    auditsync pipeline findings --run RUN_ID [--work LOCATION] [--json] [filters]
+
+``findings`` prints a run's defect ranges and whether each was repaired (no Spark session:
+``spark_jobs.findings``).
 
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
@@ -29,6 +33,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from spark_jobs import findings
 from spark_jobs.layout import STEPS, Layout
 
 EXIT_FAILED_GATE = 1
@@ -85,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="extra Spark setting (repeatable)",
         )
+    findings.add_parser(sub)
     return parser
 
 
@@ -222,6 +228,12 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.action == "findings":  # a read with pyiceberg: no Spark session
+        try:
+            return findings.main(args, _database_url(args.database_url))
+        except psycopg.OperationalError as exc:
+            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            return EXIT_STEP_ERROR
     from spark_jobs.common.session import JdbcDriverMissing
     from watch_service.storage import Location, StorageError
 

@@ -6,7 +6,8 @@
   and fails with a readable summary (``quality_summary.py``): the failed expectations, how many rows
   broke them with examples, and the link to the Data Docs. The whole history is re-verified
   on demand by the ``audit_full`` DAG, not here.
-* :class:`StartRunOperator` resets the run's ``pipeline_runs`` row, so a re-run starts clean.
+* :class:`StartRunOperator` resets the run's ``pipeline_runs`` row, so a re-run starts clean
+  (and refuses a past run that later runs built on).
 * :class:`PublishOperator` reads the passed run from ``pipeline_runs`` and attaches it to the
   run's asset events, so downstream DAGs scheduled on those assets see the run id and counts.
 
@@ -185,19 +186,38 @@ class QualityCheckpointOperator(BaseOperator):
 
 class StartRunOperator(BaseOperator):
     """Mark the pipeline run ``running`` in ``pipeline_runs``, forgetting what an earlier
-    attempt of the same run id recorded (so a re-run starts clean, like the runner does)."""
+    attempt of the same run id recorded (so a re-run starts clean, like the runner does).
+    A run of ``warehouse`` that later runs built on (an operator's backfill of a past
+    interval, a cleared old run) is refused first, its record left as it was."""
 
-    template_fields: Sequence[str] = ("run_id_value",)
+    template_fields: Sequence[str] = ("run_id_value", "warehouse")
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        run_id_value: str,
+        warehouse: str = "",
+        pg_conn_id: str = PG_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
+        self.warehouse = warehouse
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> str:
+        from spark_jobs.layout import Layout
+        from watch_service.store import runs
+
         from .runs_hook import PipelineRunsHook
 
-        PipelineRunsHook(self.pg_conn_id).start_run(self.run_id_value)
+        hook = PipelineRunsHook(self.pg_conn_id)
+        if self.warehouse:
+            catalog = Layout("", self.warehouse, "").catalog
+            later = hook.later_runs(catalog, self.run_id_value)
+            if later:
+                raise AirflowFailException(runs.rerun_refusal(self.run_id_value, later))
+        hook.start_run(self.run_id_value)
         return self.run_id_value
 
 

@@ -34,6 +34,11 @@ class PipelineRunsHook(PostgresHook):
             runs.start_run(conn, run_id)
             conn.commit()
 
+    def later_runs(self, warehouse: str, run_id: str) -> list[str]:
+        """The warehouse's runs reconciled after ``run_id``."""
+        with closing(self.get_conn()) as conn:
+            return runs.later_runs(conn, warehouse, run_id)
+
     def run_row(self, run_id: str) -> Sequence[Any] | None:
         """(status, defects_found, defects_remaining, steps) of ``run_id``, or None."""
         with closing(self.get_conn()) as conn:

@@ -43,6 +43,11 @@ UPDATE pipeline_runs
        finished_at = now(), updated_at = now()
  WHERE run_id = %(run_id)s
 """
+# What the findings view needs of a run: its warehouse, whether verify ran, whether a
+# verify since saw its repairable defects repaired (repairs_open false; NULL: no reconcile).
+RUN_FINDINGS = """SELECT p.warehouse, p.steps ? 'verify', r.repairs_open
+                     FROM pipeline_runs p LEFT JOIN reconcile_runs r USING (run_id)
+                    WHERE p.run_id = %(run_id)s"""
 GET_RUN = """SELECT status, defects_found, defects_remaining, steps
                FROM pipeline_runs WHERE run_id = %(run_id)s"""
 RECENT_RUNS = """
@@ -86,9 +91,10 @@ SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.start_seq, w.seq
 """
 LAST_BATCH = """SELECT coalesce(max(batch_to), 0) FROM reconcile_runs
                  WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s"""
-LATER_RUNS = """SELECT count(*) FROM reconcile_runs
+LATER_RUNS = """SELECT run_id FROM reconcile_runs
                  WHERE warehouse = %(warehouse)s AND run_id <> %(run_id)s AND recorded_at > (
-                       SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)"""
+                       SELECT recorded_at FROM reconcile_runs WHERE run_id = %(run_id)s)
+                 ORDER BY recorded_at"""
 FORGET_RECONCILE = [
     "DELETE FROM reconcile_summary WHERE run_id = %(run_id)s",
     "DELETE FROM reconcile_runs WHERE run_id = %(run_id)s",
@@ -196,6 +202,12 @@ def finish_run(conn: Any, run_id: str, passed: bool, found: int, remaining: int)
     )
 
 
+def run_findings(conn: Any, run_id: str) -> tuple[str | None, bool, bool | None] | None:
+    """(warehouse, verified, repairs_open) of a run (``RUN_FINDINGS``), or None when unknown."""
+    row = _execute(conn, RUN_FINDINGS, {"run_id": run_id}).fetchone()
+    return None if row is None else (row[0], bool(row[1]), row[2])
+
+
 def get_run(conn: Any, run_id: str) -> tuple | None:
     """(status, defects_found, defects_remaining, steps) of a run, or None."""
     return _execute(conn, GET_RUN, {"run_id": run_id}).fetchone()
@@ -229,13 +241,31 @@ def cumulative_summary(conn: Any, warehouse: str) -> dict[tuple[str, str, str], 
     }
 
 
+def later_runs(conn: Any, warehouse: str, run_id: str) -> list[str]:
+    """The warehouse's runs reconciled after ``run_id`` (none when it never reconciled)."""
+    key = {"warehouse": warehouse, "run_id": run_id}
+    return [r[0] for r in _execute(conn, LATER_RUNS, key).fetchall()]
+
+
+def rerun_refusal(run_id: str, later: Sequence[str]) -> str:
+    """Why ``run_id`` is not re-run (a backfill of a past interval, a cleared old run): its
+    windows are seq ranges that later runs continued from, so redoing it would judge their
+    seqs twice or move the windows back (pure)."""
+    shown = ", ".join(later[:3]) + (f" and {len(later) - 3} more" if len(later) > 3 else "")
+    return (
+        f"reconcile run {run_id} cannot be re-run: later runs built on it ({shown}); its seqs "
+        f"are judged and the newest run continues from them, so there is nothing to backfill"
+    )
+
+
 def reconcile_state(conn: Any, warehouse: str, run_id: str) -> tuple[int, list[tuple]]:
     """What the warehouse's runs other than ``run_id`` committed: (highest delivery batch
     read, progress rows (consumer, topic, start_seq, reconciled_through, filter_node)).
     Refuses to redo a run that later runs built on."""
     key = {"warehouse": warehouse, "run_id": run_id}
-    if _execute(conn, LATER_RUNS, key).fetchone()[0]:
-        raise ValueError(f"reconcile run {run_id} cannot be re-run: later runs built on it")
+    later = later_runs(conn, warehouse, run_id)
+    if later:
+        raise ValueError(rerun_refusal(run_id, later))
     last = int(_execute(conn, LAST_BATCH, key).fetchone()[0])
     return last, [tuple(r) for r in _execute(conn, PROGRESS, key).fetchall()]
 

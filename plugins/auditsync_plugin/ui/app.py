@@ -8,7 +8,8 @@ Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the
 tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
 ``auditsync_landing`` Variable (the sinks' cursors, for the lag table: a path, ``file://…`` or
 ``s3://…``, reached as ``landing_store`` says) and the ``auditsync_warehouse`` Variable (the
-Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``).
+Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``;
+and for a run's findings, ``findings.py``: its defect ranges, as a page and as CSV).
 ``static/`` holds the page's style sheet and ``static/vendor/`` the Data Docs' assets
 (``assets.py`` fetches them); Data Docs pages are rewritten as they are served to load those
 instead of public CDNs.
@@ -23,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import Storage
 
 from ..landing_store import landing_storage
 from ..sink_cursors import read_positions
-from . import assets, audit_log, report, runs
+from . import assets, audit_log, findings, report, runs
 from .page import render_page
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def create_app(
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
+    from spark_jobs.findings import Filters, render_csv, select
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
     absent = assets.missing(static / "vendor")
@@ -193,6 +195,46 @@ def create_app(
             failed = audit_log.View(run, topic, after, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(audit_log.render(failed), 503)
         return HTMLResponse(audit_log.render(view))
+
+    def run_findings(run: str) -> list[dict[str, Any]]:
+        from spark_jobs.findings import FindingsError
+        from spark_jobs.findings import read as read_findings
+
+        if not run.strip():
+            raise FindingsError("no run given: open a run's findings from its line of the runs")
+        return read_findings(audit_log.database_url(conninfo()), run.strip(), warehouse())
+
+    @app.get("/findings", response_class=HTMLResponse)
+    def findings_page(
+        run: str = "", consumer: str = "", topic: str = "", status: str = "", page: str = "1"
+    ) -> HTMLResponse:
+        chosen = Filters(consumer.strip(), topic.strip(), status.strip())
+        try:
+            found = run_findings(run)
+        except AuditsyncError as exc:  # an unknown run, another warehouse's
+            return HTMLResponse(findings.render(findings.View(run, chosen, error=str(exc))), 404)
+        except Exception as exc:  # the database or the object store: say so, in the page
+            log.warning("auditsync findings page: %s", exc)
+            failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
+            return HTMLResponse(findings.render(failed), 503)
+        number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
+        return HTMLResponse(findings.render(findings.view(run, found, chosen, number)))
+
+    @app.get("/findings.csv")
+    def findings_csv(
+        run: str = "", consumer: str = "", topic: str = "", status: str = ""
+    ) -> Response:
+        chosen = Filters(consumer.strip(), topic.strip(), status.strip())
+        try:
+            found = run_findings(run)
+        except AuditsyncError as exc:
+            raise HTTPException(404, str(exc)) from None
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run)
+        return Response(
+            render_csv(select(found, chosen)),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="findings-{name}.csv"'},
+        )
 
     @app.get("/docs/{path:path}", response_model=None)
     def data_docs(path: str) -> FileResponse | HTMLResponse:

@@ -127,12 +127,14 @@ def _count_cell(line: TopicLine, name: str) -> str:
 
 
 def _audit_link(line: TopicLine) -> str:
-    """The run's audit-log snapshot and a link to the audit log as the run left it."""
+    """The run's audit-log snapshot, a link to the audit log as the run left it, and one to
+    the run's findings (this line's consumer and topic)."""
     snapshot = "unchanged" if line.audit_snapshot is None else f"snapshot {line.audit_snapshot}"
     query = urlencode({"run": line.run_id, "topic": line.topic})
+    found = urlencode({"run": line.run_id, "consumer": line.consumer, "topic": line.topic})
     return (
         f'<div class="muted">audit log: <a class="audit-log" href="audit-log?{_e(query)}">'
-        f"{_e(snapshot)}</a></div>"
+        f'{_e(snapshot)}</a> · <a class="findings" href="findings?{_e(found)}">findings</a></div>'
     )
 
 
