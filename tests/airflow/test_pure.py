@@ -25,7 +25,7 @@ from auditsync_plugin.sink_cursors import (
     parse_state,
     split_consumers,
 )
-from auditsync_plugin.ui.app import resolve_doc
+from auditsync_plugin.ui.app import doc_name, resolve_doc
 from auditsync_plugin.ui.page import render_page
 from auditsync_plugin.ui.runs import pivot
 from watch_service.settings import Settings
@@ -301,6 +301,13 @@ def test_data_docs_paths_cannot_leave_the_docs_folder(tmp_path: Path):
     assert resolve_doc(docs, "../secret.txt") is None
     assert resolve_doc(docs, "static") is None
     assert resolve_doc(docs, "missing.html") is None
+
+
+def test_data_docs_names_in_the_store_cannot_leave_the_site():
+    assert doc_name("") == "index.html"
+    assert doc_name("validations/audit_log/r/t/b.html") == "validations/audit_log/r/t/b.html"
+    for bad in ("../secret", "a/../../b", "/etc/passwd", "a//b", "./index.html"):
+        assert doc_name(bad) is None, bad
 
 
 # -- jobs --------------------------------------------------------------------------------------
