@@ -74,7 +74,7 @@ class StorageStoreBackend(TupleStoreBackend):
     def _name(self, key: Any) -> str:
         return str(self._convert_key_to_filepath(key if isinstance(key, tuple) else key.to_tuple()))
 
-    def _get(self, key: Any) -> str:
+    def _get(self, key: Any) -> str:  # type: ignore[override] # GX's backends return it
         data = self.storage.read_bytes(self._name(key))
         if data is None:
             raise InvalidKeyError(f"no GX object {self.storage.uri(self._name(key))}")
@@ -84,7 +84,7 @@ class StorageStoreBackend(TupleStoreBackend):
         keys = [k for k in self.list_keys() if k != self.STORE_BACKEND_ID_KEY]
         return [self._get(k) for k in keys]
 
-    def _set(self, key: Any, value: Any, **kwargs: Any) -> str:
+    def _set(self, key: Any, value: Any, **kwargs: Any) -> str:  # type: ignore[override]
         name = self._name(key)
         self.storage.write_bytes(name, value.encode("utf-8") if isinstance(value, str) else value)
         return self.storage.uri(name)
@@ -109,7 +109,7 @@ class StorageStoreBackend(TupleStoreBackend):
                 keys.append(key)
         return keys
 
-    def remove_key(self, key: Any) -> bool:
+    def remove_key(self, key: Any) -> bool:  # type: ignore[override]
         name = self._name(key)
         if not self.storage.exists(name):
             return False
