@@ -89,16 +89,7 @@ class Layout:
 
     def step_args(self, step: str, partitions: int = 4) -> list[str]:
         """The step's own flags (never the database URL: it travels in the environment)."""
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
-        common = ["--work", self.work, "--run-id", self.run_id]
-        extra = {
-            "compact": ["--landing", self.landing],
-            "reconcile": ["--num-partitions", str(partitions)],
-            "backfill": ["--num-partitions", str(partitions)],
-            "verify": [],
-        }[step]
-        return [*common, *extra]
+        return step_flags(step, self.landing, self.work, self.run_id, partitions)
 
     def namespace(
         self, step: str, database_url: str | None = None, partitions: int = 4, **extra: object
@@ -118,3 +109,19 @@ class Layout:
         }
         values.update(extra)
         return argparse.Namespace(**values)
+
+
+def step_flags(step: str, landing: str, work: str, run_id: str, partitions: int = 4) -> list[str]:
+    """The step's own flags, its locations passed as given: the DAG hands in Jinja templates,
+    which only the step, once Airflow has rendered them, parses (a template parsed here would
+    become a local folder named after it)."""
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; expected one of {STEPS}")
+    common = ["--work", work, "--run-id", run_id]
+    extra = {
+        "compact": ["--landing", landing],
+        "reconcile": ["--num-partitions", str(partitions)],
+        "backfill": ["--num-partitions", str(partitions)],
+        "verify": [],
+    }[step]
+    return [*common, *extra]

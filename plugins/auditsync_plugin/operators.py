@@ -162,7 +162,7 @@ class QualityCheckpointOperator(BaseOperator):
             # Nothing may be stamped later than now (plus an hour of clock skew).
             bounds = quality.Bounds(max_ts_ms=int(time.time() * 1000) + HOUR_MS)
             results = quality.run(
-                Path(self.gx_root),
+                self.gx_root,
                 frames,
                 self.run_name,
                 bounds,
@@ -180,7 +180,7 @@ class QualityCheckpointOperator(BaseOperator):
             "success": True,
             "evaluated": summary.evaluated,
             "docs_url": summary.docs_url,
-            "docs_index": str(quality.docs_index(Path(self.gx_root))),
+            "docs_index": quality.docs_index(self.gx_root),
         }
 
 

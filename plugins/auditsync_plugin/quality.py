@@ -9,10 +9,13 @@ Datasets (each a Spark DataFrame handed in by the operator):
 * ``audit_log`` — the repaired audit log: ``(topic, seq)`` unique, no nulls where a record
   must have values, timestamps in range.
 
-The context is file-backed under ``<root>/gx`` (suites, checkpoints and Data Docs survive
-between runs); suites and checkpoints are re-declared with ``add_or_update`` each run, so the
-code here is the only definition. One checkpoint per dataset (a dataframe checkpoint validates
-the one dataframe it is given), each with an ``UpdateDataDocsAction``.
+The context keeps suites, checkpoints and validation definitions in memory: they are declared
+with ``add_or_update`` each run, so the code here is the only definition. What outlives a run,
+the validation results and the Data Docs site, is written under the ``root`` location (a path,
+``file://…`` or ``s3://…``; ``docs_site`` names the folders) through ``gx_store``, so the worker
+that validates and the API server that serves the pages share no disk. The site's index lists
+every validation result in that location. One checkpoint per dataset (a dataframe checkpoint
+validates the one dataframe it is given), each with an ``UpdateDataDocsAction``.
 
 This module imports Great Expectations at the top: only the operator's ``execute`` imports it.
 """
@@ -21,21 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
 from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
-from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.data_context.types.base import DataContextConfig, ProgressBarsConfig
 from great_expectations.expectations.row_conditions import Column
 
 from watch_service.protocol.landing import KINDS as RECORD_KINDS
 from watch_service.protocol.landing import NOT_NULL as LANDING_NOT_NULL
 
+from . import docs_site, gx_store
+
 DATASOURCE = "auditsync"
-DOCS_SITE = "local_site"
+DOCS_SITE = docs_site.SITE_NAME
 MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
 
 
@@ -98,22 +102,56 @@ def suites(
     }
 
 
-def context(root: Path):
-    """The file-backed context in ``<root>/gx``, created on first use; no progress bars in
-    task logs and no usage statistics sent anywhere."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    ctx = gx.get_context(mode="file", project_root_dir=str(root))
-    quiet = ProgressBarsConfig(globally=False, metric_calculations=False)
-    if ctx.variables.progress_bars != quiet or ctx.variables.analytics_enabled is not False:
-        ctx.variables.progress_bars = quiet
-        ctx.variables.analytics_enabled = False
-        ctx.variables.save()
-    return ctx
+def project_config(root: str) -> DataContextConfig:
+    """Everything in memory but the validation results and the Data Docs site, which go to
+    ``root`` (a location) through ``gx_store``; no progress bars in task logs, no usage
+    statistics sent anywhere."""
+    location = root.rstrip("/")
+
+    def backend(rel: str) -> dict[str, str]:
+        return {
+            "module_name": gx_store.MODULE,
+            "class_name": gx_store.CLASS,
+            "location": f"{location}/{rel}",
+        }
+
+    memory = {"class_name": "InMemoryStoreBackend"}
+    return DataContextConfig(
+        stores={
+            "expectations_store": {"class_name": "ExpectationsStore", "store_backend": memory},
+            "validation_results_store": {
+                "class_name": "ValidationResultsStore",
+                "store_backend": backend(docs_site.VALIDATIONS),
+            },
+            "checkpoint_store": {"class_name": "CheckpointStore", "store_backend": memory},
+            "validation_definition_store": {
+                "class_name": "ValidationDefinitionStore",
+                "store_backend": memory,
+            },
+        },
+        expectations_store_name="expectations_store",
+        validation_results_store_name="validation_results_store",
+        checkpoint_store_name="checkpoint_store",
+        data_docs_sites={
+            DOCS_SITE: {
+                "class_name": "SiteBuilder",
+                "store_backend": backend(docs_site.SITE),
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            }
+        },
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+    )
 
 
-def docs_index(root: Path) -> Path:
-    return Path(root) / "gx" / "uncommitted" / "data_docs" / DOCS_SITE / "index.html"
+def context(root: str):
+    """The context whose lasting results are under the location ``root``."""
+    return gx.get_context(project_config=project_config(str(root)), mode="ephemeral")
+
+
+def docs_index(root: str) -> str:
+    """Where the Data Docs' index page is (a path or a URI)."""
+    return docs_site.site_storage(str(root)).uri(docs_site.INDEX)
 
 
 def _checkpoint(ctx, name: str, expectations: list):
@@ -144,7 +182,7 @@ def _checkpoint(ctx, name: str, expectations: list):
 
 
 def run(
-    root: Path,
+    root: str,
     frames: Mapping[str, Any],
     run_name: str,
     bounds: Bounds,

@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import JOBS, STEPS, Layout
+from spark_jobs.layout import JOBS, STEPS, step_flags
 
 DATABASE_ENV = DATABASE_URL_ENV
 
@@ -25,15 +25,11 @@ BACKFILL_TARGETS = ("audit_log", "search_index")
 
 @dataclasses.dataclass(frozen=True)
 class Paths:
-    """The pipeline's folders under templated roots (``landing``, ``warehouse``)."""
+    """The pipeline's roots (``landing``, ``warehouse``) and run id, as Jinja templates."""
 
     landing: str
     warehouse: str
     run_id: str
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(self.landing, self.warehouse, self.run_id)
 
 
 def application(project: Path, job: str) -> str:
@@ -46,7 +42,7 @@ def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None)
     """``main.py`` arguments of ``job`` for one pipeline run; ``target`` only for backfill."""
     if job not in STEPS:
         raise ValueError(f"unknown Spark job {job!r}; expected one of {STEPS}")
-    out = paths.layout.step_args(job, partitions)
+    out = step_flags(job, paths.landing, paths.warehouse, paths.run_id, partitions)
     if target is not None:
         if job != "backfill" or target not in BACKFILL_TARGETS:
             raise ValueError(

@@ -25,7 +25,7 @@ from auditsync_plugin.sink_cursors import (
     parse_state,
     split_consumers,
 )
-from auditsync_plugin.ui.app import resolve_doc
+from auditsync_plugin.ui.app import doc_name, resolve_doc
 from auditsync_plugin.ui.page import render_page
 from auditsync_plugin.ui.runs import pivot
 from watch_service.settings import Settings
@@ -303,20 +303,20 @@ def test_data_docs_paths_cannot_leave_the_docs_folder(tmp_path: Path):
     assert resolve_doc(docs, "missing.html") is None
 
 
+def test_data_docs_names_in_the_store_cannot_leave_the_site():
+    assert doc_name("") == "index.html"
+    assert doc_name("validations/audit_log/r/t/b.html") == "validations/audit_log/r/t/b.html"
+    for bad in ("../secret", "a/../../b", "/etc/passwd", "a//b", "./index.html"):
+        assert doc_name(bad) is None, bad
+
+
 # -- jobs --------------------------------------------------------------------------------------
 def test_job_arguments_are_the_pipeline_runners():
     paths = jobs.Paths("/l", "/w", "R")
     assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
-    # Locations in their canonical form (file:///…); an s3:// one stays as given.
-    assert jobs.args("compact", paths) == [
-        "--work",
-        "file:///w",
-        "--run-id",
-        "R",
-        "--landing",
-        "file:///l",
-    ]
-    assert jobs.args("verify", paths) == ["--work", "file:///w", "--run-id", "R"]
+    # The roots pass through as given (the step parses them; a template is rendered first).
+    assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
+    assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]
     s3 = jobs.Paths("s3://bucket/landing", "s3://bucket/wh", "R")
     assert jobs.args("compact", s3)[:2] == ["--work", "s3://bucket/wh"]
     assert jobs.args("backfill", paths, target="search_index")[-2:] == ["--target", "search_index"]

@@ -135,15 +135,15 @@ def test_the_steps_reach_a_spark_connect_server_on_the_cluster(services):
 
 
 def test_nothing_is_shared_but_postgresql_and_the_object_store(compose, services):
-    """The landing zone and the warehouse are s3:// locations in the compose's real S3 server;
-    the sink and the Spark processes mount no shared volume (only the Airflow services share
-    the Great Expectations project)."""
+    """The landing zone, the warehouse and the Great Expectations results are s3:// locations
+    in the compose's real S3 server; no auditsync, Spark or Airflow process mounts a data
+    volume."""
     assert "objectstore" in services and "objects" in compose["volumes"]
     store = services["objectstore"]
     assert "s3proxy-4.1.0-jar-with-dependencies.jar" in command(store)
     assert "objects:/objects" in store["volumes"]
     assert "--landing s3://auditsync/landing" in command(services["sink"])
-    for name in ("sink", "spark-worker-1", "spark-worker-2", "spark-connect"):
+    for name in ("sink", "spark-worker-1", "spark-worker-2", "spark-connect", *AIRFLOW_SERVICES):
         assert "data:/data" not in (services[name].get("volumes") or []), name
     for name in ("sink", "spark-worker-1", "spark-connect", *AIRFLOW_SERVICES):
         env = services[name]["environment"]
@@ -152,6 +152,7 @@ def test_nothing_is_shared_but_postgresql_and_the_object_store(compose, services
     env = services["airflow-scheduler"]["environment"]
     assert env["AIRFLOW_VAR_AUDITSYNC_LANDING"] == "s3://auditsync/landing"
     assert env["AIRFLOW_VAR_AUDITSYNC_WAREHOUSE"] == "s3://auditsync/warehouse"
+    assert env["AIRFLOW_VAR_AUDITSYNC_GX_ROOT"] == "s3://auditsync/gx"
     assert "spark_jobs.common.jars" in services["watch"]["build"]["dockerfile_inline"]
 
 

@@ -16,6 +16,10 @@ base URL and the execution API URL the task runner calls are derived together
 
 The JDBC driver is not decided here: the Spark steps find it themselves
 (``spark_jobs.common.session.jdbc_driver``), honouring a user's ``AUDITSYNC_JDBC_JAR``.
+Nor is Airflow's metadata database: its own ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` passes
+through unchanged (unset: SQLite in ``AIRFLOW_HOME``, for one machine); where the workers and
+the API server run apart, point it at a PostgreSQL database
+(``postgresql+psycopg2://…``, the driver the postgres provider brings).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ OVERRIDES = {
     "AUDITSYNC_AWS_CONN_ID": "the Airflow aws connection an s3:// landing is read with "
     "(unset: the AWS_* variables)",
     "AUDITSYNC_WAREHOUSE": "pipeline outputs root (default <AUDITSYNC_HOME>/warehouse)",
+    "AUDITSYNC_GX_ROOT": "Great Expectations validation results and Data Docs: a path, file://… "
+    "or s3://bucket/prefix (default <AUDITSYNC_HOME>/gx)",
     "AUDITSYNC_CONSUMERS": "comma-separated sink consumers to wait for (default: all found)",
     "AUDITSYNC_SCHEDULE": f"audit_sync cron schedule (default {DEFAULT_SCHEDULE!r})",
     "AUDITSYNC_AIRFLOW_USERS": f"simple auth manager users (default {DEFAULT_USERS!r})",
@@ -72,6 +78,7 @@ OVERRIDES = {
 SMTP_CONN_ID = "auditsync_smtp"
 WEBHOOK_CONN_ID = "auditsync_alert_webhook"
 PASSED_THROUGH = (
+    "AUDITSYNC_AWS_CONN_ID",
     "AUDITSYNC_SCHEDULE",
     "AUDITSYNC_SENSOR_TIMEOUT_S",
     "AUDITSYNC_JDBC_JAR",
@@ -208,7 +215,7 @@ def airflow_env(
         "AIRFLOW_VAR_AUDITSYNC_WAREHOUSE": over.get(
             "AUDITSYNC_WAREHOUSE", str(local / "warehouse")
         ),
-        "AIRFLOW_VAR_AUDITSYNC_GX_ROOT": str(local / "gx"),
+        "AIRFLOW_VAR_AUDITSYNC_GX_ROOT": over.get("AUDITSYNC_GX_ROOT", str(local / "gx")),
         "AIRFLOW_VAR_AUDITSYNC_CONSUMERS": over.get("AUDITSYNC_CONSUMERS", ""),
         "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
         "PYSPARK_PYTHON": python,

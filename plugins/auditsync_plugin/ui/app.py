@@ -5,7 +5,9 @@ route requires an Airflow login (``Depends(get_user)``: the UI's ``_token`` cook
 token), because plugin apps get no authentication by default.
 
 Where things are comes from Airflow itself: the ``auditsync_pg`` connection (the results
-tables), the ``auditsync_gx_root`` Variable (the Great Expectations project) and the
+tables), the ``auditsync_gx_root`` Variable (where the Great Expectations results and Data Docs
+are: a path, ``file://…`` or ``s3://…``, read through ``docs_site``, so this page needs no disk
+shared with the worker that validated) and the
 ``auditsync_landing`` Variable (the sinks' cursors, for the lag table: a path, ``file://…`` or
 ``s3://…``, reached as ``landing_store`` says) and the ``auditsync_warehouse`` Variable (the
 Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import mimetypes
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import Storage
 
+from .. import docs_site
 from ..landing_store import landing_storage
 from ..sink_cursors import read_positions
 from . import assets, audit_log, findings, report, runs
@@ -46,8 +50,15 @@ class WarehouseUnset(AuditsyncError):
     """The audit-log page has no warehouse to read."""
 
 
-def docs_dir(gx_root: Path) -> Path:
-    return Path(gx_root) / "gx" / "uncommitted" / "data_docs" / "local_site"
+def doc_name(rel: str) -> str | None:
+    """The Data Docs file ``rel`` names, relative to the site (``index.html`` for nothing), or
+    None when it would leave the site (``..``, an absolute path, an empty part)."""
+    if not rel:
+        return docs_site.INDEX
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return None
+    return rel
 
 
 def resolve_doc(root: Path, rel: str) -> Path | None:
@@ -102,10 +113,10 @@ def _airflow_conninfo() -> dict[str, Any]:
     return info
 
 
-def _airflow_gx_root() -> Path:
+def _airflow_gx_root() -> str:
     from airflow.models.variable import Variable
 
-    return Path(Variable.get(GX_ROOT_VAR))
+    return str(Variable.get(GX_ROOT_VAR))
 
 
 def _airflow_landing() -> Storage | None:
@@ -123,7 +134,7 @@ def _airflow_warehouse() -> str | None:
 
 def create_app(
     conninfo: Callable[[], dict[str, Any]] = _airflow_conninfo,
-    gx_root: Callable[[], Path] = _airflow_gx_root,
+    gx_root: Callable[[], str] = _airflow_gx_root,
     auth: Callable[..., Any] | None = None,
     landing: Callable[[], Storage | None] = _airflow_landing,
     static: Path = STATIC_DIR,
@@ -162,7 +173,11 @@ def create_app(
         topic: str | None = None, consumer: str | None = None, page: str | None = None
     ) -> HTMLResponse:
         found, lags, error = read()
-        has_docs = (docs_dir(gx_root()) / "index.html").is_file()
+        try:
+            has_docs = docs_site.site_storage(gx_root()).exists(docs_site.INDEX)
+        except Exception as exc:  # an unreachable store hides the link, not the page
+            log.warning("auditsync page: cannot look for the Data Docs: %s", exc)
+            has_docs = False
         filters = report.Filters.parse(topic, consumer, page)
         return HTMLResponse(render_page(found, has_docs, error, filters, lags))
 
@@ -237,14 +252,22 @@ def create_app(
         )
 
     @app.get("/docs/{path:path}", response_model=None)
-    def data_docs(path: str) -> FileResponse | HTMLResponse:
-        target = resolve_doc(docs_dir(gx_root()), path)
-        if target is None:
+    def data_docs(path: str) -> Response:
+        name = doc_name(path)
+        site = docs_site.site_storage(gx_root())
+        try:
+            data = None if name is None else site.read_bytes(name)
+        except OSError:
+            if not site.is_folder(name or ""):
+                raise
+            data = None
+        if data is None:
             raise HTTPException(404, f"no Data Docs file {path!r}")
-        if target.suffix == ".html":
-            page = target.read_text(encoding="utf-8")
-            return HTMLResponse(assets.rewrite(page, vendor_base(path or "index.html")))
-        return FileResponse(target)
+        if (name or "").endswith(".html"):
+            page = data.decode("utf-8")
+            return HTMLResponse(assets.rewrite(page, vendor_base(path or docs_site.INDEX)))
+        kind = mimetypes.guess_type(name or "")[0] or "application/octet-stream"
+        return Response(data, media_type=kind)
 
     @app.get("/static/{path:path}")
     def static_files(path: str) -> FileResponse:
