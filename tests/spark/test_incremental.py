@@ -8,7 +8,8 @@ cap, keeps 21..30. Consumers, frame by frame (run 1 | run 2 | run 3):
 
 - ``c1`` A: 1..3, 5, 5 again, 6 corrupted; drops 4 | 7..30 except 17 (dropped), a phantom
   31 | late copies (a re-send from rewound cursors) of 2 (a duplicate), 4 (repairs the silent
-  gap), 6 (repairs the mismatch) and of the phantom 31.
+  gap), 6 (the mismatch becomes divergent: one copy matches, one differs) and of the phantom
+  31 (above the head 30: still a phantom).
 - ``gap`` (filters web-1) and ``gap2`` G: tombstone 1..10 | 21..30 (11..20 were never
   signalled: a retention gap whose verdict spans runs; unverifiable / silent gap).
 - ``joiner`` subscribes A at 5 in run 3 only (a consumer that joins late).
@@ -104,8 +105,10 @@ def test_incremental_runs_equal_one_run_over_everything(world):
     a, g = world["a"], world["g"]
     D = st.DELIVERED
     assert inc == {
-        ("c1-" + a, a, D): 29,
-        ("c1-" + a, a, st.DUPLICATE): 3,
+        ("c1-" + a, a, D): 28,
+        ("c1-" + a, a, st.DUPLICATE): 2,
+        # 6: the corrupted copy and the late good one (a different copy is a finding)
+        ("c1-" + a, a, st.DIVERGENT): 1,
         ("c1-" + a, a, st.SILENT_GAP): 1,
         ("c1-" + a, a, st.PHANTOM): 1,
         ("gap-" + a, g, st.TOMBSTONED): 10,
@@ -153,5 +156,5 @@ def test_injected_faults_are_exactly_the_defects_found(world):
     assert first["verify"]["remaining"] == 0  # both backfilled from PostgreSQL
     assert second["verify"]["found"] == 1 + 10 + 1  # 17 dropped, gap2's 11..20, phantom 31
     assert second["verify"]["remaining"] == 11  # 17 backfilled; the rest cannot be
-    assert third["verify"]["found"] == 0  # the late copies repair, not break
+    assert third["verify"]["found"] == 1  # 6 is divergent now (repaired again)
     assert third["verify"]["passed"]
