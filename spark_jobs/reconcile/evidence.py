@@ -1,6 +1,6 @@
-"""The I/O around ``rewind.py``: read the heads, re-hash the suspect stored ranges in
-PostgreSQL, compare the changed ones seq by seq with the earlier verdicts, and hand back the
-rewound ranges with the digests the run's commit stores."""
+"""The I/O around ``rewind.py``: re-hash the suspect stored ranges in PostgreSQL, compare the
+changed ones seq by seq with the earlier verdicts, and hand back the rewound ranges with the
+digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot."""
 
 from __future__ import annotations
 
@@ -35,24 +35,43 @@ def find(
     target: jdbc.JdbcTarget,
     heads: dict[str, int],
     late_runs: list[tuple[str, int, int]],
-    deliveries: DataFrame,
+    signalled: list,
     run_order: dict[str, tuple[int, Any]],
 ) -> Rewinds:
-    landed = rewind.merge(
-        (r["topic"], r["range_from"], r["range_to"])
-        for r in rewind.landed_rewinds(deliveries).collect()
-    )
-    spans = rewind.suspect_spans(heads, late_runs, landed)
+    """``signalled``: the run's signalled ranges (landed ``rewound`` frames among them)."""
+    told = rewind.merge((r["topic"], r["range_from"], r["range_to"]) for r in signalled)
+    spans = rewind.suspect_spans(heads, late_runs, told)
     stored = runs.digests_meeting(conn, layout.catalog, spans)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
-    found: list[tuple[str, int, int]] = [(t, a, b) for t, rs in landed.items() for a, b in rs]
+    found: list[tuple[str, int, int]] = []
     if changed:
-        found += _compare(spark, layout, target, heads, changed, run_order)
+        found = _compare(spark, layout, target, heads, changed, run_order)
     return Rewinds(
         rewind.merge(found),
         [(t, a, b, now) for t, a, b, was, now in stored if was != now],
         len(stored),
     )
+
+
+def earlier_verdicts(
+    spark: SparkSession, layout: Layout, run_order: dict[str, tuple[int, Any]]
+) -> DataFrame:
+    """The committed runs' detail rows with ``order``, the run's last batch (newest wins)."""
+    order = spark.createDataFrame(
+        [(r, b) for r, (b, _) in run_order.items()], "run_id string, order long"
+    )
+    return tables.runs_rows(spark, layout, "detail", sorted(run_order)).join(
+        F.broadcast(order), on="run_id", how="inner"
+    )
+
+
+def unknown_runs(spark: SparkSession, layout: Layout, committed: set[str]) -> list[str]:
+    """Runs whose verdicts the warehouse holds but PostgreSQL's run tables do not know: the
+    database went back (a restore, a failover) while the warehouse kept them (or a run
+    crashed between its table writes and its commit, and was never re-run)."""
+    table = layout.table("summary")
+    rows = spark.sql(f"SELECT DISTINCT partition.run_id AS run_id FROM {table}.partitions")
+    return sorted({r["run_id"] for r in rows.collect()} - committed - {layout.run_id})
 
 
 def _compare(
@@ -64,18 +83,14 @@ def _compare(
     run_order: dict[str, tuple[int, Any]],
 ) -> list[tuple[str, int, int]]:
     spans = spark.createDataFrame(changed, rewind.RANGES)
-    order = spark.createDataFrame(
-        [(r, b) for r, (b, _) in run_order.items()], "run_id string, order long"
-    )
     topics = sorted({t for t, _, _ in changed})
     earlier = (
-        tables.runs_rows(spark, layout, "detail", sorted(run_order))
+        earlier_verdicts(spark, layout, run_order)
         .filter(
             F.col("topic").isin(*topics)
             & F.col("seq").between(min(a for _, a, _ in changed), max(b for _, _, b in changed))
             & F.col("source_hash").isNotNull()
         )
-        .join(F.broadcast(order), on="run_id", how="inner")
         .select("topic", "seq", "source_hash", "order")
     )
     now = jdbc.read_records_in(spark, target, [(t, a - 1, b) for t, a, b in changed], 1)

@@ -3,8 +3,9 @@
 
 A full audit over all history would judge such a seq with every copy it ever got, so the
 incremental verdict is revised the same way, from the seq's current verdict (the newest
-``ledger`` row covering it; no row means ``delivered`` when the source or a gap holds the seq,
-and "never judged" otherwise), the source (re-read for these seqs only) and the new copies:
+``ledger`` row covering it; no row means ``delivered`` when the source or a gap holds the seq
+or it was rewound, and "never judged" otherwise), the source (re-read for these seqs only)
+and the new copies:
 
 =========================  ===========================================================
 earlier verdict            with the late copies
@@ -21,6 +22,8 @@ neither                    ``phantom``
 
 Seqs the source rewound (``rewound`` ranges, see ``rewind.py``) were judged against content
 the source no longer has: an earlier ``delivered`` there counts as copies that differ.
+Consumers that hold rewound seqs and got no copy of them in this run come here too (a held
+delivered copy is now a ``mismatch``, or a ``phantom`` above the head; ``held_copies``).
 Copies above the source's head at judgement time come here too, with no source row read for
 them: they are ``phantom`` (and stay so while the head is below them).
 
@@ -61,6 +64,20 @@ def late_copies(deliveries: DataFrame, scope: DataFrame) -> DataFrame:
     )
 
 
+def held_copies(held: DataFrame, late: DataFrame) -> DataFrame:
+    """Rows for the rewound seqs earlier runs judged, (consumer, topic, range_from, range_to),
+    that got no copy in this run: the late path judges them with the copies they hold (a
+    delivered one no longer matches). ``is_copy`` tells them from real copies."""
+    seqs = held.select(
+        "consumer", "topic", F.explode(F.sequence("range_from", "range_to")).alias("seq")
+    ).join(
+        late.select("consumer", "topic", "seq"), on=["consumer", "topic", "seq"], how="left_anti"
+    )
+    return late.withColumn("is_copy", F.lit(True)).unionByName(
+        seqs.withColumn("hash", F.lit(None).cast("binary")).withColumn("is_copy", F.lit(False))
+    )
+
+
 def seq_runs(late: DataFrame) -> DataFrame:
     """Contiguous runs of late seqs per topic, (topic, lo, hi) with lo exclusive: the bounded
     source read (a re-sent stretch is one run, whatever its length)."""
@@ -88,12 +105,16 @@ def rejudge(
         "topic", "seq", F.unhex(F.sha2("data", 256)).alias("source_hash")
     )
     per = late.join(src, on=["topic", "seq"], how="left")
-    matches = F.col("hash").isNull() | (F.col("hash") == F.col("source_hash"))
+    if "is_copy" not in per.columns:
+        per = per.withColumn("is_copy", F.lit(True))
+    matches = F.col("is_copy") & (F.col("hash").isNull() | (F.col("hash") == F.col("source_hash")))
     per = per.groupBy("consumer", "topic", "seq").agg(
         F.max("source_hash").alias("source_hash"),
-        F.count(F.lit(1)).alias("m"),
+        F.count_if("is_copy").alias("m"),
         F.count_if(matches & F.col("source_hash").isNotNull()).alias("matching"),
-        F.coalesce(F.max(F.when(~matches, F.col("hash"))), F.max("hash")).alias("some_hash"),
+        F.coalesce(F.max(F.when(F.col("is_copy") & ~matches, F.col("hash"))), F.max("hash")).alias(
+            "some_hash"
+        ),
     )
     g = F.broadcast(
         conform(gaps, GAPS).select(F.col("topic").alias("g_topic"), "gap_from", "gap_to")
@@ -138,7 +159,7 @@ def rejudge(
         )
         .agg(F.max_by(F.struct("status", "copies"), "judged_batch").alias("old"))
     )
-    known = F.col("source_hash").isNotNull() | F.col("in_gap")
+    known = F.col("source_hash").isNotNull() | F.col("in_gap") | F.col("rewound")
     old_status = F.coalesce(F.col("old.status"), F.when(known, F.lit(st.DELIVERED)))
     in_source = F.col("source_hash").isNotNull()
     # What the earlier copies were against the source now.
@@ -147,7 +168,9 @@ def rejudge(
     ).otherwise(F.col("old_status"))
     all_match, some_match = F.col("matching") == F.col("m"), F.col("matching") > 0
     new_status = (
-        F.when((was == st.DELIVERED) & (~in_source | all_match), st.DELIVERED)
+        # A held seq without a new copy: only a rewind changes what its copies are.
+        F.when((F.col("m") == 0) & (was != st.MISMATCH), F.col("old_status"))
+        .when((was == st.DELIVERED) & (~in_source | all_match), st.DELIVERED)
         .when(was == st.DELIVERED, st.DIVERGENT)
         .when(was == st.DIVERGENT, st.DIVERGENT)
         .when(in_source & (was == st.MISMATCH) & some_match, st.DIVERGENT)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,7 +37,13 @@ from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import evidence, rewind
-from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
+from spark_jobs.reconcile.late import (
+    held_copies,
+    late_copies,
+    merge_summary,
+    rejudge,
+    seq_runs,
+)
 from spark_jobs.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
 from spark_jobs.reconcile.scope import (
     PROGRESS,
@@ -52,6 +57,8 @@ from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
 DELTAS = "consumer string, topic string, status string, count long, revised long"
+HELD = "consumer string, topic string, range_from long, range_to long"
+DUE = "consumer string, topic string, seq long"
 
 
 def build_parser():
@@ -125,22 +132,6 @@ def _late(
     return rejudge(late, ledger, records, gaps, through, rewound)
 
 
-def _remembered(
-    spark: SparkSession,
-    layout: Layout,
-    run_order: dict[str, tuple[int, Any]],
-    gaps: DataFrame,
-    scope: DataFrame,
-) -> DataFrame:
-    order = spark.createDataFrame(
-        [(r, b) for r, (b, _) in run_order.items()], "run_id string, order long"
-    )
-    earlier = tables.runs_rows(spark, layout, "detail", sorted(run_order)).join(
-        F.broadcast(order), on="run_id", how="inner"
-    )
-    return remembered(earlier, gaps, scope)
-
-
 def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
     """``source_rewound`` deltas: per (consumer, topic) judged now, the topic's rewound seqs."""
     counts = rewind.seqs_in(found.ranges)
@@ -162,6 +153,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
         run_order = runs.run_order(conn, house)
+        phantoms = (
+            set()
+            if args.full
+            else {
+                (c, t)
+                for (c, t, status), n in runs.cumulative_summary(conn, house).items()
+                if status == st.PHANTOM and n > 0
+            }
+        )
     latest = tables.compact_state(spark, layout)["batch"]
     if latest < last:
         raise tables.WarehouseError(
@@ -183,26 +183,25 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         spark, deliveries, heads_of, None if args.full else progress_rows
     )
     target = jdbc.jdbc_target(args.database_url)
+    rewind_timer = progress.Timer()  # what the head cap and the rewind checks add to a run
     late = late_copies(deliveries, scope).cache()
     late_runs = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
-    rewind_timer = progress.Timer()
     found = evidence.Rewinds({}, [], 0)
+    unknown: list[str] = []
     if not args.full:
         with store.connect(args.database_url) as conn:
             found = evidence.find(
-                spark, conn, layout, target, heads, late_runs, deliveries, run_order
+                spark, conn, layout, target, heads, late_runs, signalled.collect(), run_order
             )
+        unknown = evidence.unknown_runs(spark, layout, committed)
+    # The ledger is read for a phantom revisit only where a phantom verdict stands.
+    due_rows = []
+    if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
+        due_rows = phantoms_due(_ledger(spark, layout, committed), scope).collect()
+    due = spark.createDataFrame(due_rows, DUE) if due_rows else None
     rewind_seconds = rewind_timer.seconds
-    ledger = None if args.full else _ledger(spark, layout, committed)
-    due = (
-        None
-        if ledger is None
-        else spark.createDataFrame(
-            phantoms_due(ledger, scope).collect(), "consumer string, topic string, seq long"
-        )
-    )
     judged_deliveries = deliveries
-    if due is not None and not due.isEmpty():
+    if due is not None:
         history = every.filter(F.col("batch") < first)
         judged_deliveries = deliveries.unionByName(
             conform(earlier_copies(history, due), DELIVERIES)
@@ -210,7 +209,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     windows = windows_of(scope_rows)
     records = jdbc.read_records_in(spark, target, windows, args.num_partitions).cache()
     gaps = jdbc.read_gaps_in(spark, target, windows)
-    kept = _remembered(spark, layout, run_order, gaps, scope) if args.full else None
+    kept = (
+        remembered(evidence.earlier_verdicts(spark, layout, run_order), gaps, scope)
+        if args.full
+        else None
+    )
     tables.replace_run(
         layout,
         detail_table,
@@ -230,19 +233,24 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         LEDGER,
     )
     deltas: list[DataFrame] = []
-    if due is not None and not due.isEmpty():
+    if due is not None:
         revised_ledger, revised = revisions(window_detail, due, through)
         ledger_rows = ledger_rows.unionByName(revised_ledger)
         deltas.append(revised)
     if found.ranges:
         deltas.append(spark.createDataFrame(_rewound_rows(scope_rows, found), DELTAS))
-    has_late = late.limit(1).count() > 0
+    held = [] if args.full else rewind.held(progress_rows, found.ranges)
+    judged_late, spans = late, late_runs
+    if held:
+        judged_late = held_copies(spark.createDataFrame(held, HELD), late)
+        spans = late_runs + [(t, a - 1, b) for _, t, a, b in held]
+    has_late = bool(held or late_runs)
     if has_late:
         late_detail, late_ledger, late_deltas = _late(
             spark,
             layout,
-            late,
-            late_runs,
+            judged_late,
+            spans,
             heads,
             target,
             through,
@@ -293,10 +301,12 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         for r in scope_rows
         if r["start_seq"] is not None and r["watermark"] is not None
     ]
+    digest_timer = progress.Timer()
     digests = [
         (r["topic"], r["seq_from"], r["seq_to"], r["digest"])
         for r in rewind.range_digests(records).collect()
     ]
+    rewind_seconds += digest_timer.seconds
     records.unpersist()
     if hook:
         hook("reconcile.committing")
@@ -320,6 +330,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "late": has_late,
         "rewound": {t: [list(r) for r in rs] for t, rs in found.ranges.items()},
         "rewind_checks": {"ranges": found.checked, "seconds": rewind_seconds},
+        "runs_unknown_to_postgres": unknown,
     }
     store.record_step(args, "reconcile", figures)
     store.record_snapshots(args, spark, layout, ("detail", "summary", "ledger"))

@@ -19,8 +19,8 @@ it has not read nor miss that the source it judged against is gone:
   copies, its landed ``rewound`` frames or a head below them meet (``suspect_spans``). Where a
   digest changed, the seqs are compared one by one with the source hash the newest earlier
   verdict holds (``rewound_seqs``): a seq whose content differs now, or that is above the head
-  now, was rewound; a seq trimmed since (retention, deletion) was not. The landed ``rewound``
-  frames' ranges count as evidence as they are (``landed_rewinds``).
+  now, was rewound; a seq trimmed since (retention, deletion) was not. The ranges of landed
+  ``rewound`` frames are suspects like the others: the digests say exactly which seqs changed.
 
 The cost follows the suspect ranges, not the history: one indexed digest query, and a seq by
 seq comparison inside changed ranges only.
@@ -34,8 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.common.schemas import DELIVERIES, SOURCE_RECORDS, conform
-from watch_service.protocol.landing import KIND_REWOUND
+from spark_jobs.common.schemas import SOURCE_RECORDS, conform
 
 BUCKET = 1024
 # Above any seq: the open end of "everything above the head".
@@ -88,31 +87,17 @@ def range_digests(records: DataFrame) -> DataFrame:
     return conform(blocks.withColumn("digest", F.sha2(text, 256)), DIGESTS)
 
 
-def landed_rewinds(deliveries: DataFrame) -> DataFrame:
-    """(consumer, topic, range_from, range_to) of the landed ``rewound`` frames."""
-    d = conform(deliveries, DELIVERIES).filter(F.col("kind") == F.lit(KIND_REWOUND))
-    return d.select(
-        "consumer",
-        "topic",
-        F.col("gap_from").alias("range_from"),
-        F.col("gap_to").alias("range_to"),
-    ).filter(
-        F.col("range_from").isNotNull()
-        & F.col("range_to").isNotNull()
-        & (F.col("range_from") <= F.col("range_to"))
-    )
-
-
 def suspect_spans(
     heads: Mapping[str, int],
     late_runs: Iterable[tuple[str, int, int]],
-    landed: Ranges,
+    told: Ranges,
 ) -> list[tuple[str, int, int]]:
     """Inclusive (topic, lo, hi) spans whose stored digests a run re-checks: above each head,
-    the late copies' seq runs (``lo`` exclusive as ``seq_runs`` gives them), landed ranges."""
+    the late copies' seq runs (``lo`` exclusive as ``seq_runs`` gives them), the ranges the
+    consumers were told of (landed ``rewound`` frames, tombstones)."""
     spans = [(t, h + 1, TOP) for t, h in heads.items()]
     spans += [(t, lo + 1, hi) for t, lo, hi in late_runs]
-    spans += [(t, a, b) for t, rs in landed.items() for a, b in rs]
+    spans += [(t, a, b) for t, rs in told.items() for a, b in rs]
     return sorted(set(spans))
 
 
@@ -153,6 +138,18 @@ def merge(ranges: Iterable[tuple[str, int, int]]) -> Ranges:
             held[-1] = (held[-1][0], max(held[-1][1], b))
         else:
             held.append((a, b))
+    return out
+
+
+def held(progress_rows: Iterable, ranges: Ranges) -> list[tuple[str, str, int, int]]:
+    """(consumer, topic, a, b): the rewound seqs each consumer's earlier windows judged,
+    ``start_seq < seq <= reconciled_through`` of its progress row."""
+    out = []
+    for consumer, topic, start, through, _node in progress_rows:
+        for a, b in ranges.get(topic, []):
+            lo, hi = max(a, start + 1), min(b, through)
+            if lo <= hi:
+                out.append((consumer, topic, lo, hi))
     return out
 
 

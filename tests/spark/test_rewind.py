@@ -8,7 +8,7 @@ Run 1, then the source changes in SQL as the events leave it, then run 2, then t
 - ``R`` (a restore, as the issue tells it): 200 records landed, the source copied, 100 more
   (content A) landed, run 1. The copy is put back (head 200), 150 records (content B) are
   written as 201..350; ``cr`` lands the stream's ``rewound`` frame for 201..300 and B for
-  201..350.
+  201..350. ``cr2`` landed 1..300 in run 1 and nothing since: it holds A for 201..300.
 - ``Q`` (a restore nobody signalled): 30 records landed, run 1; back to head 20, B written as
   21..35; ``cq`` gets B for 21..35 from its restored session cursor 20 (late copies only).
 - ``K`` (retention) 1..10 landed, then 1..5 trimmed; ``X`` 1..5 landed, then deleted.
@@ -24,6 +24,7 @@ import pytest
 from spark_jobs import runner
 from spark_jobs.common import statuses as st
 from spark_jobs.layout import Layout
+from spark_jobs.reconcile import evidence, rewind
 from watch_service.store import runs
 
 from ..support import unique
@@ -79,11 +80,12 @@ def streams(t: dict[str, str]) -> list[tuple[Stream, list[int]]]:
     cr = Stream("cr-" + r, {r: 0}).records(r, list(range(1, 201))).records(r, list(range(201, 301)))
     cr.rewound(r, 201, 300, head=200)  # 1-2 | 3-4
     cr.records(r, list(range(201, 351)), data={s: content_b(s, r) for s in range(201, 351)})
+    cr2 = Stream("cr2-" + r, {r: 0}).records(r, list(range(1, 301)))  # 1 | nothing
     cq = Stream("cq-" + q, {q: 0}).records(q, list(range(1, 31)))  # 1 | 2
     cq.records(q, list(range(21, 36)), cursor=35, data={s: content_b(s, q) for s in range(21, 36)})
     ck = Stream("ck-" + t["K"], {t["K"]: 0}).records(t["K"], list(range(1, 11)))
     cx = Stream("cx-" + t["X"], {t["X"]: 0}).records(t["X"], list(range(1, 6)))
-    return [(cp, [2, 3]), (cr, [2, 4]), (cq, [1, 2]), (ck, [1, 1]), (cx, [1, 1])]
+    return [(cp, [2, 3]), (cr, [2, 4]), (cr2, [1, 1]), (cq, [1, 2]), (ck, [1, 1]), (cx, [1, 1])]
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +104,27 @@ def world(spark, pg_url, tmp_path_factory):
     root = places.root("file", tmp_path_factory.mktemp("rewind"))
     landing, work = places.join(root, "landing"), places.join(root, "work")
     plan = streams(t)
-    figures = []
+    figures, run_ids = [], [unique("rw"), unique("rw")]
     for run in (0, 1):
         if run == 1:
             change_source(pg_url, t)
         for stream, ends in plan:
             write_segment(landing, stream, ends[run - 1] if run else 0, ends[run])
         figures.append(
-            runner.run_steps(spark, Layout(landing, work, unique("rw")), pg_url, partitions=2)
+            runner.run_steps(spark, Layout(landing, work, run_ids[run]), pg_url, partitions=2)
         )
     audit = runner.audit(spark, Layout(landing, work, unique("rwaudit")), pg_url, 2)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         net = runs.cumulative_summary(conn, Layout("", work, "").catalog)
-    return {"t": t, "figures": figures, "audit": audit, "net": net, "work": work, "url": pg_url}
+    return {
+        "t": t,
+        "figures": figures,
+        "audit": audit,
+        "net": net,
+        "work": work,
+        "url": pg_url,
+        "run_ids": run_ids,
+    }
 
 
 def test_the_window_stops_at_the_head(world):
@@ -145,7 +155,10 @@ def test_a_restore_is_reported_and_repaired(world):
     assert net[("cq-" + q, q, st.SOURCE_REWOUND)] == 10
     assert net[("cq-" + q, q, st.DIVERGENT)] == 10
     assert net[("cq-" + q, q, st.DELIVERED)] == 25
-    assert second["verify"]["found"] == 100 + 10 + 7 and second["verify"]["passed"]
+    # cr2 got nothing new: its delivered copies of 201..300 are content A, a mismatch now
+    assert net[("cr2-" + r, r, st.MISMATCH)] == 100
+    assert net[("cr2-" + r, r, st.DELIVERED)] == 200
+    assert second["verify"]["found"] == 100 + 100 + 10 + 7 and second["verify"]["passed"]
     layout = Layout("", world["work"], "")
     log = {
         (topic, int(seq)): data_sha
@@ -164,3 +177,38 @@ def test_the_full_audit_agrees_after_retention_and_deletion(world):
     k, x = world["t"]["K"], world["t"]["X"]
     assert world["net"][("ck-" + k, k, st.DELIVERED)] == 10
     assert world["net"][("cx-" + x, x, st.DELIVERED)] == 5
+
+
+def test_runs_the_database_forgot_are_noticed(world, spark):
+    """The warehouse keeps both runs' verdicts; a PostgreSQL that went back to before run 2
+    committed would not know it (here: the committed set without it)."""
+    assert world["figures"][1]["reconcile"]["runs_unknown_to_postgres"] == []
+    layout = Layout("", world["work"], unique("rwlater"))
+    first, second = world["run_ids"]
+    assert evidence.unknown_runs(spark, layout, {first}) == [second]
+
+
+def test_the_pure_rules_of_a_rewind():
+    """The cap, the spans a run re-checks, the merge of ranges, and the held seqs."""
+    row = dict.fromkeys(("scope_id", "start_seq", "filter_node"))
+    rows = [
+        {**row, "consumer": "c", "topic": "a", "lo": 5, "watermark": 17},
+        {**row, "consumer": "c", "topic": "b", "lo": 30, "watermark": 35},  # head went back
+        {**row, "consumer": "c", "topic": "z", "lo": 0, "watermark": 3},  # no such topic
+    ]
+    capped = [(r[2], r[4], r[5]) for r in rewind.cap_scope(rows, {"a": 10, "b": 20})]
+    assert capped == [("a", 5, 10), ("b", 30, 30), ("z", 0, 0)]
+    assert rewind.suspect_spans({"a": 10}, [("a", 2, 4)], {"a": [(7, 8)]}) == [
+        ("a", 3, 4),
+        ("a", 7, 8),
+        ("a", 11, rewind.TOP),
+    ]
+    assert rewind.merge([("a", 5, 6), ("a", 1, 4), ("a", 9, 9), ("b", 1, 1)]) == {
+        "a": [(1, 6), (9, 9)],
+        "b": [(1, 1)],
+    }
+    progress = [("c", "a", 0, 250, None), ("d", "a", 220, 400, None), ("e", "b", 0, 9, None)]
+    assert rewind.held(progress, {"a": [(201, 300)]}) == [
+        ("c", "a", 201, 250),
+        ("d", "a", 221, 300),
+    ]
