@@ -183,9 +183,13 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         spark, deliveries, heads_of, None if args.full else progress_rows
     )
     target = jdbc.jdbc_target(args.database_url)
-    rewind_timer = progress.Timer()  # what the head cap and the rewind checks add to a run
     late = late_copies(deliveries, scope).cache()
-    late_runs = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
+    late_runs = (
+        [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
+        if late.limit(1).count() > 0
+        else []
+    )
+    rewind_timer = progress.Timer()  # what the rewind checks add to a run
     found = evidence.Rewinds({}, [], 0)
     unknown: list[str] = []
     if not args.full:
@@ -193,7 +197,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             found = evidence.find(
                 spark, conn, layout, target, heads, late_runs, signalled.collect(), run_order
             )
-        unknown = evidence.unknown_runs(spark, layout, committed)
+        if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
+            unknown = evidence.unknown_runs(spark, layout, committed)
     # The ledger is read for a phantom revisit only where a phantom verdict stands.
     due_rows = []
     if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
@@ -280,6 +285,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         **net,
     }
     if args.full:
+        records.unpersist()
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
     tables.replace_run(layout, "ledger", args.run_id, ledger_rows)
     detail = tables.run_rows(spark, layout, "detail", args.run_id)
@@ -302,11 +308,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         if r["start_seq"] is not None and r["watermark"] is not None
     ]
     digest_timer = progress.Timer()
-    digests = [
-        (r["topic"], r["seq_from"], r["seq_to"], r["digest"])
-        for r in rewind.range_digests(records).collect()
-    ]
-    rewind_seconds += digest_timer.seconds
+    digests = (
+        [
+            (r["topic"], r["seq_from"], r["seq_to"], r["digest"])
+            for r in rewind.range_digests(records).collect()
+        ]
+        if windows
+        else []
+    )
+    digest_seconds = digest_timer.seconds
     records.unpersist()
     if hook:
         hook("reconcile.committing")
@@ -329,7 +339,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         **counts,
         "late": has_late,
         "rewound": {t: [list(r) for r in rs] for t, rs in found.ranges.items()},
-        "rewind_checks": {"ranges": found.checked, "seconds": rewind_seconds},
+        "rewind_checks": {
+            "ranges": found.checked,
+            "seconds": round(rewind_seconds + digest_seconds, 3),
+            "digests_seconds": digest_seconds,
+        },
         "runs_unknown_to_postgres": unknown,
     }
     store.record_step(args, "reconcile", figures)
