@@ -54,6 +54,7 @@ from spark_jobs.common.session import build_session  # noqa: E402
 from spark_jobs.compact.transforms import compact  # noqa: E402
 from spark_jobs.reconcile.main import held_locally  # noqa: E402
 from spark_jobs.reconcile.transforms import reconcile, summarize  # noqa: E402
+from watch_service.store import runs  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
@@ -89,10 +90,17 @@ def timed(spark, fn: Callable[[], _T], repeats: int) -> tuple[float, float, _T]:
     return statistics.median(walls), statistics.median(cpus), results[-1]
 
 
-def run_reconcile(spark, target, deliveries_path: str, detail_path: str) -> dict[str, int]:
+def run_reconcile(
+    spark, url: str, target, deliveries_path: str, detail_path: str
+) -> dict[str, int]:
     """What reconcile's main does, less the PostgreSQL summary write."""
     deliveries = spark.read.schema(DELIVERIES).parquet(deliveries_path)
-    scope, signalled, _ = held_locally(spark, deliveries)
+
+    def heads_of(topics: list[str]) -> dict[str, int]:
+        with psycopg.connect(url) as conn:
+            return runs.source_heads(conn, topics)
+
+    scope, signalled, _, _ = held_locally(spark, deliveries, heads_of)
     records, gaps = jdbc.read_records(spark, target, 4), jdbc.read_gaps(spark, target)
     reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
         detail_path
@@ -171,7 +179,7 @@ def bench_size(spark, url: str, work: Path, n: int, repeats: int, args) -> dict:
     )
     print(f"compact: {t_compact:.1f} s (JVM CPU {c_compact:.0f} s)", flush=True)
     t_rec, c_rec, counts = timed(
-        spark, lambda: run_reconcile(spark, target, deliveries, str(work / "detail")), repeats
+        spark, lambda: run_reconcile(spark, url, target, deliveries, str(work / "detail")), repeats
     )
     want = expected(per_topic)
     ok = all(counts.get(k, 0) == v for k, v in want.items())

@@ -4,19 +4,22 @@
         [--full]
 
 Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from its
-``reconciled_through`` in PostgreSQL, reads the source ``records`` and ``gaps`` of those
-windows only (bounded in the JDBC query), judges late copies of earlier seqs, and writes the
-run's partitions of the Iceberg tables ``detail`` and ``summary`` (this run's verdicts only)
-and ``ledger``, and then, in ONE PostgreSQL transaction, the run's summary rows, windows and
-consumed batches. A crash before that commit leaves nothing an incremental run reads; a re-run
-redoes it.
+``reconciled_through`` in PostgreSQL up to the highest cursor it reached, capped at the topic's
+head read now (``rewind.cap_scope``: a window never passes the source's head), reads the source
+``records`` and ``gaps`` of those windows only (bounded in the JDBC query), judges late copies
+of earlier seqs and copies above the head (``late.py``), judges again the phantoms the head has
+since passed (``revisit.py``), looks for a rewound source where its late copies, landed
+``rewound`` frames and heads point (``evidence.py``), and writes the run's partitions of the
+Iceberg tables ``detail`` and ``summary`` (this run's verdicts only) and ``ledger``, and then,
+in ONE PostgreSQL transaction, the run's summary rows (``source_rewound`` rows counting the
+rewound seqs among them; the ranges are in the figures), windows, consumed batches and range
+digests. A crash before that commit leaves nothing an incremental run reads; a re-run redoes it.
 
 ``--full`` is the audit mode: every batch the incremental runs consumed, judged from scratch
 into the tables ``audit_detail`` and ``audit_summary``, compared with the net verdicts of all
-incremental runs; nothing in PostgreSQL changes. It judges against the source as it is now: a
-seq trimmed by retention after its incremental verdict (delivered, filtered) is judged again
-without its source row (trimmed_after_delivery, unverifiable) and shows up as a difference, by
-design.
+incremental runs; nothing in PostgreSQL changes. Seqs that left the source (retention, topic
+deletion) after an incremental verdict judged them are judged with that verdict's source hash
+(``revisit.remembered``), so the audit agrees across trims and deletions.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
-from spark_jobs.reconcile.late import late_copies, merge_summary, rejudge, seq_runs
+from spark_jobs.reconcile import evidence, rewind
+from spark_jobs.reconcile.late import (
+    held_copies,
+    late_copies,
+    merge_summary,
+    rejudge,
+    seq_runs,
+)
+from spark_jobs.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
 from spark_jobs.reconcile.scope import (
     PROGRESS,
     SCOPE,
@@ -43,6 +54,11 @@ from spark_jobs.reconcile.scope import (
 )
 from spark_jobs.reconcile.transforms import reconcile, summarize
 from watch_service.store import runs
+
+DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
+DELTAS = "consumer string, topic string, status string, count long, revised long"
+HELD = "consumer string, topic string, range_from long, range_to long"
+DUE = "consumer string, topic string, seq long"
 
 
 def build_parser():
@@ -58,14 +74,21 @@ def build_parser():
 
 
 def held_locally(
-    spark: SparkSession, deliveries: DataFrame, progress_rows: list | None = None
-) -> tuple[DataFrame, DataFrame, list]:
-    """Scope and signalled ranges, computed once and held on the driver: they are small (one
-    row per consumer and topic, one per range) and reconcile uses each several times."""
+    spark: SparkSession,
+    deliveries: DataFrame,
+    heads_of: Callable[[list[str]], dict[str, int]],
+    progress_rows: list | None = None,
+) -> tuple[DataFrame, DataFrame, list, dict[str, int]]:
+    """Scope (each window capped at its topic's head, read now by ``heads_of``), signalled
+    ranges and the heads, computed once and held on the driver: they are small (one row per
+    consumer and topic, one per range) and reconcile uses each several times."""
     prior = None if progress_rows is None else spark.createDataFrame(progress_rows, PROGRESS)
-    rows = consumer_scope(deliveries, prior).collect()
-    scope = spark.createDataFrame(rows, SCOPE)
-    return scope, spark.createDataFrame(signalled_ranges(deliveries).collect(), SIGNALLED), rows
+    uncapped = consumer_scope(deliveries, prior).collect()
+    heads = heads_of(sorted({r["topic"] for r in uncapped}))
+    rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
+    scope = spark.createDataFrame([tuple(r.values()) for r in rows], SCOPE)
+    signalled = spark.createDataFrame(signalled_ranges(deliveries).collect(), SIGNALLED)
+    return scope, signalled, rows, heads
 
 
 def windows_of(scope_rows: list) -> list[jdbc.Window]:
@@ -87,25 +110,36 @@ def _ledger(spark: SparkSession, layout: Layout, committed: set[str]) -> DataFra
 
 def _late(
     spark: SparkSession,
-    args,
     layout: Layout,
-    deliveries: DataFrame,
-    scope: DataFrame,
+    late: DataFrame,
+    spans: list[jdbc.Window],
+    heads: dict[str, int],
     target: jdbc.JdbcTarget,
     through: int,
     committed: set[str],
+    rewound: DataFrame | None,
 ):
-    late = late_copies(deliveries, scope).cache()
-    if late.limit(1).count() == 0:
-        return None
-    spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
-    records = jdbc.read_records_in(spark, target, spans, 1)
-    gaps = jdbc.read_gaps_in(spark, target, spans)
+    """Late copies and copies above the head, judged against their seqs' current verdicts;
+    the source is read up to the head only (above it nothing is the source's yet)."""
+    capped = [(t, lo, min(hi, heads.get(t, 0))) for t, lo, hi in spans]
+    capped = [(t, lo, hi) for t, lo, hi in capped if hi > lo]
+    records = jdbc.read_records_in(spark, target, capped, 1)
+    gaps = jdbc.read_gaps_in(spark, target, capped)
     pairs = late.select("consumer", "topic").distinct()
     ledger = _ledger(spark, layout, committed).join(
         pairs, on=["consumer", "topic"], how="left_semi"
     )
-    return rejudge(late, ledger, records, gaps, through)
+    return rejudge(late, ledger, records, gaps, through, rewound)
+
+
+def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
+    """``source_rewound`` deltas: per (consumer, topic) judged now, the topic's rewound seqs."""
+    counts = rewind.seqs_in(found.ranges)
+    return [
+        (r["consumer"], r["topic"], st.SOURCE_REWOUND, counts[r["topic"]], 0)
+        for r in scope_rows
+        if r["topic"] in counts
+    ]
 
 
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
@@ -118,6 +152,16 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     with store.connect(args.database_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
+        run_order = runs.run_order(conn, house)
+        phantoms = (
+            set()
+            if args.full
+            else {
+                (c, t)
+                for (c, t, status), n in runs.cumulative_summary(conn, house).items()
+                if status == st.PHANTOM and n > 0
+            }
+        )
     latest = tables.compact_state(spark, layout)["batch"]
     if latest < last:
         raise tables.WarehouseError(
@@ -128,19 +172,58 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     detail_table, summary_table = (
         ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
     )
-    deliveries = conform(
-        tables.read(spark, layout, "deliveries").filter(F.col("batch").between(first, through)),
-        DELIVERIES,
-    )
-    scope, signalled, scope_rows = held_locally(
-        spark, deliveries, None if args.full else progress_rows
+    every = conform(tables.read(spark, layout, "deliveries"), DELIVERIES_BATCH)
+    deliveries = conform(every.filter(F.col("batch").between(first, through)), DELIVERIES)
+
+    def heads_of(topics: list[str]) -> dict[str, int]:
+        with store.connect(args.database_url) as conn:
+            return runs.source_heads(conn, topics)
+
+    scope, signalled, scope_rows, heads = held_locally(
+        spark, deliveries, heads_of, None if args.full else progress_rows
     )
     target = jdbc.jdbc_target(args.database_url)
+    late = late_copies(deliveries, scope).cache()
+    late_runs = (
+        [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
+        if late.limit(1).count() > 0
+        else []
+    )
+    rewind_timer = progress.Timer()  # what the rewind checks add to a run
+    found = evidence.Rewinds({}, [], 0)
+    unknown: list[str] = []
+    if not args.full:
+        with store.connect(args.database_url) as conn:
+            found = evidence.find(
+                spark, conn, layout, target, heads, late_runs, signalled.collect(), run_order
+            )
+        if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
+            unknown = evidence.unknown_runs(spark, layout, committed)
+    # The ledger is read for a phantom revisit only where a phantom verdict stands.
+    due_rows = []
+    if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
+        due_rows = phantoms_due(_ledger(spark, layout, committed), scope).collect()
+    due = spark.createDataFrame(due_rows, DUE) if due_rows else None
+    rewind_seconds = rewind_timer.seconds
+    judged_deliveries = deliveries
+    if due is not None:
+        history = every.filter(F.col("batch") < first)
+        judged_deliveries = deliveries.unionByName(
+            conform(earlier_copies(history, due), DELIVERIES)
+        )
     windows = windows_of(scope_rows)
-    records = jdbc.read_records_in(spark, target, windows, args.num_partitions)
+    records = jdbc.read_records_in(spark, target, windows, args.num_partitions).cache()
     gaps = jdbc.read_gaps_in(spark, target, windows)
+    kept = (
+        remembered(evidence.earlier_verdicts(spark, layout, run_order), gaps, scope)
+        if args.full
+        else None
+    )
     tables.replace_run(
-        layout, detail_table, args.run_id, reconcile(deliveries, records, gaps, scope, signalled)
+        layout,
+        detail_table,
+        args.run_id,
+        reconcile(judged_deliveries, records, gaps, scope, signalled, kept),
     )
     # Pinned: the late copies' rows are appended to the same partition below.
     judged = tables.current_snapshot(spark, layout, detail_table)
@@ -154,14 +237,32 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         ),
         LEDGER,
     )
-    late = (
-        None
-        if args.full
-        else _late(spark, args, layout, deliveries, scope, target, through, committed)
-    )
-    if late is not None:
-        late_detail, late_ledger, deltas = late
-        summary = merge_summary(summary, deltas, args.run_id)
+    deltas: list[DataFrame] = []
+    if due is not None:
+        revised_ledger, revised = revisions(window_detail, due, through)
+        ledger_rows = ledger_rows.unionByName(revised_ledger)
+        deltas.append(revised)
+    if found.ranges:
+        deltas.append(spark.createDataFrame(_rewound_rows(scope_rows, found), DELTAS))
+    held = [] if args.full else rewind.held(progress_rows, found.ranges)
+    judged_late, spans = late, late_runs
+    if held:
+        judged_late = held_copies(spark.createDataFrame(held, HELD), late)
+        spans = late_runs + [(t, a - 1, b) for _, t, a, b in held]
+    has_late = bool(held or late_runs)
+    if has_late:
+        late_detail, late_ledger, late_deltas = _late(
+            spark,
+            layout,
+            judged_late,
+            spans,
+            heads,
+            target,
+            through,
+            set() if args.full else committed,
+            found.frame(spark),
+        )
+        deltas.append(late_deltas)
         ledger_rows = ledger_rows.unionByName(late_ledger)
         tables.append(
             layout,
@@ -169,6 +270,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             late_detail.withColumn("run_id", F.lit(args.run_id)),
             {tables.RUN_PROPERTY: args.run_id, tables.STEP_PROPERTY: "reconcile.late"},
         )
+    for delta in deltas:
+        summary = merge_summary(summary, delta, args.run_id)
     tables.replace_run(layout, summary_table, args.run_id, summary)
     summary_rows = tables.run_rows(spark, layout, summary_table, args.run_id).collect()
     net: dict[str, int] = {}
@@ -177,11 +280,12 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     counts = {
         "batches": [first, through],
         "scopes": len(scope_rows),
-        "seqs": sum(v for k, v in net.items() if k != st.DUPLICATE),
+        "seqs": sum(v for k, v in net.items() if k not in st.EVENT_STATUSES),
         "defects": sum(net.get(k, 0) for k in st.DEFECTS),
         **net,
     }
     if args.full:
+        records.unpersist()
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
     tables.replace_run(layout, "ledger", args.run_id, ledger_rows)
     detail = tables.run_rows(spark, layout, "detail", args.run_id)
@@ -203,6 +307,17 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         for r in scope_rows
         if r["start_seq"] is not None and r["watermark"] is not None
     ]
+    digest_timer = progress.Timer()
+    digests = (
+        [
+            (r["topic"], r["seq_from"], r["seq_to"], r["digest"])
+            for r in rewind.range_digests(records).collect()
+        ]
+        if windows
+        else []
+    )
+    digest_seconds = digest_timer.seconds
+    records.unpersist()
     if hook:
         hook("reconcile.committing")
     with store.connect(args.database_url, transaction=True) as conn:
@@ -218,7 +333,19 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 for r in summary_rows
             ],
         )
-    figures = {"seconds": timer.seconds, **counts, "late": late is not None}
+        runs.store_digests(conn, house, args.run_id, found.digests + digests)
+    figures = {
+        "seconds": timer.seconds,
+        **counts,
+        "late": has_late,
+        "rewound": {t: [list(r) for r in rs] for t, rs in found.ranges.items()},
+        "rewind_checks": {
+            "ranges": found.checked,
+            "seconds": round(rewind_seconds + digest_seconds, 3),
+            "digests_seconds": digest_seconds,
+        },
+        "runs_unknown_to_postgres": unknown,
+    }
     store.record_step(args, "reconcile", figures)
     store.record_snapshots(args, spark, layout, ("detail", "summary", "ledger"))
     return figures
@@ -231,7 +358,11 @@ def _compare(args, house: str, summary_rows: list) -> dict:
         if r["count"] - r["revised"]
     }
     with store.connect(args.database_url) as conn:
-        incremental = runs.cumulative_summary(conn, house)
+        incremental = {
+            k: n
+            for k, n in runs.cumulative_summary(conn, house).items()
+            if k[2] != st.SOURCE_REWOUND
+        }
     keys = sorted(set(full) | set(incremental))
     differences = [
         (k, incremental.get(k, 0), full.get(k, 0))

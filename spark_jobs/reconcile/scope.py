@@ -25,7 +25,8 @@ Incrementally, ``progress`` (PostgreSQL ``reconcile_windows``) holds per (consum
 ``lo < seq <= watermark`` with ``lo = reconciled_through`` (else ``start_seq``) and the
 watermark never below ``lo``. The deliveries are then only the batches not yet reconciled.
 
-Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a delivered
+Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``, and so does a
+``rewound`` frame (the source went back: those seqs come again with new content); a delivered
 ``topic-deleted`` signals ``[cursor_before + 1, head_seq]`` (everything after the cursor it had
 up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
 adjacent ranges are merged, so each seq falls in at most one range.
@@ -41,6 +42,7 @@ from spark_jobs.common.schemas import DELIVERIES, conform
 from watch_service.protocol.landing import (
     KIND_CAUGHT_UP,
     KIND_RECORD,
+    KIND_REWOUND,
     KIND_TOMBSTONE,
     KIND_TOPIC_DELETED,
 )
@@ -141,7 +143,7 @@ def consumer_scope(deliveries: DataFrame, progress: DataFrame | None = None) -> 
 def signalled_ranges(deliveries: DataFrame) -> DataFrame:
     """Merged ``[range_from, range_to]`` per (consumer, topic) the consumer was told it lost."""
     d = conform(deliveries, DELIVERIES)
-    tombstones = d.filter(_kind(KIND_TOMBSTONE)).select(
+    tombstones = d.filter(_kind(KIND_TOMBSTONE) | _kind(KIND_REWOUND)).select(
         "consumer",
         "topic",
         F.col("gap_from").alias("range_from"),

@@ -8,9 +8,11 @@ consumer are the source records of the topic in scope plus the seqs of ``gaps`` 
 Rules, first match wins:
 
 ==========================  ===============================================================
-``delivered``               a source record delivered at least once with a matching hash
+``delivered``               a source record delivered, every copy with a matching hash
                             (``copies`` counts all copies; the summary's ``duplicate`` row
                             adds up ``copies - 1``)
+``divergent`` (defect)      a source record delivered with a matching copy and a copy of
+                            other content (seqs never change: never a plain duplicate)
 ``mismatch`` (defect)       a source record delivered, but no copy's hash matches
 ``filtered``                a source record not delivered whose ``node`` is the consumer's
                             ``filter_node`` (the service never sends a node its own records)
@@ -194,7 +196,8 @@ def judge(expected: DataFrame, copies: DataFrame) -> DataFrame:
         *[F.max(x).alias(x) for x in ("source_hash", "own_node", "filters")],
         F.count_if("is_copy").alias("copies"),
         F.count_if(matches).alias("matching"),
-        F.max("hash").alias("some_hash"),
+        # A differing copy's hash where there is one (the finding), else any copy's.
+        F.coalesce(F.max(F.when(~matches, F.col("hash"))), F.max("hash")).alias("some_hash"),
     )
     return conform(judged, JUDGED)
 
@@ -242,7 +245,8 @@ def classify(
     )
     delivered = F.col("copies") > 0
     status = (
-        F.when(in_source & delivered & (F.col("matching") > 0), st.DELIVERED)
+        F.when(in_source & delivered & (F.col("matching") == F.col("copies")), st.DELIVERED)
+        .when(in_source & delivered & (F.col("matching") > 0), st.DIVERGENT)
         .when(in_source & delivered, st.MISMATCH)
         .when(in_source & F.coalesce(F.col("own_node"), F.lit(False)), st.FILTERED)
         .when(F.col("in_gap") & delivered, st.TRIMMED_AFTER_DELIVERY)
@@ -250,7 +254,7 @@ def classify(
         .when(F.col("signalled"), st.TOMBSTONED)
         .otherwise(st.SILENT_GAP)
     )
-    differs = delivered & ~(in_source & (F.col("matching") > 0))
+    differs = delivered & ~(in_source & (F.col("matching") == F.col("copies")))
     out = marked.join(_names(scope), on="scope_id", how="inner").select(
         "consumer",
         "topic",
@@ -265,7 +269,11 @@ def classify(
 
 
 def gap_pieces(
-    gaps: DataFrame, judged: DataFrame, signalled: DataFrame, scope: DataFrame
+    gaps: DataFrame,
+    judged: DataFrame,
+    signalled: DataFrame,
+    scope: DataFrame,
+    remembered: DataFrame | None = None,
 ) -> DataFrame:
     """The gap seqs nobody delivered, as ranges: a sweep over the boundaries of the gap
     ranges, of the copies inside them and of the signalled ranges. Between two consecutive
@@ -277,6 +285,8 @@ def gap_pieces(
         .filter((F.col("copies") > 0) & F.col("source_hash").isNull())
         .select("scope_id", "seq")
     )
+    if remembered is not None:  # judged from their earlier verdict's source hash
+        copies = copies.unionByName(conform(remembered, EXPECTED).select("scope_id", "seq"))
     sig = _signalled_ids(signalled, scope)
 
     def edges(df: DataFrame, lo: Column, hi: Column, name: str) -> DataFrame:
@@ -340,20 +350,26 @@ def reconcile(
     gaps: DataFrame,
     scope: DataFrame | None = None,
     signalled: DataFrame | None = None,
+    remembered: DataFrame | None = None,
 ) -> DataFrame:
     """The detail table: (consumer, topic, seq, seq_to, status, source_hash, delivered_hash,
     copies) over each scope's window.
 
     ``scope`` and ``signalled`` default to ``consumer_scope`` / ``signalled_ranges`` of the
     deliveries; a caller that materialises them first (they are small) spares recomputing
-    them for each of their uses.
+    them for each of their uses. ``remembered`` (``EXPECTED`` rows) are seqs that left the
+    source (retention, deletion) after an earlier verdict judged them with their source hash:
+    a full audit judges them as that verdict did, not as trimmed.
     """
     scope = consumer_scope(deliveries) if scope is None else scope
     signalled = signalled_ranges(deliveries) if signalled is None else signalled
     ranges = gap_ranges(gaps, scope)
-    judged = judge(expected_seqs(records, scope), delivered_copies(deliveries, scope))
+    expected = expected_seqs(records, scope)
+    if remembered is not None:
+        expected = expected.unionByName(conform(remembered, EXPECTED))
+    judged = judge(expected, delivered_copies(deliveries, scope))
     return classify(judged, ranges, signalled, scope).unionByName(
-        gap_pieces(ranges, judged, signalled, scope)
+        gap_pieces(ranges, judged, signalled, scope, remembered)
     )
 
 

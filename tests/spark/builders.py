@@ -11,6 +11,7 @@ from watch_service.protocol.landing import (
     COLUMN_NAMES,
     KIND_CAUGHT_UP,
     KIND_RECORD,
+    KIND_REWOUND,
     KIND_TOMBSTONE,
     KIND_TOPIC_DELETED,
 )
@@ -90,6 +91,23 @@ class Stream:
             topic,
             gap_to,
             [{"kind": KIND_TOMBSTONE, "reason": reason, "gap_from": gap_from, "gap_to": gap_to}],
+        )
+        return self
+
+    def rewound(self, topic: str, gap_from: int, gap_to: int, head: int) -> Stream:
+        """The stream's ``rewound`` frame: the cursor goes back to the source's head."""
+        self._frame(
+            topic,
+            head,
+            [
+                {
+                    "kind": KIND_REWOUND,
+                    "reason": "source_rewound",
+                    "gap_from": gap_from,
+                    "gap_to": gap_to,
+                    "head_seq": head,
+                }
+            ],
         )
         return self
 

@@ -8,7 +8,8 @@ cap, keeps 21..30. Consumers, frame by frame (run 1 | run 2 | run 3):
 
 - ``c1`` A: 1..3, 5, 5 again, 6 corrupted; drops 4 | 7..30 except 17 (dropped), a phantom
   31 | late copies (a re-send from rewound cursors) of 2 (a duplicate), 4 (repairs the silent
-  gap), 6 (repairs the mismatch) and of the phantom 31.
+  gap), 6 (the mismatch becomes divergent: one copy matches, one differs) and of the phantom
+  31 (above the head 30: still a phantom).
 - ``gap`` (filters web-1) and ``gap2`` G: tombstone 1..10 | 21..30 (11..20 were never
   signalled: a retention gap whose verdict spans runs; unverifiable / silent gap).
 - ``joiner`` subscribes A at 5 in run 3 only (a consumer that joins late).
@@ -106,8 +107,10 @@ def test_incremental_runs_equal_one_run_over_everything(world):
     a, g = world["a"], world["g"]
     D = st.DELIVERED
     assert inc == {
-        ("c1-" + a, a, D): 29,
-        ("c1-" + a, a, st.DUPLICATE): 3,
+        ("c1-" + a, a, D): 28,
+        ("c1-" + a, a, st.DUPLICATE): 2,
+        # 6: the corrupted copy and the late good one (a different copy is a finding)
+        ("c1-" + a, a, st.DIVERGENT): 1,
         ("c1-" + a, a, st.SILENT_GAP): 1,
         ("c1-" + a, a, st.PHANTOM): 1,
         ("gap-" + a, g, st.TOMBSTONED): 10,
@@ -143,7 +146,8 @@ def test_each_run_judges_only_its_window(world):
     # run 1: c1 1..6 + gap/gap2 1..10; run 2: c1 7..31 + gap/gap2 11..30; run 3: only the
     # joiner's 6..30 are new (the late copies revise verdicts: net zero seqs).
     assert (first["seqs"], second["seqs"], third["seqs"]) == (26, 65, 25)
-    assert third["late"] and not first["late"] and not second["late"]
+    # run 2: the phantom 31, above the head 30, is judged by the late path
+    assert third["late"] and not first["late"] and second["late"]
     assert [f["compact"]["segments"] for f in world["figures"]] == [3, 3, 2]
 
 
@@ -155,7 +159,7 @@ def test_injected_faults_are_exactly_the_defects_found(world):
     assert first["verify"]["remaining"] == 0  # both backfilled from PostgreSQL
     assert second["verify"]["found"] == 1 + 10 + 1  # 17 dropped, gap2's 11..20, phantom 31
     assert second["verify"]["remaining"] == 11  # 17 backfilled; the rest cannot be
-    assert third["verify"]["found"] == 0  # the late copies repair, not break
+    assert third["verify"]["found"] == 1  # 6 is divergent now (repaired again)
     assert third["verify"]["passed"]
 
 

@@ -1,5 +1,7 @@
-"""The pipeline's run tables (migrations 003, 006): ``pipeline_runs``, ``reconcile_summary``
-and the incremental state ``reconcile_runs`` / ``reconcile_windows``. All their SQL lives here.
+"""The pipeline's run tables (migrations 003, 006, 021): ``pipeline_runs``,
+``reconcile_summary``, the incremental state ``reconcile_runs`` / ``reconcile_windows`` and the
+per-range source digests ``reconcile_digests``. All their SQL lives here, with the one read of
+the source reconcile makes outside Spark (the topics' heads at judgement time).
 
 Every function takes a synchronous DB-API connection (psycopg 3, or psycopg2 as Airflow's
 ``PostgresHook.get_conn()`` gives) and never commits: the caller owns the transaction (open the
@@ -107,6 +109,30 @@ INSERT_WINDOW = """INSERT INTO reconcile_windows
                    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
+# The sha256 of "<seq>:<sha256 hex of data>\n" over a range's records in seq order: the digest
+# reconcile computes in Spark for the ranges it judges (spark_jobs.reconcile.rewind).
+RANGE_DIGEST = """encode(sha256(convert_to(string_agg(
+    r.seq::text || ':' || encode(sha256(convert_to(r.data::text, 'UTF8')), 'hex') || chr(10),
+    '' ORDER BY r.seq), 'UTF8')), 'hex')"""
+SOURCE_HEADS = "SELECT name, head_seq FROM topics WHERE name = ANY(%(topics)s)"
+# Stored digests meeting any (topic, lo, hi) span (inclusive), with the range's digest now.
+DIGESTS_MEETING = f"""
+SELECT d.topic, d.seq_from, d.seq_to, d.digest,
+       (SELECT {RANGE_DIGEST} FROM records r
+         WHERE r.topic = d.topic AND r.seq BETWEEN d.seq_from AND d.seq_to) AS now
+  FROM reconcile_digests d
+ WHERE d.warehouse = %(warehouse)s AND EXISTS (
+       SELECT 1 FROM unnest(%(topics)s::text[], %(los)s::bigint[], %(his)s::bigint[])
+                  AS s(topic, lo, hi)
+        WHERE d.topic = s.topic AND d.seq_to >= s.lo AND d.seq_from <= s.hi)
+"""
+UPSERT_DIGEST = """INSERT INTO reconcile_digests
+                   (warehouse, topic, seq_from, seq_to, digest, run_id)
+                   VALUES (%s, %s, %s, %s, %s, %s)
+                   ON CONFLICT (warehouse, topic, seq_from, seq_to)
+                   DO UPDATE SET digest = excluded.digest, run_id = excluded.run_id"""
+DROP_DIGEST = """DELETE FROM reconcile_digests
+                  WHERE warehouse = %s AND topic = %s AND seq_from = %s AND seq_to = %s"""
 COMMITTED_RUNS = "SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s"
 RUN_ORDER = """SELECT run_id, batch_to, recorded_at FROM reconcile_runs
                 WHERE warehouse = %(warehouse)s"""
@@ -298,6 +324,47 @@ def commit_reconcile(
     cur = conn.cursor()
     cur.executemany(INSERT_WINDOW, [(run_id, *w) for w in windows])
     cur.executemany(INSERT_SUMMARY, [(run_id, *s) for s in summary])
+
+
+def source_heads(conn: Any, topics: Iterable[str]) -> dict[str, int]:
+    """Each topic's ``head_seq`` now (topics never created are absent)."""
+    cur = _execute(conn, SOURCE_HEADS, {"topics": sorted(set(topics))})
+    return {name: int(head) for name, head in cur.fetchall()}
+
+
+def digests_meeting(
+    conn: Any, warehouse: str, spans: Iterable[tuple[str, int, int]]
+) -> list[tuple[str, int, int, str, str | None]]:
+    """(topic, seq_from, seq_to, digest as judged, digest now or None) of the stored ranges
+    meeting any (topic, lo, hi) span (inclusive)."""
+    spans = list(spans)
+    if not spans:
+        return []
+    params = {
+        "warehouse": warehouse,
+        "topics": [t for t, _, _ in spans],
+        "los": [lo for _, lo, _ in spans],
+        "his": [hi for _, _, hi in spans],
+    }
+    return [tuple(r) for r in _execute(conn, DIGESTS_MEETING, params).fetchall()]
+
+
+def store_digests(
+    conn: Any,
+    warehouse: str,
+    run_id: str,
+    digests: Iterable[tuple[str, int, int, str | None]],
+) -> None:
+    """Upsert (topic, seq_from, seq_to, digest) rows; a None digest (the range holds no
+    record any more) drops the row. Call inside the run's commit transaction."""
+    rows = list(digests)
+    cur = conn.cursor()
+    keep = [(warehouse, t, a, b, d, run_id) for t, a, b, d in rows if d is not None]
+    drop = [(warehouse, t, a, b) for t, a, b, d in rows if d is None]
+    if keep:
+        cur.executemany(UPSERT_DIGEST, keep)
+    if drop:
+        cur.executemany(DROP_DIGEST, drop)
 
 
 def committed_runs(conn: Any, warehouse: str) -> set[str]:

@@ -1,0 +1,98 @@
+"""The I/O around ``rewind.py``: re-hash the suspect stored ranges in PostgreSQL, compare the
+changed ones seq by seq with the earlier verdicts, and hand back the rewound ranges with the
+digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.common import jdbc, tables
+from spark_jobs.layout import Layout
+from spark_jobs.reconcile import rewind
+from spark_jobs.reconcile.late import seq_runs
+from watch_service.store import runs
+
+
+@dataclasses.dataclass
+class Rewinds:
+    ranges: rewind.Ranges  # topic -> rewound inclusive ranges
+    digests: list[tuple[str, int, int, str | None]]  # re-hashed stored ranges, digest now
+    checked: int  # stored ranges re-hashed
+
+    def frame(self, spark: SparkSession) -> DataFrame | None:
+        rows = [(t, a, b) for t, rs in self.ranges.items() for a, b in rs]
+        return spark.createDataFrame(rows, rewind.RANGES) if rows else None
+
+
+def find(
+    spark: SparkSession,
+    conn: Any,
+    layout: Layout,
+    target: jdbc.JdbcTarget,
+    heads: dict[str, int],
+    late_runs: list[tuple[str, int, int]],
+    signalled: list,
+    run_order: dict[str, tuple[int, Any]],
+) -> Rewinds:
+    """``signalled``: the run's signalled ranges (landed ``rewound`` frames among them)."""
+    told = rewind.merge((r["topic"], r["range_from"], r["range_to"]) for r in signalled)
+    spans = rewind.suspect_spans(heads, late_runs, told)
+    stored = runs.digests_meeting(conn, layout.catalog, spans)
+    changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
+    found: list[tuple[str, int, int]] = []
+    if changed:
+        found = _compare(spark, layout, target, heads, changed, run_order)
+    return Rewinds(
+        rewind.merge(found),
+        [(t, a, b, now) for t, a, b, was, now in stored if was != now],
+        len(stored),
+    )
+
+
+def earlier_verdicts(
+    spark: SparkSession, layout: Layout, run_order: dict[str, tuple[int, Any]]
+) -> DataFrame:
+    """The committed runs' detail rows with ``order``, the run's last batch (newest wins)."""
+    order = spark.createDataFrame(
+        [(r, b) for r, (b, _) in run_order.items()], "run_id string, order long"
+    )
+    return tables.runs_rows(spark, layout, "detail", sorted(run_order)).join(
+        F.broadcast(order), on="run_id", how="inner"
+    )
+
+
+def unknown_runs(spark: SparkSession, layout: Layout, committed: set[str]) -> list[str]:
+    """Runs whose verdicts the warehouse holds but PostgreSQL's run tables do not know: the
+    database went back (a restore, a failover) while the warehouse kept them (or a run
+    crashed between its table writes and its commit, and was never re-run)."""
+    table = layout.table("summary")
+    rows = spark.sql(f"SELECT DISTINCT partition.run_id AS run_id FROM {table}.partitions")
+    return sorted({r["run_id"] for r in rows.collect()} - committed - {layout.run_id})
+
+
+def _compare(
+    spark: SparkSession,
+    layout: Layout,
+    target: jdbc.JdbcTarget,
+    heads: dict[str, int],
+    changed: list[tuple[str, int, int]],
+    run_order: dict[str, tuple[int, Any]],
+) -> list[tuple[str, int, int]]:
+    spans = spark.createDataFrame(changed, rewind.RANGES)
+    topics = sorted({t for t, _, _ in changed})
+    earlier = (
+        earlier_verdicts(spark, layout, run_order)
+        .filter(
+            F.col("topic").isin(*topics)
+            & F.col("seq").between(min(a for _, a, _ in changed), max(b for _, _, b in changed))
+            & F.col("source_hash").isNotNull()
+        )
+        .select("topic", "seq", "source_hash", "order")
+    )
+    now = jdbc.read_records_in(spark, target, [(t, a - 1, b) for t, a, b in changed], 1)
+    seqs = rewind.rewound_seqs(earlier, now, heads, spans)
+    return [(r["topic"], r["lo"] + 1, r["hi"]) for r in seq_runs(seqs).collect()]
