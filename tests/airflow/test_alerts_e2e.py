@@ -6,8 +6,6 @@ run, kind and channel. The e-mails are rendered by headless Chromium into ``test
 
 from __future__ import annotations
 
-import collections
-import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import CONSUMER, pg_rows
+from .test_e2e import faults_by_topic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,10 +72,7 @@ def test_a_run_whose_defects_were_all_repaired_alerts_once_per_channel(
     assert path == "/hook/alerts" and list(body) == ["text"]
     text = body["text"]
     page = html_of(mail)
-    faults: collections.Counter = collections.Counter()
-    for line in (fault_run.landing / CONSUMER / "faults.jsonl").read_text().splitlines():
-        entry = json.loads(line)
-        faults[(entry["kind"], entry["topic"])] += 1
+    faults = faults_by_topic(fault_run.landing)
     for topic, head in landing.topics.items():
         if topic == landing.capped:
             continue
