@@ -25,7 +25,8 @@ Runs `auditsync pipeline audit` over the landing zone and warehouse the `audit_s
 it compacts what is new, then re-judges every delivery against every source seq up to each
 consumer's watermark, and compares the verdicts per consumer, topic and status with the sum of
 the incremental runs' summaries. The task fails, listing the disagreements, when they differ.
-It writes only under `<warehouse>/audits/` and never changes the audit log.
+It writes only the warehouse's `audit_detail` and `audit_summary` tables and never changes the
+audit log.
 
 Costly by design (it reads all history): no schedule unless `AUDITSYNC_AUDIT_SCHEDULE` sets one
 (e.g. `@weekly`). The database URL reaches the command in its environment, not its arguments.

@@ -82,7 +82,7 @@ def test_bad_outputs_fail_with_a_readable_summary(tmp_path, monkeypatch):
     ) in lines
     assert (
         "  - remaining: expect_column_values_to_not_be_in_set(column='status', "
-        "value_set=['silent_gap', 'mismatch', 'phantom']): 1 of 1 rows unexpected, "
+        "value_set=['silent_gap', 'mismatch', 'phantom', 'divergent']): 1 of 1 rows unexpected, "
         "e.g. 'phantom'"
     ) in lines
     assert "  - remaining: expect_table_row_count_to_equal(value=0): observed 1" in lines
