@@ -192,18 +192,18 @@ def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) 
             if size > world.total:
                 built = world.add(size - world.total)
                 t0 = time.monotonic()
-                pipeline_run(spark, world, work, f"history-{size}")
+                pipeline_run(spark, world, work, f"{storage}-history-{size}")
                 print(
                     f"history {size:>9,}: written in {built:.1f} s, reconciled in "
                     f"{time.monotonic() - t0:.1f} s ({load()})",
                     flush=True,
                 )
             if size == min(sizes):
-                empty = pipeline_run(spark, world, work, f"empty-{size}")
+                empty = pipeline_run(spark, world, work, f"{storage}-empty-{size}")
                 results[-1] = empty
                 print(f"empty run over {size:,}: {fmt(empty)}", flush=True)
             world.add(new)
-            results[size] = pipeline_run(spark, world, work, f"plus{new}-{size}")
+            results[size] = pipeline_run(spark, world, work, f"{storage}-plus{new}-{size}")
             print(f"+{new:,} over {size:>9,}: {fmt(results[size])} ({load()})", flush=True)
     finally:
         spark.stop()
