@@ -10,18 +10,17 @@ autoescaped Jinja template ``templates/audit_log.html``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from spark_jobs import time_travel
 from spark_jobs.layout import Layout
 
+from .templating import template
+
 PAGE_ROWS = 50
 DATA_WIDTH = 160
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +81,5 @@ def read(conninfo: Mapping[str, Any], warehouse: str, run: str, topic: str, afte
     return View(run, chosen, after, topics, rows, snapshot, page.next_after)
 
 
-@functools.cache
-def _template() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
-    )
-    return env.get_template("audit_log.html")
-
-
 def render(view: View) -> str:
-    return str(_template().render(view=view))
+    return str(template("audit_log.html").render(view=view))

@@ -7,15 +7,13 @@ repaired or not), filtered and paged, and the same as a CSV download. The rows c
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from spark_jobs import findings
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+from .templating import template
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,15 +42,5 @@ def view(run: str, rows: Sequence[Mapping[str, Any]], filters: findings.Filters,
     return View(run, filters, shown, findings.choices(rows), len(rows), len(kept), number, pages)
 
 
-@functools.cache
-def _template() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
-    )
-    return env.get_template("findings.html")
-
-
 def render(v: View) -> str:
-    return str(_template().render(view=v, columns=findings.COLUMNS))
+    return str(template("findings.html").render(view=v, columns=findings.COLUMNS))
