@@ -28,6 +28,7 @@ from watch_service import cli
 from watch_service.store import runs
 
 from ..support import unique
+from .warehouse import plugin_client
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
@@ -144,18 +145,7 @@ def test_build_judges_each_range_by_verify():
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 def test_the_csv_the_cli_and_the_page_show_the_detail_rows(house, pg_url, capsys, tmp_path):
-    from fastapi.testclient import TestClient
-
-    from auditsync_plugin.ui.app import create_app
-
-    app = create_app(
-        conninfo=lambda: conninfo_to_dict(pg_url),
-        gx_root=lambda: tmp_path,
-        auth=lambda: None,
-        landing=lambda: None,
-        warehouse=lambda: house.layout.work,
-    )
-    client = TestClient(app)
+    client = plugin_client(pg_url, tmp_path, house.layout.work)
     want = expected(house)
     a, b = house.topics
 

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from spark_jobs import readers, time_travel
 from watch_service import cli
 from watch_service.store import runs
 
 from ..support import unique
-from .warehouse import TS0, Warehouse, build
+from .warehouse import TS0, Warehouse, build, plugin_client
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
@@ -130,18 +129,7 @@ def test_audit_log_show_reads_the_table_as_each_run_left_it(house, pg_url, capsy
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 def test_the_reconciliation_page_links_each_run_to_its_audit_log(house, pg_url, tmp_path):
-    from fastapi.testclient import TestClient
-
-    from auditsync_plugin.ui.app import create_app
-
-    app = create_app(
-        conninfo=lambda: conninfo_to_dict(pg_url),
-        gx_root=lambda: tmp_path,
-        auth=lambda: None,
-        landing=lambda: None,
-        warehouse=lambda: house.layout.work,
-    )
-    client = TestClient(app)
+    client = plugin_client(pg_url, tmp_path, house.layout.work)
     a, b = house.topics
     index = client.get("/")
     assert index.status_code == 200

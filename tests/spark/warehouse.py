@@ -84,3 +84,21 @@ def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse
             {tables.COMPACT_PROPERTY: json.dumps(state, sort_keys=True)},
         )
     return Warehouse(layout, topics, run_ids, snapshots, state)
+
+
+def plugin_client(pg_url: str, gx_root, work: str):
+    """The plugin's FastAPI app over Starlette's test client, login replaced, on this
+    database and warehouse."""
+    from fastapi.testclient import TestClient
+    from psycopg.conninfo import conninfo_to_dict
+
+    from auditsync_plugin.ui.app import create_app
+
+    app = create_app(
+        conninfo=lambda: conninfo_to_dict(pg_url),
+        gx_root=lambda: gx_root,
+        auth=lambda: None,
+        landing=lambda: None,
+        warehouse=lambda: work,
+    )
+    return TestClient(app)
