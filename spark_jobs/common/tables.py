@@ -240,12 +240,6 @@ def compact_state(spark: SparkSession, layout: Layout) -> dict:
     return json.loads(row["state"])
 
 
-def committed_by(spark: SparkSession, layout: Layout, name: str, run_id: str, step: str) -> bool:
-    """Whether a snapshot in the table's current history was committed by this run's step."""
-    properties = {RUN_PROPERTY: run_id, STEP_PROPERTY: step}
-    return snapshot_summary(spark, layout, name, properties) is not None
-
-
 def snapshot_summary(
     spark: SparkSession, layout: Layout, name: str, properties: Mapping[str, str]
 ) -> dict[str, str] | None:
