@@ -12,6 +12,7 @@ autoescaping Jinja2 template (``templates/alert_email.html``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -243,23 +244,30 @@ def webhook_body(alert: Alert) -> dict[str, str]:
     return {"text": text(alert)}
 
 
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """Built on the first e-mail, not when the DAG file imports this module."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def html(alert: Alert) -> str:
     """The e-mail body (every value autoescaped)."""
-    return _ENV.get_template("alert_email.html").render(
-        alert=alert,
-        subject=subject(alert),
-        findings=alert.findings[:MAX_ROWS],
-        lags=alert.lags[:MAX_ROWS],
-        hidden=max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS),
-        window=format_window,
-        seq_ranges=format_ranges,
+    return (
+        _environment()
+        .get_template("alert_email.html")
+        .render(
+            alert=alert,
+            subject=subject(alert),
+            findings=alert.findings[:MAX_ROWS],
+            lags=alert.lags[:MAX_ROWS],
+            hidden=max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS),
+            window=format_window,
+            seq_ranges=format_ranges,
+        )
     )
