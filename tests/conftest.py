@@ -33,6 +33,34 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_flags(), "pyspark-shell"]))
 
 
+# Folders whose tests share costly session fixtures (the shared `airflow dags test` runs, the one
+# Spark session, the real SpiceDB): under pytest-xdist each runs whole on one worker.
+SHARED_FOLDERS = ("tests/airflow/", "tests/spark/", "tests/authz/")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under ``pytest -n N``: its shared folder, or else its
+    module (so a module's fixtures, too, are built once, on one worker)."""
+    for folder in SHARED_FOLDERS:
+        if nodeid.startswith(folder):
+            return folder
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs the suite on two workers; xdist's own ``loadgroup`` cannot group by
+    folder (and its marks are lost under pytest 9, which derives node ids), so the scheduler is
+    xdist's per-scope one with our units. Units start largest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster():
     base = Path(tempfile.mkdtemp(prefix="auditsync-test-pg-"))
