@@ -33,30 +33,61 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_flags(), "pyspark-shell"]))
 
 
-# Folders whose tests share costly session fixtures (the shared `airflow dags test` runs, the one
-# Spark session, the real SpiceDB): under pytest-xdist each runs whole on one worker.
-SHARED_FOLDERS = ("tests/airflow/", "tests/spark/", "tests/authz/")
+# Modules that share the `airflow dags test` runs of tests/airflow/conftest.py: under
+# pytest-xdist they run on one worker, so those runs are made once. Every other module is a unit
+# of its own; a worker's session fixtures (PostgreSQL, the Spark session, the S3 server) serve
+# every unit it runs.
+SHARED_UNITS = {
+    "airflow dags test runs": (
+        "tests/airflow/test_e2e.py",
+        "tests/airflow/test_alerts_e2e.py",
+        "tests/airflow/test_spark_cluster.py",
+        "tests/airflow/test_ui_browser.py",
+    ),
+}
+# The longest units start first (measured), so no long one is left for the end.
+LONG_UNITS = (
+    "tests/airflow/test_live_schedule.py",
+    "airflow dags test runs",
+    "tests/e2e/test_four_machines.py",
+    "tests/spark/test_crash.py",
+    "tests/spark/test_incremental.py",
+    "tests/airflow/test_operations.py",
+)
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under ``pytest -n N``: its shared folder, or else its
-    module (so a module's fixtures, too, are built once, on one worker)."""
-    for folder in SHARED_FOLDERS:
-        if nodeid.startswith(folder):
-            return folder
-    return nodeid.split("::", 1)[0]
+    """The unit of work a test belongs to under ``pytest -n N``: its shared unit, or else its
+    module (so a module's fixtures are built once, on one worker)."""
+    module = nodeid.split("::", 1)[0]
+    for unit, modules in SHARED_UNITS.items():
+        if module in modules:
+            return unit
+    return module
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``make test`` runs the suite on two workers; xdist's own ``loadgroup`` cannot group by
-    folder (and its marks are lost under pytest 9, which derives node ids), so the scheduler is
-    xdist's per-scope one with our units. Units start largest first."""
+    """``make test`` runs the suite on two workers. xdist's ``loadgroup`` cannot be used (its
+    marks are lost under pytest 9, which derives node ids), so the scheduler is xdist's
+    per-scope one with our units, the long ones first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class UnitScheduling(LoadScopeScheduling):
+        _ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:
+                rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
+                units = sorted(self.workqueue, key=lambda u: rank.get(u, len(rank)))
+                queue = self.workqueue.copy()
+                self.workqueue.clear()
+                self.workqueue.update((u, queue[u]) for u in units)
+                self._ordered = True
+            super()._assign_work_unit(node)
 
     return UnitScheduling(config, log)
 
