@@ -1,8 +1,9 @@
 """What an operations alert says, as pure functions: no socket, no database, no Airflow.
 
 Four findings are worth waking someone for: a run found defects (even when backfill repaired
-them all), verify failed, the sinks lag past the sensor's timeout, and a data interval was not
-verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
+them all) or found the source rewound (``source_rewound``: the ranges its reconcile recorded in
+the run's figures), verify failed, the sinks lag past the sensor's timeout, and a data interval
+was not verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
 (``notifiers.py``) read — the run tables in PostgreSQL, the sinks' cursors, Airflow's context —
 and is rendered three ways: a subject line, plain text (the webhook's ``{"text": …}``, which
 Slack and Microsoft Teams incoming webhooks both accept) and HTML for e-mail, through an
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -28,6 +30,10 @@ KINDS = (DEFECTS_FOUND, VERIFY_FAILED, SINK_LAG, DEADLINE_MISSED)
 MAX_ROWS = 20  # table rows an alert shows; the page has the rest
 MAX_RANGES = 5  # seq ranges shown per row
 MAX_DETAIL = 2000  # characters of an error message kept
+REWOUND_REASON = (
+    "the source lost these acknowledged seqs (a failover to a lagging replica or a restore) "
+    "and writes them again: consumers may hold other content for them"
+)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -59,6 +65,14 @@ class Lagging:
 
 
 @dataclasses.dataclass(frozen=True)
+class Rewound:
+    """A topic whose source went back: the seq ranges (inclusive) a run found rewound."""
+
+    topic: str
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Alert:
     kind: str
     dag_id: str
@@ -69,6 +83,7 @@ class Alert:
     lags: tuple[Lagging, ...] = ()
     detail: str = ""
     links: tuple[tuple[str, str], ...] = ()
+    rewinds: tuple[Rewound, ...] = ()
 
 
 def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
@@ -82,10 +97,14 @@ def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
+def format_spans(spans: Sequence[Sequence[int]], limit: int = MAX_RANGES) -> str:
+    """Inclusive ranges as text, the first ``limit``: (3, 5), (9, 9) → "3–5, 9"."""
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans[:limit])
+    return text + (f" and {len(spans) - limit} more" if len(spans) > limit else "")
+
+
 def format_ranges(seqs: Iterable[int], limit: int = MAX_RANGES) -> str:
-    shown = ranges(seqs)
-    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in shown[:limit])
-    return text + (f" (+{len(shown) - limit} more)" if len(shown) > limit else "")
+    return format_spans(ranges(seqs), limit)
 
 
 def format_window(window: tuple[int, int] | None) -> str:
@@ -132,6 +151,17 @@ def findings(
     )
 
 
+def rewinds(steps: Mapping[str, Any] | None) -> tuple[Rewound, ...]:
+    """The topics a run found rewound, from its figures (``steps.reconcile.rewound``: topic →
+    ``[[a, b], …]``), by topic."""
+    found = ((steps or {}).get("reconcile") or {}).get("rewound") or {}
+    return tuple(
+        Rewound(topic, tuple((int(a), int(b)) for a, b in spans))
+        for topic, spans in sorted(found.items())
+        if spans
+    )
+
+
 def run_alert(
     kind: str,
     dag_id: str,
@@ -142,14 +172,14 @@ def run_alert(
     base_url: str,
     error: str = "",
 ) -> Alert | None:
-    """``defects_found`` (None when the run found none) or ``verify_failed``; ``run_row`` is
-    ``runs.get_run``'s (status, defects_found, defects_remaining, steps) or None."""
-    status, found, remaining = (
-        (run_row[0], run_row[1], run_row[2]) if run_row else (None, None, None)
-    )
+    """``defects_found`` (None when the run found no defect and no rewound source) or
+    ``verify_failed``; ``run_row`` is ``runs.get_run``'s (status, defects_found,
+    defects_remaining, steps) or None."""
+    status, found, remaining, steps = run_row[:4] if run_row else (None, None, None, None)
     found = sum(f.found for f in lines) if found is None else int(found)
     remaining = sum(f.remaining for f in lines) if remaining is None else int(remaining)
-    if kind == DEFECTS_FOUND and found == 0:
+    rewound = rewinds(steps)
+    if kind == DEFECTS_FOUND and found == 0 and not rewound:
         return None
     topics = len({(f.consumer, f.topic) for f in lines})
     if kind == VERIFY_FAILED:
@@ -159,6 +189,8 @@ def run_alert(
     else:
         left = "all repaired" if remaining == 0 else f"{remaining} remain"
         title = f"{dag_id}: run {pipeline_run_id} found {found} defects ({left})"
+    if rewound:
+        title += f"; source rewound on {', '.join(r.topic for r in rewound)}"
     facts = (
         ("pipeline run", pipeline_run_id),
         ("Airflow run", run_id),
@@ -171,7 +203,9 @@ def run_alert(
         ("Reconciliation page", page_link(base_url)),
         ("Airflow run", run_link(base_url, dag_id, run_id)),
     )
-    return Alert(kind, dag_id, run_id, title, facts, tuple(lines), (), error[-MAX_DETAIL:], links)
+    return Alert(
+        kind, dag_id, run_id, title, facts, tuple(lines), (), error[-MAX_DETAIL:], links, rewound
+    )
 
 
 def lag_alert(
@@ -218,6 +252,8 @@ def subject(alert: Alert) -> str:
 def text(alert: Alert) -> str:
     """The plain-text message (the webhook's body text)."""
     out = [subject(alert), *(f"{k}: {v}" for k, v in alert.facts)]
+    for r in alert.rewinds:
+        out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
     for f in alert.findings[:MAX_ROWS]:
         line = f"- {f.consumer}/{f.topic} {f.status}: found {f.found}, left {f.remaining}"
         if format_window(f.window):
@@ -268,6 +304,8 @@ def html(alert: Alert) -> str:
             lags=alert.lags[:MAX_ROWS],
             hidden=max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS),
             window=format_window,
+            spans=format_spans,
+            reason=REWOUND_REASON,
             seq_ranges=format_ranges,
         )
     )

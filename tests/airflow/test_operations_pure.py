@@ -107,7 +107,8 @@ def lines() -> tuple[alerts.Finding, ...]:
 def test_ranges_are_collapsed_and_bounded():
     assert alerts.ranges([9, 3, 4, 5, 5]) == [(3, 5), (9, 9)]
     assert alerts.format_ranges([5, 6, 7, 9]) == "5–7, 9"
-    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 (+8 more)"
+    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 and 8 more"
+    assert alerts.format_spans([(201, 300), (305, 305)]) == "201–300, 305"
     assert alerts.format_window((0, 400)) == "1–400"
     assert alerts.format_window((400, 400)) == ""
 
@@ -157,6 +158,39 @@ def test_a_clean_run_sends_nothing_and_a_repaired_one_says_so():
     repaired = [f for f in lines() if f.status == "silent_gap"]
     alert = alerts.run_alert(found, "d", "r", "p", ("passed", 12, 0, {}), repaired, BASE)
     assert alert is not None and alert.title == "d: run p found 12 defects (all repaired)"
+
+
+STEPS = {"reconcile": {"rewound": {"q": [[21, 30]], "orders": [[201, 300], [305, 305]]}}}
+REWOUND_LINE = (
+    " source_rewound: seqs {}: the source lost these acknowledged seqs (a failover to a "
+    "lagging replica or a restore) and writes them again: consumers may hold other content "
+    "for them"
+)
+
+
+def test_a_rewound_source_is_carried_by_the_alert_even_without_defects():
+    """``source_rewound``: one line per topic naming the ranges and the reason, in the
+    webhook's text and the e-mail's own table; a rewind alone is worth an alert."""
+    assert alerts.rewinds(STEPS) == (
+        alerts.Rewound("orders", ((201, 300), (305, 305))),
+        alerts.Rewound("q", ((21, 30),)),
+    )
+    assert alerts.rewinds({}) == alerts.rewinds(None) == ()
+    row = ("passed", 0, 0, STEPS)
+    alert = alerts.run_alert(alerts.DEFECTS_FOUND, "d", "r", "p", row, (), BASE)
+    assert alert is not None
+    assert alert.title == "d: run p found 0 defects (all repaired); source rewound on orders, q"
+    assert alerts.text(alert).splitlines()[7:9] == [
+        "- orders" + REWOUND_LINE.format("201–300, 305"),
+        "- q" + REWOUND_LINE.format("21–30"),
+    ]
+    page = alerts.html(alert)
+    assert '<table id="rewound" class="rewound">' in page
+    assert (
+        '<tr><td>orders</td><td class="rewound">201–300, 305</td><td>the source lost these '
+        "acknowledged seqs (a failover to a lagging replica or a restore) and writes them "
+        "again: consumers may hold other content for them</td></tr>"
+    ) in page
 
 
 def test_lag_and_deadline_alerts():
