@@ -40,7 +40,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One (consumer, topic, status) line of a run: found, left after backfill, the judged
-    window (seqs in ``(window[0], window[1]]``) and a few seqs still defective."""
+    window (seqs in ``(window[0], window[1]]``), a few seqs still defective, the exact defect
+    ranges (inclusive; empty when the run's findings could not be read) and the link to them
+    in the findings view."""
 
     consumer: str
     topic: str
@@ -50,6 +52,7 @@ class Finding:
     window: tuple[int, int] | None
     examples: tuple[int, ...]
     link: str
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,15 +89,21 @@ class Alert:
     rewinds: tuple[Rewound, ...] = ()
 
 
-def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted seqs as inclusive ranges: 3, 4, 5, 9 → (3, 5), (9, 9)."""
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive ranges sorted, overlapping or adjacent ones merged: (9, 9), (3, 4), (5, 5) →
+    (3, 5), (9, 9)."""
     out: list[tuple[int, int]] = []
-    for seq in sorted(set(seqs)):
-        if out and seq == out[-1][1] + 1:
-            out[-1] = (out[-1][0], seq)
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
-            out.append((seq, seq))
+            out.append((a, b))
     return out
+
+
+def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """Seqs as inclusive ranges: 3, 4, 5, 9 → (3, 5), (9, 9)."""
+    return merge_spans((seq, seq) for seq in seqs)
 
 
 def format_spans(spans: Sequence[Sequence[int]], limit: int = MAX_RANGES) -> str:
@@ -120,6 +129,15 @@ def page_link(base_url: str, consumer: str = "", topic: str = "") -> str:
     return f"{base_url.rstrip('/')}/auditsync/" + (f"?{query}" if query else "")
 
 
+def findings_link(
+    base_url: str, run_id: str, consumer: str = "", topic: str = "", status: str = ""
+) -> str:
+    """The run's findings view (the plugin's ``/auditsync/findings``), filtered."""
+    chosen = (("consumer", consumer), ("topic", topic), ("status", status))
+    query = urlencode({"run": run_id, **{k: v for k, v in chosen if v}})
+    return f"{base_url.rstrip('/')}/auditsync/findings?{query}"
+
+
 def run_link(base_url: str, dag_id: str, run_id: str) -> str:
     """The Airflow UI's page of one DAG run."""
     return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
@@ -130,11 +148,19 @@ def findings(
     windows: Iterable[Sequence],
     defects: Sequence[str],
     base_url: str,
+    run_id: str,
+    found: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Finding, ...]:
-    """The defect lines of a run: ``summary`` rows are ``runs.run_summary``'s (consumer, topic,
-    status, count, remaining, example_seqs), ``windows`` ``alerts.run_windows``' (consumer,
-    topic, seq_from, seq_to)."""
+    """The defect lines of pipeline run ``run_id``: ``summary`` rows are ``runs.run_summary``'s
+    (consumer, topic, status, count, remaining, example_seqs), ``windows``
+    ``alerts.run_windows``' (consumer, topic, seq_from, seq_to), ``found`` the run's defect
+    ranges as ``spark_jobs.findings.build`` gives them (records are judged per seq, so a line
+    shows adjacent ranges merged)."""
     judged = {(c, t): (int(a), int(b)) for c, t, a, b in windows}
+    spans: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for r in found:
+        key = (r["consumer"], r["topic"], r["status"])
+        spans.setdefault(key, []).append((int(r["seq_from"]), int(r["seq_to"])))
     return tuple(
         Finding(
             consumer,
@@ -144,7 +170,8 @@ def findings(
             int(left or 0),
             judged.get((consumer, topic)),
             tuple(int(s) for s in examples or ()),
-            page_link(base_url, consumer, topic),
+            findings_link(base_url, run_id, consumer, topic, status),
+            tuple(merge_spans(spans.get((consumer, topic, status), ()))),
         )
         for consumer, topic, status, count, left, examples in summary
         if status in defects and int(count) > 0
@@ -201,6 +228,7 @@ def run_alert(
     )
     links = (
         ("Reconciliation page", page_link(base_url)),
+        ("Findings", findings_link(base_url, pipeline_run_id)),
         ("Airflow run", run_link(base_url, dag_id, run_id)),
     )
     return Alert(
@@ -256,7 +284,9 @@ def text(alert: Alert) -> str:
         out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
     for f in alert.findings[:MAX_ROWS]:
         line = f"- {f.consumer}/{f.topic} {f.status}: found {f.found}, left {f.remaining}"
-        if format_window(f.window):
+        if f.spans:
+            line += f", seqs {format_spans(f.spans)}"
+        elif format_window(f.window):
             line += f", window {format_window(f.window)}"
         if f.examples:
             line += f", still defective {format_ranges(f.examples)}"

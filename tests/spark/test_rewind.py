@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from spark_jobs import runner
+from spark_jobs import findings, runner
 from spark_jobs.common import statuses as st
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import evidence, rewind
@@ -179,12 +179,13 @@ def test_a_restore_is_reported_and_repaired(world):
 
 def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     """The restore run's own rows, as the Reconciliation page and the defects alert read them:
-    the rewound ranges in the rewound colour, and one alert line per topic with its reason."""
+    the rewound ranges in the rewound colour, one alert line per topic with its reason, and
+    each defect line's exact ranges as the findings view reads them."""
     from auditsync_plugin import alerts
     from auditsync_plugin.ui.page import render_page
     from auditsync_plugin.ui.runs import pivot
 
-    r, q = world["t"]["R"], world["t"]["Q"]
+    r, q, p = world["t"]["R"], world["t"]["Q"], world["t"]["P"]
     second = world["run_ids"][1]
     with psycopg.connect(world["url"]) as conn:
         rows = [x for x in runs.recent_runs(conn, 500) if x["run_id"] == second]
@@ -203,7 +204,8 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     assert page.count('<div class="rewound">source rewound: 201–300</div>') == 2
     assert page.count('<div class="rewound">source rewound: 21–30</div>') == 2
     assert page.count('<li class="card v-rewound" data-verdict="rewound">') == 2
-    found = alerts.findings(summary, [], st.DEFECTS, BASE)
+    ranges = findings.read(world["url"], second)
+    found = alerts.findings(summary, [], st.DEFECTS, BASE, second, ranges)
     alert = alerts.run_alert(alerts.DEFECTS_FOUND, "audit_sync", "a1", second, row, found, BASE)
     assert alert is not None
     topics = ", ".join(sorted((r, q)))
@@ -214,6 +216,12 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     for topic, seqs in ((r, "201–300"), (q, "21–30")):
         assert f"- {topic} source_rewound: seqs {seqs}: {alerts.REWOUND_REASON}" in said
         assert f'<td>{topic}</td><td class="rewound">{seqs}</td>' in alerts.html(alert)
+    assert [x for x in said if x.startswith("- c")] == [
+        f"- cp-{p}/{p} silent_gap: found 7, left 0, seqs 11–16, 19",
+        f"- cq-{q}/{q} divergent: found 10, left 0, seqs 21–30",
+        f"- cr-{r}/{r} divergent: found 100, left 0, seqs 201–300",
+        f"- cr2-{r}/{r} mismatch: found 100, left 0, seqs 201–300",
+    ]
 
 
 def test_the_full_audit_agrees_after_retention_and_deletion(world):
