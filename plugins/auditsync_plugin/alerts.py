@@ -1,8 +1,9 @@
 """What an operations alert says, as pure functions: no socket, no database, no Airflow.
 
 Four findings are worth waking someone for: a run found defects (even when backfill repaired
-them all), verify failed, the sinks lag past the sensor's timeout, and a data interval was not
-verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
+them all) or found the source rewound (``source_rewound``: the ranges its reconcile recorded in
+the run's figures), verify failed, the sinks lag past the sensor's timeout, and a data interval
+was not verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
 (``notifiers.py``) read — the run tables in PostgreSQL, the sinks' cursors, Airflow's context —
 and is rendered three ways: a subject line, plain text (the webhook's ``{"text": …}``, which
 Slack and Microsoft Teams incoming webhooks both accept) and HTML for e-mail, through an
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -28,13 +30,19 @@ KINDS = (DEFECTS_FOUND, VERIFY_FAILED, SINK_LAG, DEADLINE_MISSED)
 MAX_ROWS = 20  # table rows an alert shows; the page has the rest
 MAX_RANGES = 5  # seq ranges shown per row
 MAX_DETAIL = 2000  # characters of an error message kept
+REWOUND_REASON = (
+    "the source lost these acknowledged seqs (a failover to a lagging replica or a restore) "
+    "and writes them again: consumers may hold other content for them"
+)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One (consumer, topic, status) line of a run: found, left after backfill, the judged
-    window (seqs in ``(window[0], window[1]]``) and a few seqs still defective."""
+    window (seqs in ``(window[0], window[1]]``), a few seqs still defective, the exact defect
+    ranges (inclusive; empty when the run's findings could not be read) and the link to them
+    in the findings view."""
 
     consumer: str
     topic: str
@@ -44,6 +52,7 @@ class Finding:
     window: tuple[int, int] | None
     examples: tuple[int, ...]
     link: str
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +68,14 @@ class Lagging:
 
 
 @dataclasses.dataclass(frozen=True)
+class Rewound:
+    """A topic whose source went back: the seq ranges (inclusive) a run found rewound."""
+
+    topic: str
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Alert:
     kind: str
     dag_id: str
@@ -69,23 +86,34 @@ class Alert:
     lags: tuple[Lagging, ...] = ()
     detail: str = ""
     links: tuple[tuple[str, str], ...] = ()
+    rewinds: tuple[Rewound, ...] = ()
 
 
-def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted seqs as inclusive ranges: 3, 4, 5, 9 → (3, 5), (9, 9)."""
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive ranges sorted, overlapping or adjacent ones merged: (9, 9), (3, 4), (5, 5) →
+    (3, 5), (9, 9)."""
     out: list[tuple[int, int]] = []
-    for seq in sorted(set(seqs)):
-        if out and seq == out[-1][1] + 1:
-            out[-1] = (out[-1][0], seq)
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
-            out.append((seq, seq))
+            out.append((a, b))
     return out
 
 
+def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """Seqs as inclusive ranges: 3, 4, 5, 9 → (3, 5), (9, 9)."""
+    return merge_spans((seq, seq) for seq in seqs)
+
+
+def format_spans(spans: Sequence[Sequence[int]], limit: int = MAX_RANGES) -> str:
+    """Inclusive ranges as text, the first ``limit``: (3, 5), (9, 9) → "3–5, 9"."""
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans[:limit])
+    return text + (f" and {len(spans) - limit} more" if len(spans) > limit else "")
+
+
 def format_ranges(seqs: Iterable[int], limit: int = MAX_RANGES) -> str:
-    shown = ranges(seqs)
-    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in shown[:limit])
-    return text + (f" (+{len(shown) - limit} more)" if len(shown) > limit else "")
+    return format_spans(ranges(seqs), limit)
 
 
 def format_window(window: tuple[int, int] | None) -> str:
@@ -101,6 +129,15 @@ def page_link(base_url: str, consumer: str = "", topic: str = "") -> str:
     return f"{base_url.rstrip('/')}/auditsync/" + (f"?{query}" if query else "")
 
 
+def findings_link(
+    base_url: str, run_id: str, consumer: str = "", topic: str = "", status: str = ""
+) -> str:
+    """The run's findings view (the plugin's ``/auditsync/findings``), filtered."""
+    chosen = (("consumer", consumer), ("topic", topic), ("status", status))
+    query = urlencode({"run": run_id, **{k: v for k, v in chosen if v}})
+    return f"{base_url.rstrip('/')}/auditsync/findings?{query}"
+
+
 def run_link(base_url: str, dag_id: str, run_id: str) -> str:
     """The Airflow UI's page of one DAG run."""
     return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
@@ -111,11 +148,19 @@ def findings(
     windows: Iterable[Sequence],
     defects: Sequence[str],
     base_url: str,
+    run_id: str,
+    found: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Finding, ...]:
-    """The defect lines of a run: ``summary`` rows are ``runs.run_summary``'s (consumer, topic,
-    status, count, remaining, example_seqs), ``windows`` ``alerts.run_windows``' (consumer,
-    topic, seq_from, seq_to)."""
+    """The defect lines of pipeline run ``run_id``: ``summary`` rows are ``runs.run_summary``'s
+    (consumer, topic, status, count, remaining, example_seqs), ``windows``
+    ``alerts.run_windows``' (consumer, topic, seq_from, seq_to), ``found`` the run's defect
+    ranges as ``spark_jobs.findings.build`` gives them (records are judged per seq, so a line
+    shows adjacent ranges merged)."""
     judged = {(c, t): (int(a), int(b)) for c, t, a, b in windows}
+    spans: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for r in found:
+        key = (r["consumer"], r["topic"], r["status"])
+        spans.setdefault(key, []).append((int(r["seq_from"]), int(r["seq_to"])))
     return tuple(
         Finding(
             consumer,
@@ -125,10 +170,22 @@ def findings(
             int(left or 0),
             judged.get((consumer, topic)),
             tuple(int(s) for s in examples or ()),
-            page_link(base_url, consumer, topic),
+            findings_link(base_url, run_id, consumer, topic, status),
+            tuple(merge_spans(spans.get((consumer, topic, status), ()))),
         )
         for consumer, topic, status, count, left, examples in summary
         if status in defects and int(count) > 0
+    )
+
+
+def rewinds(steps: Mapping[str, Any] | None) -> tuple[Rewound, ...]:
+    """The topics a run found rewound, from its figures (``steps.reconcile.rewound``: topic →
+    ``[[a, b], …]``), by topic."""
+    found = ((steps or {}).get("reconcile") or {}).get("rewound") or {}
+    return tuple(
+        Rewound(topic, tuple((int(a), int(b)) for a, b in spans))
+        for topic, spans in sorted(found.items())
+        if spans
     )
 
 
@@ -142,14 +199,14 @@ def run_alert(
     base_url: str,
     error: str = "",
 ) -> Alert | None:
-    """``defects_found`` (None when the run found none) or ``verify_failed``; ``run_row`` is
-    ``runs.get_run``'s (status, defects_found, defects_remaining, steps) or None."""
-    status, found, remaining = (
-        (run_row[0], run_row[1], run_row[2]) if run_row else (None, None, None)
-    )
+    """``defects_found`` (None when the run found no defect and no rewound source) or
+    ``verify_failed``; ``run_row`` is ``runs.get_run``'s (status, defects_found,
+    defects_remaining, steps) or None."""
+    status, found, remaining, steps = run_row[:4] if run_row else (None, None, None, None)
     found = sum(f.found for f in lines) if found is None else int(found)
     remaining = sum(f.remaining for f in lines) if remaining is None else int(remaining)
-    if kind == DEFECTS_FOUND and found == 0:
+    rewound = rewinds(steps)
+    if kind == DEFECTS_FOUND and found == 0 and not rewound:
         return None
     topics = len({(f.consumer, f.topic) for f in lines})
     if kind == VERIFY_FAILED:
@@ -159,6 +216,8 @@ def run_alert(
     else:
         left = "all repaired" if remaining == 0 else f"{remaining} remain"
         title = f"{dag_id}: run {pipeline_run_id} found {found} defects ({left})"
+    if rewound:
+        title += f"; source rewound on {', '.join(r.topic for r in rewound)}"
     facts = (
         ("pipeline run", pipeline_run_id),
         ("Airflow run", run_id),
@@ -169,9 +228,12 @@ def run_alert(
     )
     links = (
         ("Reconciliation page", page_link(base_url)),
+        ("Findings", findings_link(base_url, pipeline_run_id)),
         ("Airflow run", run_link(base_url, dag_id, run_id)),
     )
-    return Alert(kind, dag_id, run_id, title, facts, tuple(lines), (), error[-MAX_DETAIL:], links)
+    return Alert(
+        kind, dag_id, run_id, title, facts, tuple(lines), (), error[-MAX_DETAIL:], links, rewound
+    )
 
 
 def lag_alert(
@@ -218,9 +280,13 @@ def subject(alert: Alert) -> str:
 def text(alert: Alert) -> str:
     """The plain-text message (the webhook's body text)."""
     out = [subject(alert), *(f"{k}: {v}" for k, v in alert.facts)]
+    for r in alert.rewinds:
+        out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
     for f in alert.findings[:MAX_ROWS]:
         line = f"- {f.consumer}/{f.topic} {f.status}: found {f.found}, left {f.remaining}"
-        if format_window(f.window):
+        if f.spans:
+            line += f", seqs {format_spans(f.spans)}"
+        elif format_window(f.window):
             line += f", window {format_window(f.window)}"
         if f.examples:
             line += f", still defective {format_ranges(f.examples)}"
@@ -268,6 +334,8 @@ def html(alert: Alert) -> str:
             lags=alert.lags[:MAX_ROWS],
             hidden=max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS),
             window=format_window,
+            spans=format_spans,
+            reason=REWOUND_REASON,
             seq_ranges=format_ranges,
         )
     )

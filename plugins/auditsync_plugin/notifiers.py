@@ -2,8 +2,9 @@
 
 :class:`AuditsyncAlert` is the callback the DAG wires (verify's success and failure, the sink
 sensor's failure); :func:`deadline_missed` is the deadline alert's callback. Each reads its
-facts — the run tables in PostgreSQL (``watch_service.store.runs`` / ``.alerts``), the sinks'
-cursors and the service's heads — builds one :class:`~auditsync_plugin.alerts.Alert` and hands
+facts — the run tables in PostgreSQL (``watch_service.store.runs`` / ``.alerts``), the run's
+defect ranges (``spark_jobs.findings``, as the findings view reads them), the sinks' cursors
+and the service's heads — builds one :class:`~auditsync_plugin.alerts.Alert` and hands
 it to the configured channels: e-mail through the SMTP provider's ``SmtpNotifier``, and
 :class:`WebhookNotifier` (``{"text": …}``, accepted by Slack and Teams incoming webhooks).
 
@@ -210,15 +211,28 @@ class AuditsyncAlert(BaseNotifier):
 
         from .runs_hook import PipelineRunsHook
 
-        with closing(PipelineRunsHook(self.pg_conn_id).get_conn()) as conn:
+        hook = PipelineRunsHook(self.pg_conn_id)
+        with closing(hook.get_conn()) as conn:
             row = runs.get_run(conn, self.pipeline_run_id)
             summary = runs.run_summary(conn, self.pipeline_run_id)
             windows = ledger.run_windows(conn, self.pipeline_run_id)
         base = airflow_base_url()
-        lines = alerts.findings(summary, windows, DEFECTS, base)
+        found = self._ranges(hook.get_connection(self.pg_conn_id).get_uri())
+        lines = alerts.findings(summary, windows, DEFECTS, base, self.pipeline_run_id, found)
         return alerts.run_alert(
             self.kind, dag_id, run_id, self.pipeline_run_id, row, lines, base, error
         )
+
+    def _ranges(self, database_url: str) -> list[dict[str, Any]]:
+        """The run's defect ranges, as its findings view shows them; none when the warehouse
+        cannot be read (the alert then names the windows judged: it is sent regardless)."""
+        from spark_jobs import findings
+
+        try:
+            return findings.read(database_url, self.pipeline_run_id)
+        except Exception as exc:
+            log.warning("alert: cannot read the findings of %s: %s", self.pipeline_run_id, exc)
+            return []
 
     def _lag(self, context: Any, dag_id: str, run_id: str, error: str) -> Alert:
         from .hooks import WatchServiceError, WatchServiceHook

@@ -1,19 +1,24 @@
 """Alerts from the shared ``airflow dags test audit_sync`` runs (``conftest.py``), received by a
 real SMTP server and a real webhook receiver on loopback: the faulty run (defects found, all
 repaired) and the phantom runs (verify fails) each alert once per channel, with the counts, the
-ranges and links to the Reconciliation page, and the ledger holds exactly one row per Airflow
+exact defect ranges (the faults the sink injected) and links to the Reconciliation page and
+the run's findings view, and the ledger holds exactly one row per Airflow
 run, kind and channel. The e-mails are rendered by headless Chromium into ``test-artifacts/``."""
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from auditsync_plugin import alerts
+from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
+
 from .conftest import CONSUMER, pg_rows
-from .test_e2e import faults_by_topic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +31,14 @@ LEDGER = (
 
 def airflow_run_id(text: str) -> str:
     return next(x for x in text.splitlines() if x.startswith("Airflow run: ")).split(": ", 1)[1]
+
+
+def fault_seqs(landing_dir) -> dict[tuple[str, str], list[int]]:
+    """(kind, topic) -> the seqs the sink's fault injection dropped or corrupted."""
+    out: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    for kind, topic, seq in Landing(Storage.at(landing_dir), CONSUMER).load_faults():
+        out[(kind, topic)].append(int(seq))
+    return out
 
 
 def html_of(message) -> str:
@@ -72,19 +85,23 @@ def test_a_run_whose_defects_were_all_repaired_alerts_once_per_channel(
     assert path == "/hook/alerts" and list(body) == ["text"]
     text = body["text"]
     page = html_of(mail)
-    faults = faults_by_topic(fault_run.landing)
-    for topic, head in landing.topics.items():
+    faults = fault_seqs(fault_run.landing)
+    run = f"{BASE}/auditsync/findings?run={fault_run.run_id}"
+    for topic in landing.topics:
         if topic == landing.capped:
             continue
         for kind, status in (("drop", "silent_gap"), ("corrupt", "mismatch")):
-            n = faults.get((kind, topic), 0)
-            if n:
-                expected = f"- {CONSUMER}/{topic} {status}: found {n}, left 0, window 1–{head}"
+            seqs = faults.get((kind, topic))
+            if seqs:
+                shown = alerts.format_ranges(seqs)
+                expected = f"- {CONSUMER}/{topic} {status}: found {len(seqs)}, left 0, seqs {shown}"
                 assert expected in text.splitlines(), (expected, text)
-        link = f'href="{BASE}/auditsync/?topic={topic}&amp;consumer={CONSUMER}"'
-        assert link in page
+                assert f"<td>{shown}</td>" in page
+                link = f"{run}&amp;consumer={CONSUMER}&amp;topic={topic}&amp;status={status}"
+                assert f'<a href="{link}">findings</a>' in page
     assert f"<tr><th>defects found</th><td>{found}</td></tr>" in page
     assert f"Reconciliation page: {BASE}/auditsync/" in text
+    assert f"Findings: {run}" in text
     run_id = airflow_run_id(text)
     assert (run_id, "defects_found", "email") in pg_rows(pg_url, LEDGER)
     assert (run_id, "defects_found", "webhook") in pg_rows(pg_url, LEDGER)

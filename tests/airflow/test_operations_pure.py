@@ -98,16 +98,34 @@ SUMMARY = [  # runs.run_summary rows: consumer, topic, status, count, remaining,
     ("primary", "pay<b>", "mismatch", 2, 2, [5, 6, 7, 9]),
 ]
 WINDOWS = [("primary", "orders", 0, 400), ("primary", "pay<b>", 0, 300)]
+RUN = "audit_sync_20250601T120000Z_20250601T121500Z"
+# spark_jobs.findings.build rows (the columns alerts read): pay<b>'s could not be read
+FOUND = [
+    {"consumer": "primary", "topic": "orders", "status": status, "seq_from": a, "seq_to": b}
+    for status, a, b in [
+        ("silent_gap", 11, 15),
+        ("silent_gap", 20, 21),
+        ("silent_gap", 22, 22),
+        ("silent_gap", 30, 30),
+        ("silent_gap", 40, 41),
+        ("silent_gap", 50, 50),
+        ("silent_gap", 60, 60),
+        ("phantom", 407, 407),
+    ]
+]
 
 
 def lines() -> tuple[alerts.Finding, ...]:
-    return alerts.findings(SUMMARY, WINDOWS, ("silent_gap", "mismatch", "phantom"), BASE)
+    defects = ("silent_gap", "mismatch", "phantom")
+    return alerts.findings(SUMMARY, WINDOWS, defects, BASE, RUN, FOUND)
 
 
 def test_ranges_are_collapsed_and_bounded():
     assert alerts.ranges([9, 3, 4, 5, 5]) == [(3, 5), (9, 9)]
+    assert alerts.merge_spans([(9, 9), (3, 4), (5, 5), (4, 6)]) == [(3, 6), (9, 9)]
     assert alerts.format_ranges([5, 6, 7, 9]) == "5–7, 9"
-    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 (+8 more)"
+    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 and 8 more"
+    assert alerts.format_spans([(201, 300), (305, 305)]) == "201–300, 305"
     assert alerts.format_window((0, 400)) == "1–400"
     assert alerts.format_window((400, 400)) == ""
 
@@ -117,7 +135,7 @@ def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
         alerts.VERIFY_FAILED,
         "audit_sync",
         "manual__2025-06-01T12:20:00+00:00",
-        "audit_sync_20250601T120000Z_20250601T121500Z",
+        RUN,
         ("failed", 15, 3, {}),
         lines(),
         BASE,
@@ -134,29 +152,67 @@ def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
             "defects found: 15",
             "defects left: 3",
             "consumer/topic pairs: 2",
-            "- primary/orders silent_gap: found 12, left 0, window 1–400",
-            "- primary/orders phantom: found 1, left 1, window 1–400, still defective 407",
+            "- primary/orders silent_gap: found 12, left 0, seqs 11–15, 20–22, 30, 40–41, 50 "
+            "and 1 more",
+            "- primary/orders phantom: found 1, left 1, seqs 407, still defective 407",
             "- primary/pay<b> mismatch: found 2, left 2, window 1–300, still defective 5–7, 9",
             "Spark step verify did not pass",
             f"Reconciliation page: {BASE}/auditsync/",
+            f"Findings: {BASE}/auditsync/findings?run={RUN}",
             f"Airflow run: {BASE}/dags/audit_sync/runs/manual__2025-06-01T12%3A20%3A00%2B00%3A00",
         ]
     )
     assert alerts.webhook_body(alert) == {"text": alerts.text(alert)}
     page = alerts.html(alert)
     assert "pay&lt;b&gt;" in page and "pay<b>" not in page  # autoescaped
-    assert f'href="{BASE}/auditsync/?topic=pay%3Cb%3E&amp;consumer=primary"' in page
+    link = f"{BASE}/auditsync/findings?run={RUN}&amp;consumer=primary&amp;topic="
+    assert f'<a href="{link}pay%3Cb%3E&amp;status=mismatch">findings</a>' in page
     assert "<td>5–7, 9</td>" in page and '<td class="bad">2</td>' in page
+    assert "<td>11–15, 20–22, 30, 40–41, 50 and 1 more</td>" in page
+    assert "<td>window 1–300</td>" in page
 
 
 def test_a_clean_run_sends_nothing_and_a_repaired_one_says_so():
     found = alerts.DEFECTS_FOUND
     clean = [("primary", "orders", "delivered", 400, 0, [])]
-    assert not alerts.findings(clean, WINDOWS, ("silent_gap",), BASE)
+    assert not alerts.findings(clean, WINDOWS, ("silent_gap",), BASE, RUN)
     assert alerts.run_alert(found, "d", "r", "p", ("passed", 0, 0, {}), (), BASE) is None
     repaired = [f for f in lines() if f.status == "silent_gap"]
     alert = alerts.run_alert(found, "d", "r", "p", ("passed", 12, 0, {}), repaired, BASE)
     assert alert is not None and alert.title == "d: run p found 12 defects (all repaired)"
+
+
+STEPS = {"reconcile": {"rewound": {"q": [[21, 30]], "orders": [[201, 300], [305, 305]]}}}
+REWOUND_LINE = (
+    " source_rewound: seqs {}: the source lost these acknowledged seqs (a failover to a "
+    "lagging replica or a restore) and writes them again: consumers may hold other content "
+    "for them"
+)
+
+
+def test_a_rewound_source_is_carried_by_the_alert_even_without_defects():
+    """``source_rewound``: one line per topic naming the ranges and the reason, in the
+    webhook's text and the e-mail's own table; a rewind alone is worth an alert."""
+    assert alerts.rewinds(STEPS) == (
+        alerts.Rewound("orders", ((201, 300), (305, 305))),
+        alerts.Rewound("q", ((21, 30),)),
+    )
+    assert alerts.rewinds({}) == alerts.rewinds(None) == ()
+    row = ("passed", 0, 0, STEPS)
+    alert = alerts.run_alert(alerts.DEFECTS_FOUND, "d", "r", "p", row, (), BASE)
+    assert alert is not None
+    assert alert.title == "d: run p found 0 defects (all repaired); source rewound on orders, q"
+    assert alerts.text(alert).splitlines()[7:9] == [
+        "- orders" + REWOUND_LINE.format("201–300, 305"),
+        "- q" + REWOUND_LINE.format("21–30"),
+    ]
+    page = alerts.html(alert)
+    assert '<table id="rewound" class="rewound">' in page
+    assert (
+        '<tr><td>orders</td><td class="rewound">201–300, 305</td><td>the source lost these '
+        "acknowledged seqs (a failover to a lagging replica or a restore) and writes them "
+        "again: consumers may hold other content for them</td></tr>"
+    ) in page
 
 
 def test_lag_and_deadline_alerts():

@@ -274,6 +274,18 @@ def test_runs_pivot_to_one_line_per_topic():
     assert line.finished_at == "2025-06-01 12:00:03"
 
 
+def test_a_rewound_source_carries_its_ranges():
+    rewound = {
+        **ROWS[0],
+        "status": "source_rewound",
+        "count": 101,
+        "rewound": [[201, 300], [305, 305]],
+    }
+    [line] = pivot([*ROWS, rewound], REPAIRABLE, DEFECTS)
+    assert (line.rewound, line.rewound_ranges) == (101, [(201, 300), (305, 305)])
+    assert (line.delivered, line.defects_left) == (90, 1)
+
+
 def test_without_a_verify_result_every_defect_found_is_left():
     rows = [{**r, "remaining": None} for r in ROWS]
     [line] = pivot(rows, REPAIRABLE, DEFECTS)

@@ -89,6 +89,21 @@ def test_lags_compare_the_head_with_the_sink_and_the_reconciled_seq():
     assert '<option value="orders" selected>' in page and 'href="static/report.css"' in page
 
 
+def test_a_rewound_source_has_its_own_colour_and_its_ranges():
+    """``source_rewound`` comes before every other verdict, coloured apart from defects."""
+    rewound = line("r4", "orders", delivered=250, backfilled=100, rewound=101)
+    rewound.rewound_ranges = [(201, 300), (305, 305)]
+    assert report.verdict(rewound) == report.REWOUND
+    page = render_page([rewound, *LINES], True)
+    assert '<li class="card v-rewound" data-verdict="rewound">' in page
+    assert '<span class="badge v-rewound">source rewound</span>' in page
+    shown = '<div class="rewound">source rewound: 201–300, 305</div>'
+    assert page.count(shown) == 2  # the topic's card and the run's line
+    css = (Path(report.__file__).parent / "static" / "report.css").read_text()
+    assert ".card.v-rewound { border-left-color: var(--rew); background: var(--rew-bg); }" in css
+    assert "--rew: #8250df;" in css and "--bad: #b00020;" in css
+
+
 def test_the_pager_keeps_the_filters():
     many = [line(f"r{i}", "orders") for i in range(45)]
     page = render_page(many, True, filters=report.Filters("orders", "c1", 2))

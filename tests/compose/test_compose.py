@@ -1,29 +1,39 @@
 """docker-compose.yml cannot run here (no Docker engine), so it is checked by construction:
 the services and their start order, PostgreSQL's settings, the Spark master URL the DAG
 submits to, Airflow's configuration matching what ``airflow_env`` computes locally, and no
-secret written into the file."""
+secret written into the file; the alert settings reach every Airflow service, off by default,
+and turn alerts on as they do locally."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from watch_service.settings import Settings
-from watch_service.tools.airflow_env import airflow_env
+from watch_service.tools.airflow_env import OVERRIDES, airflow_env, with_alerts
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
+    sys.path.insert(0, str(ROOT / "plugins"))
 SPARK_MASTER = "spark://spark-master:7077"
 AIRFLOW_SERVICES = (
     "airflow-api-server",
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
+)
+ALERTS_START = "python -m watch_service.tools.airflow_env --alerts "
+# Every alert setting airflow_env takes (the README's table lists the same).
+ALERT_SETTINGS = sorted(
+    k for k in OVERRIDES if k.startswith("AUDITSYNC_ALERT_") or k == "AUDITSYNC_VERIFY_DEADLINE_S"
 )
 SECRET_NAME = re.compile(r"(PASSWORD|SECRET|TOKEN|_KEY)$")
 REQUIRED_VAR = re.compile(r"^\$\{[A-Z_]+:\?[^}]*\}$")
@@ -99,7 +109,8 @@ def test_start_order(services):
         assert deps["airflow-init"] == "service_completed_successfully", name
         assert deps["migrate"] == "service_completed_successfully", name
         assert deps["objectstore"] == "service_healthy", name
-        assert command(services[name]).startswith(f"airflow {name.removeprefix('airflow-')}")
+        started = command(services[name]).removeprefix(ALERTS_START)
+        assert started.startswith(f"airflow {name.removeprefix('airflow-')}")
     assert depends(services["airflow-scheduler"])["spark-master"] == "service_started"
     for name in ("spark-worker-1", "spark-worker-2"):
         assert depends(services[name]) == {"spark-master": "service_started"}
@@ -177,6 +188,95 @@ def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@airflow-db:5432/airflow")
         watch = json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"])
         assert (watch["host"], watch["port"]) == ("watch", 8400)
+
+
+def test_alerts_are_off_by_default_and_reach_every_airflow_service(services):
+    """Every alert setting is passed through from the environment (empty when unset: off);
+    each Airflow service starts through ``airflow_env --alerts``, which gives it the same
+    connections a local Airflow gets, so the DAG file reads the same channels."""
+    from auditsync_plugin.notifiers import AlertSettings
+
+    assert ALERT_SETTINGS == [
+        "AUDITSYNC_ALERT_EMAIL",
+        "AUDITSYNC_ALERT_FROM",
+        "AUDITSYNC_ALERT_SMTP",
+        "AUDITSYNC_ALERT_SMTP_CONN",
+        "AUDITSYNC_ALERT_WEBHOOK",
+        "AUDITSYNC_VERIFY_DEADLINE_S",
+    ]
+    hook = "https://hooks.slack.com/services/T0/B0/sekret"
+    turned_on = {
+        "AUDITSYNC_ALERT_EMAIL": "ops@example.com",
+        "AUDITSYNC_ALERT_SMTP": "smtp+starttls://mailer:pw@mail.example:587",
+        "AUDITSYNC_ALERT_WEBHOOK": hook,
+        "AUDITSYNC_VERIFY_DEADLINE_S": "3600",
+    }
+    for name in AIRFLOW_SERVICES:
+        env = services[name]["environment"]
+        assert command(services[name]).startswith(ALERTS_START + "airflow "), name
+        assert {k: env[k] for k in ALERT_SETTINGS} == {k: f"${{{k}:-}}" for k in ALERT_SETTINGS}
+        off = with_alerts({k: interpolate(str(v), {}) for k, v in env.items()})
+        assert not AlertSettings.from_env(off).enabled, name
+        assert not any(k.startswith("AIRFLOW_CONN_AUDITSYNC_SMTP") for k in off), name
+        on = with_alerts({k: interpolate(str(v), turned_on) for k, v in env.items()})
+        assert AlertSettings.from_env(on) == AlertSettings(
+            email_to=("ops@example.com",),
+            smtp_conn_id="auditsync_smtp",
+            webhook_conn_id="auditsync_alert_webhook",
+        )
+        assert json.loads(on["AIRFLOW_CONN_AUDITSYNC_SMTP"]) == {
+            "conn_type": "smtp",
+            "host": "mail.example",
+            "port": 587,
+            "login": "mailer",
+            "password": "pw",
+            "extra": {"disable_ssl": True, "disable_tls": False},
+        }
+        assert json.loads(on["AIRFLOW_CONN_AUDITSYNC_ALERT_WEBHOOK"]) == {
+            "conn_type": "http",
+            "host": hook,
+        }
+        assert on["AUDITSYNC_VERIFY_DEADLINE_S"] == "3600"
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("### Pipeline and DAG settings") :]
+    assert [k for k in ALERT_SETTINGS if f"| `{k}` |" not in table] == []
+
+
+def test_the_alerts_start_runs_the_command_with_the_connections():
+    """``airflow_env --alerts CMD``, as the compose services start: CMD gets its own
+    environment plus the channels' connections; a bad setting stops it, named."""
+    show = "import json, os; print(json.dumps({k: os.environ.get(k) for k in KEYS}))"
+    keys = ["AUDITSYNC_ALERT_WEBHOOK_CONN", "AIRFLOW_CONN_AUDITSYNC_SMTP", "OTHER"]
+    start = [sys.executable, "-m", "watch_service.tools.airflow_env", "--alerts", sys.executable]
+    base = {"PATH": "/usr/bin:/bin", "OTHER": "kept", "AUDITSYNC_ALERT_SMTP": ""}
+    env = {**base, "AUDITSYNC_ALERT_WEBHOOK": "https://hooks.example/x"}
+    out = subprocess.run(
+        [*start, "-c", show.replace("KEYS", repr(keys))],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stderr) == (0, "")
+    assert json.loads(out.stdout) == {
+        "AUDITSYNC_ALERT_WEBHOOK_CONN": "auditsync_alert_webhook",
+        "AIRFLOW_CONN_AUDITSYNC_SMTP": None,
+        "OTHER": "kept",
+    }
+    bad = subprocess.run(
+        [*start, "-c", "print('ran')"],
+        env={**base, "AUDITSYNC_ALERT_SMTP": "http://mail:25"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == (
+        "auditsync airflow-env: AUDITSYNC_ALERT_SMTP: expected smtp://, smtp+starttls:// or "
+        "smtps://, got 'http://mail:25'\n"
+    )
 
 
 def _walk_env(services):

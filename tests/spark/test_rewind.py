@@ -17,11 +17,13 @@ Run 1, then the source changes in SQL as the events leave it, then run 2, then t
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import psycopg
 import pytest
 
-from spark_jobs import runner
+from spark_jobs import findings, runner
 from spark_jobs.common import statuses as st
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import evidence, rewind
@@ -32,6 +34,10 @@ from . import places
 from .builders import Stream, make_source, payload, sha, write_segment
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
+    sys.path.insert(0, str(ROOT / "plugins"))
+BASE = "http://127.0.0.1:8080"
 
 
 def content_b(seq: int, topic: str) -> str:
@@ -169,6 +175,53 @@ def test_a_restore_is_reported_and_repaired(world):
     assert all(log[(r, s)] == sha(content_b(s, r)) for s in range(201, 351))
     assert all(log[(r, s)] == sha(payload(s, r)) for s in range(1, 201))
     assert all(log[(q, s)] == sha(content_b(s, q)) for s in range(21, 36))
+
+
+def test_the_page_and_the_alert_show_the_rewound_ranges(world):
+    """The restore run's own rows, as the Reconciliation page and the defects alert read them:
+    the rewound ranges in the rewound colour, one alert line per topic with its reason, and
+    each defect line's exact ranges as the findings view reads them."""
+    from auditsync_plugin import alerts
+    from auditsync_plugin.ui.page import render_page
+    from auditsync_plugin.ui.runs import pivot
+
+    r, q, p = world["t"]["R"], world["t"]["Q"], world["t"]["P"]
+    second = world["run_ids"][1]
+    with psycopg.connect(world["url"]) as conn:
+        rows = [x for x in runs.recent_runs(conn, 500) if x["run_id"] == second]
+        row = runs.get_run(conn, second)
+        summary = runs.run_summary(conn, second)
+    lines = {(x.consumer, x.topic): x for x in pivot(rows, st.REPAIRABLE, st.DEFECTS)}
+    assert (lines[("cr-" + r, r)].rewound, lines[("cr-" + r, r)].rewound_ranges) == (
+        100,
+        [(201, 300)],
+    )
+    assert (lines[("cq-" + q, q)].rewound, lines[("cq-" + q, q)].rewound_ranges) == (
+        10,
+        [(21, 30)],
+    )
+    page = render_page(list(lines.values()), False)
+    assert page.count('<div class="rewound">source rewound: 201–300</div>') == 2
+    assert page.count('<div class="rewound">source rewound: 21–30</div>') == 2
+    assert page.count('<li class="card v-rewound" data-verdict="rewound">') == 2
+    ranges = findings.read(world["url"], second)
+    found = alerts.findings(summary, [], st.DEFECTS, BASE, second, ranges)
+    alert = alerts.run_alert(alerts.DEFECTS_FOUND, "audit_sync", "a1", second, row, found, BASE)
+    assert alert is not None
+    topics = ", ".join(sorted((r, q)))
+    assert alert.title == (
+        f"audit_sync: run {second} found 217 defects (all repaired); source rewound on {topics}"
+    )
+    said = alerts.text(alert).splitlines()
+    for topic, seqs in ((r, "201–300"), (q, "21–30")):
+        assert f"- {topic} source_rewound: seqs {seqs}: {alerts.REWOUND_REASON}" in said
+        assert f'<td>{topic}</td><td class="rewound">{seqs}</td>' in alerts.html(alert)
+    assert [x for x in said if x.startswith("- c")] == [
+        f"- cp-{p}/{p} silent_gap: found 7, left 0, seqs 11–16, 19",
+        f"- cq-{q}/{q} divergent: found 10, left 0, seqs 21–30",
+        f"- cr-{r}/{r} divergent: found 100, left 0, seqs 201–300",
+        f"- cr2-{r}/{r} mismatch: found 100, left 0, seqs 201–300",
+    ]
 
 
 def test_the_full_audit_agrees_after_retention_and_deletion(world):

@@ -55,11 +55,13 @@ GET_RUN = """SELECT status, defects_found, defects_remaining, steps
 RECENT_RUNS = """
 WITH recent AS (
     SELECT run_id, status AS run_status, started_at, finished_at,
-           (snapshots ->> 'audit_log')::bigint AS audit_snapshot
+           (snapshots ->> 'audit_log')::bigint AS audit_snapshot,
+           steps -> 'reconcile' -> 'rewound' AS rewound
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
 SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
-       s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining
+       s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining,
+       r.rewound -> s.topic AS rewound
 FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """
@@ -245,7 +247,8 @@ def latest_run_since(conn: Any, since: Any) -> str | None:
 
 
 def recent_runs(conn: Any, limit: int = 20) -> list[dict[str, Any]]:
-    """Newest runs first: one dict per (run, consumer, topic, status) with its net count."""
+    """Newest runs first: one dict per (run, consumer, topic, status) with its net count and
+    ``rewound``, the topic's rewound ranges the run's reconcile found (``[[a, b], …]`` or None)."""
     return _dicts(_execute(conn, RECENT_RUNS, {"limit": limit}))
 
 

@@ -8,11 +8,14 @@ a few ``AUDITSYNC_*`` overrides passed in explicitly (it never reads ``os.enviro
 ``python -m watch_service.tools.airflow_env`` prints the variables as shell ``export`` lines,
 ``… --ui-url`` where the UI is;
 ``python -m watch_service.tools.airflow_env CMD ARGS…`` runs CMD with them (e.g. ``airflow
-standalone``); there, a Spark Connect server started by ``auditsync spark-connect start`` is
-picked up as the ``spark_connect_default`` connection unless ``AUDITSYNC_SPARK_CONNECT`` says
-otherwise. One setting, ``AUDITSYNC_AIRFLOW_PORT``, moves Airflow: the API server's port, its
-base URL and the execution API URL the task runner calls are derived together
-(:func:`api_server_env`).
+standalone``); ``… --alerts CMD ARGS…`` runs CMD in its own environment plus only the alert
+channels' connections (:func:`with_alerts`: docker-compose.yml's Airflow services, configured
+by their own environment, turn alerts on with the same settings as a local Airflow). When it
+runs CMD with every variable, a Spark Connect server started by ``auditsync spark-connect
+start`` is picked up as the ``spark_connect_default`` connection unless
+``AUDITSYNC_SPARK_CONNECT`` says otherwise. One setting, ``AUDITSYNC_AIRFLOW_PORT``, moves
+Airflow: the API server's port, its base URL and the execution API URL the task runner calls
+are derived together (:func:`api_server_env`).
 
 The JDBC driver is not decided here: the Spark steps find it themselves
 (``spark_jobs.common.session.jdbc_driver``), honouring a user's ``AUDITSYNC_JDBC_JAR``.
@@ -144,6 +147,12 @@ def alert_env(over: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def with_alerts(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` plus the alert channels' connections its ``AUDITSYNC_ALERT_*`` settings
+    name (an empty value is unset, as compose passes an unset variable)."""
+    return {**environ, **alert_env({k: v for k, v in environ.items() if v != ""})}
+
+
 def api_server_env(host: str, port: int) -> dict[str, str]:
     """Where Airflow's API server listens, and every setting that must agree with it: the UI's
     base URL (links in alerts, the login redirect) and the execution API the task runner calls
@@ -238,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     from watch_service.tools.spark_connect import running_url
 
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--alerts"] and len(argv) > 1:
+        try:
+            env = with_alerts(os.environ)
+        except SettingsError as exc:
+            print(f"auditsync airflow-env: {exc}", file=sys.stderr)
+            return 2
+        os.execvpe(argv[1], argv[1:], env)
     try:
         settings = settings_mod.load()
         overrides = dict(os.environ)

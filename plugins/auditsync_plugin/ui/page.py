@@ -13,6 +13,7 @@ import html
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
+from ..alerts import format_spans
 from . import chart
 from .report import Filters, Lag, Page, TopicState, choices, paginate, run_points, topic_states
 from .runs import TopicLine
@@ -27,6 +28,7 @@ NUMBERS = (
     ("defects_left", "defects left"),
 )
 VERDICT_TEXT = {
+    "rewound": "source rewound",
     "failed": "run failed",
     "defects": "defects left",
     "repaired": "repaired",
@@ -77,6 +79,14 @@ def _grid(table_id: str, head: str, rows: Sequence[str]) -> str:
     )
 
 
+def _rewound(line: TopicLine) -> str:
+    """The seqs the source lost and wrote again, in the rewound colour (nothing when none)."""
+    if not line.rewound:
+        return ""
+    spans = format_spans(line.rewound_ranges) or f"{line.rewound} seqs"
+    return f'<div class="rewound">source rewound: {_e(spans)}</div>'
+
+
 def _card(s: TopicState) -> str:
     line = s.line
     return (
@@ -85,7 +95,7 @@ def _card(s: TopicState) -> str:
         f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
         f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
         f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
-        f"{line.defects_left} left</div></li>"
+        f"{line.defects_left} left</div>{_rewound(line)}</li>"
     )
 
 
@@ -148,7 +158,7 @@ def _runs_table(page: Page) -> str:
         cells = "".join(_count_cell(line, name) for name, _ in NUMBERS)
         body.append(
             f"<tr><td>{_e(line.run_id)}{_audit_link(line)}</td>"
-            f'<td>{status}<div class="muted">{_e(line.finished_at)}</div></td>'
+            f'<td>{status}<div class="muted">{_e(line.finished_at)}</div>{_rewound(line)}</td>'
             f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
             f"{cells}</tr>"
         )

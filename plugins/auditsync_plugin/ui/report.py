@@ -18,8 +18,16 @@ from .runs import TopicLine
 PAGE_SIZE = 20
 CHART_RUNS = 12  # the chart shows the newest runs, oldest on the left
 
-# Verdicts, worst first; the page colours each one (see page.py's CSS classes).
-FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = "failed", "defects", "repaired", "ok", "running"
+# Verdicts, worst first; the page colours each one (see page.py's CSS classes). A rewound
+# source comes first: whatever else the line says was judged against a source that went back.
+REWOUND, FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = (
+    "rewound",
+    "failed",
+    "defects",
+    "repaired",
+    "ok",
+    "running",
+)
 
 
 class _Named(Protocol):
@@ -110,6 +118,8 @@ def paginate(kept: Sequence[TopicLine], number: int, size: int = PAGE_SIZE) -> P
 def verdict(line: TopicLine) -> str:
     if line.run_status == "running":
         return RUNNING
+    if line.rewound > 0:
+        return REWOUND
     if line.defects_left > 0:
         return DEFECTS_LEFT
     if line.run_status == "failed":

@@ -2,8 +2,8 @@
 
 :func:`fetch` reads the pipeline's run tables through ``watch_service.store.runs`` (the runs'
 summary rows and each consumer's progress); :func:`pivot` turns the (run, consumer, topic,
-status, net count, remaining) rows into one line per topic. ``report.py`` derives what the
-page shows and ``page.py`` renders it. Everything but :func:`fetch` is pure.
+status, net count, remaining, rewound ranges) rows into one line per topic. ``report.py``
+derives what the page shows and ``page.py`` renders it. Everything but :func:`fetch` is pure.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from spark_jobs.common.statuses import SOURCE_REWOUND
 
 
 @dataclasses.dataclass
@@ -27,6 +29,8 @@ class TopicLine:
     backfilled: int = 0
     defects_left: int = 0
     audit_snapshot: int | None = None  # the audit log's snapshot the run left (None: unchanged)
+    rewound: int = 0  # seqs the source lost and wrote again (``source_rewound``)
+    rewound_ranges: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def pivot(
@@ -59,6 +63,9 @@ def pivot(
             line.tombstoned += count
         elif status == "silent_gap":
             line.silent_gaps += count
+        elif status == SOURCE_REWOUND:
+            line.rewound += count
+            line.rewound_ranges = [(int(a), int(b)) for a, b in row.get("rewound") or ()]
         if status in defects:
             line.defects_left += left
         if status in repairable:
