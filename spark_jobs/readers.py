@@ -9,6 +9,7 @@ travel, so "what did the audit log hold when run X passed?" is one call.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,13 @@ def catalog_named(name: str, database_url: str, s3: S3Config | None = None) -> S
     if s3 is not None:
         props.update(s3.pyiceberg_properties())
     return SqlCatalog(name, **props)
+
+
+@functools.cache
+def shared_catalog(name: str, database_url: str, s3: S3Config | None = None) -> SqlCatalog:
+    """``catalog_named``, made once per process (its SQLAlchemy engine pools connections): the
+    Spark steps read table metadata through it many times a run."""
+    return catalog_named(name, database_url, s3)
 
 
 def load(layout: Layout, database_url: str, name: str, s3: S3Config | None = None) -> Table:

@@ -125,6 +125,7 @@ def attach(
     a warehouse still in a hand-written Parquet layout (``spark_jobs.legacy``); once per
     session (a marker setting says it was done)."""
     conf = catalog_conf(layout, database_url, s3)
+    _register(layout, database_url, s3)
     marker = f"spark.sql.catalog.{layout.catalog}.auditsync-attached"
     digest = str(hash(tuple(sorted(conf.items()))))
     if spark.conf.get(marker, None) == digest:
@@ -141,6 +142,7 @@ def create(
     spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
 ) -> None:
     """Configure the warehouse's catalog in this session and create the tables missing."""
+    _register(layout, database_url, s3)
     for key, value in catalog_conf(layout, database_url, s3).items():
         spark.conf.set(key, value)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {layout.catalog}.{NAMESPACE}")
@@ -188,26 +190,40 @@ def _writer(df: DataFrame, layout: Layout, name: str, properties: Mapping[str, s
 
 
 def replace_run(layout: Layout, name: str, run_id: str, df: DataFrame) -> None:
-    """Make ``df`` the run's rows of a run-partitioned table (its partition replaced)."""
+    """Make ``df`` the run's rows of a run-partitioned table, in one commit: an overwrite by
+    the run's partition filter, which also empties the partition when ``df`` has no rows (so
+    ``df`` is computed once, not first counted)."""
     column = run_column(name)
     rows = df.withColumn(column, F.lit(run_id))
-    spark = df.sparkSession
-    if rows.limit(1).count() == 0:
-        spark.sql(f"DELETE FROM {layout.table(name)} WHERE {column} = '{_quote(run_id)}'")
-        return
-    _writer(rows, layout, name, {RUN_PROPERTY: run_id}).overwritePartitions()
+    _writer(rows, layout, name, {RUN_PROPERTY: run_id}).overwrite(F.col(column) == F.lit(run_id))
 
 
 def append(layout: Layout, name: str, df: DataFrame, properties: Mapping[str, str]) -> None:
     _writer(df, layout, name, properties).append()
 
 
+# Per catalog this process attached, how pyiceberg reaches it: the steps read table metadata
+# (current snapshots, compact's state) through pyiceberg, which reads the catalog row and the
+# metadata file directly, instead of a Spark job over a metadata table (a second or more each).
+_METADATA_ACCESS: dict[str, tuple[str, S3Config | None]] = {}
+
+
+def _register(layout: Layout, database_url: str, s3: S3Config | None) -> None:
+    local = all(loc.is_local for loc in _locations(layout))
+    _METADATA_ACCESS[layout.catalog] = (database_url, None if local else s3 or S3Config.from_env())
+
+
+def _metadata(spark: SparkSession, layout: Layout, name: str) -> Any:
+    """The table's current Iceberg metadata (what Spark sees too: its catalog cache is off)."""
+    from spark_jobs import readers
+
+    database_url, s3 = _METADATA_ACCESS[layout.catalog]
+    catalog = readers.shared_catalog(layout.catalog, database_url, s3)
+    return catalog.load_table(f"{NAMESPACE}.{name}").metadata
+
+
 def current_snapshot(spark: SparkSession, layout: Layout, name: str) -> int | None:
-    row = spark.sql(
-        f"SELECT snapshot_id FROM {layout.table(name)}.history "
-        f"WHERE is_current_ancestor ORDER BY made_current_at DESC LIMIT 1"
-    ).first()
-    return None if row is None else int(row["snapshot_id"])
+    return _metadata(spark, layout, name).current_snapshot_id
 
 
 def snapshots(spark: SparkSession, layout: Layout, names: tuple[str, ...]) -> dict[str, int]:
@@ -219,17 +235,21 @@ def snapshots(spark: SparkSession, layout: Layout, names: tuple[str, ...]) -> di
     return out
 
 
-def compact_snapshot(spark: SparkSession, layout: Layout) -> Any:
+def compact_snapshot(spark: SparkSession, layout: Layout) -> dict[str, Any] | None:
     """The newest snapshot in the deliveries table's current history whose summary carries
-    compact's state: a row (snapshot_id, committed_ms, state), or None."""
-    t = layout.table("deliveries")
-    return spark.sql(
-        f"SELECT s.snapshot_id, unix_millis(s.committed_at) AS committed_ms, "
-        f"s.summary['{COMPACT_PROPERTY}'] AS state FROM {t}.snapshots s "
-        f"JOIN {t}.history h ON s.snapshot_id = h.snapshot_id "
-        f"WHERE h.is_current_ancestor AND s.summary['{COMPACT_PROPERTY}'] IS NOT NULL "
-        f"ORDER BY h.made_current_at DESC LIMIT 1"
-    ).first()
+    compact's state: ``{snapshot_id, committed_ms, state}``, or None."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    metadata = _metadata(spark, layout, "deliveries")
+    for snap in ancestors_of(metadata.current_snapshot(), metadata):
+        state = snap.summary.get(COMPACT_PROPERTY) if snap.summary is not None else None
+        if state is not None:
+            return {
+                "snapshot_id": snap.snapshot_id,
+                "committed_ms": snap.timestamp_ms,
+                "state": state,
+            }
+    return None
 
 
 def compact_state(spark: SparkSession, layout: Layout) -> dict:
