@@ -12,6 +12,9 @@ Run 1, then the source changes in SQL as the events leave it, then run 2, then t
 - ``Q`` (a restore nobody signalled): 30 records landed, run 1; back to head 20, B written as
   21..35; ``cq`` gets B for 21..35 from its restored session cursor 20 (late copies only).
 - ``K`` (retention) 1..10 landed, then 1..5 trimmed; ``X`` 1..5 landed, then deleted.
+- ``F`` (a failover that took the run tables with it, so no digest covers the lost seqs):
+  head 5, ``cf`` lands 1..5, run 1. Then ``cf`` holds 6..10 but 8 (content A), lands the
+  stream's ``rewound`` frame for 6..10, and B for the same seqs: the sink dropped 8 both times.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def change_source(url: str, t: dict[str, str]) -> None:
         conn.execute("DELETE FROM records WHERE topic = %s", (t["X"],))
         conn.execute("INSERT INTO gaps VALUES (%s, 1, 5, 'deleted')", (t["X"],))
         conn.execute("UPDATE topics SET deleted_at = now() WHERE name = %s", (t["X"],))
+        restore(conn, t["F"], 5, 10)
 
 
 def streams(t: dict[str, str]) -> list[tuple[Stream, list[int]]]:
@@ -85,12 +89,24 @@ def streams(t: dict[str, str]) -> list[tuple[Stream, list[int]]]:
     cq.records(q, list(range(21, 36)), cursor=35, data={s: content_b(s, q) for s in range(21, 36)})
     ck = Stream("ck-" + t["K"], {t["K"]: 0}).records(t["K"], list(range(1, 11)))
     cx = Stream("cx-" + t["X"], {t["X"]: 0}).records(t["X"], list(range(1, 6)))
-    return [(cp, [2, 3]), (cr, [2, 4]), (cr2, [1, 1]), (cq, [1, 2]), (ck, [1, 1]), (cx, [1, 1])]
+    f, held = t["F"], [6, 7, 9, 10]
+    cf = Stream("cf-" + f, {f: 0}).records(f, list(range(1, 6)))  # 1 | 2-4
+    cf.records(f, held, cursor=10).rewound(f, 6, 10, head=5)
+    cf.records(f, held, cursor=10, data={s: content_b(s, f) for s in held})
+    return [
+        (cp, [2, 3]),
+        (cr, [2, 4]),
+        (cr2, [1, 1]),
+        (cq, [1, 2]),
+        (ck, [1, 1]),
+        (cx, [1, 1]),
+        (cf, [1, 4]),
+    ]
 
 
 @pytest.fixture(scope="module")
 def world(spark, pg_url, tmp_path_factory):
-    t = {k: unique("rw" + k.lower()) for k in ("P", "R", "Q", "K", "X")}
+    t = {k: unique("rw" + k.lower()) for k in ("P", "R", "Q", "K", "X", "F")}
     make_source(
         pg_url,
         {
@@ -99,6 +115,7 @@ def world(spark, pg_url, tmp_path_factory):
             t["Q"]: {"seqs": list(range(1, 31))},
             t["K"]: {"seqs": list(range(1, 11))},
             t["X"]: {"seqs": list(range(1, 6))},
+            t["F"]: {"seqs": list(range(1, 6))},
         },
     )
     root = places.root("file", tmp_path_factory.mktemp("rewind"))
@@ -139,7 +156,7 @@ def test_the_window_stops_at_the_head(world):
         progress = {r["topic"]: r["reconciled_through"] for r in runs.consumer_progress(conn)}
     assert progress[p] == 20
     assert first[st.PHANTOM] == 1
-    assert second[st.SILENT_GAP] == 7  # 11..16 and 19
+    assert second[st.SILENT_GAP] == 7 + 1  # 11..16 and 19 of P, 8 of F
 
 
 def test_a_restore_is_reported_and_repaired(world):
@@ -147,7 +164,7 @@ def test_a_restore_is_reported_and_repaired(world):
     second = world["figures"][1]
     r, q = t["R"], t["Q"]
     rec = second["reconcile"]
-    assert rec["rewound"] == {r: [[201, 300]], q: [[21, 30]]}
+    assert rec["rewound"] == {r: [[201, 300]], q: [[21, 30]], t["F"]: [[6, 10]]}
     assert net[("cr-" + r, r, st.SOURCE_REWOUND)] == 100
     assert net[("cr-" + r, r, st.DIVERGENT)] == 100
     assert net[("cr-" + r, r, st.DELIVERED)] == 250
@@ -158,7 +175,7 @@ def test_a_restore_is_reported_and_repaired(world):
     # cr2 got nothing new: its delivered copies of 201..300 are content A, a mismatch now
     assert net[("cr2-" + r, r, st.MISMATCH)] == 100
     assert net[("cr2-" + r, r, st.DELIVERED)] == 200
-    assert second["verify"]["found"] == 100 + 100 + 10 + 7 and second["verify"]["passed"]
+    assert second["verify"]["found"] == 100 + 100 + 10 + 7 + 5 and second["verify"]["passed"]
     layout = Layout("", world["work"], "")
     log = {
         (topic, int(seq)): data_sha
@@ -169,6 +186,19 @@ def test_a_restore_is_reported_and_repaired(world):
     assert all(log[(r, s)] == sha(content_b(s, r)) for s in range(201, 351))
     assert all(log[(r, s)] == sha(payload(s, r)) for s in range(1, 201))
     assert all(log[(q, s)] == sha(content_b(s, q)) for s in range(21, 36))
+
+
+def test_a_rewind_only_the_stream_said_is_reported_and_its_missing_seq_is_silent(world):
+    """No digest covers ``F``'s lost seqs (as after a failover of the PostgreSQL that held the
+    run tables): the landed ``rewound`` frame alone reports them. The frame is no signalled
+    loss: the seq the sink dropped, which the source holds again, is a ``silent_gap``."""
+    f, net = world["t"]["F"], world["net"]
+    assert {k[2]: n for k, n in net.items() if k[:2] == ("cf-" + f, f)} == {
+        st.DELIVERED: 5,
+        st.DIVERGENT: 4,
+        st.SILENT_GAP: 1,
+        st.SOURCE_REWOUND: 5,
+    }
 
 
 def test_the_full_audit_agrees_after_retention_and_deletion(world):
