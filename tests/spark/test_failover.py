@@ -90,6 +90,20 @@ class Clusters:
 
 
 @pytest.fixture
+def services():
+    """Start ``auditsync serve`` processes; each is stopped by its PID after the test."""
+    started: list[ServiceProcess] = []
+
+    async def start(db_url: str, port: int, log: Path) -> ServiceProcess:
+        started.append(ServiceProcess(db_url, port, log_path=log))
+        return await asyncio.to_thread(started[-1].start)
+
+    yield start
+    for svc in started:
+        svc.stop()
+
+
+@pytest.fixture
 def clusters():
     """A primary and its hot standby, each in its own folder the server's user can reach."""
     base = Path(tempfile.mkdtemp(prefix="auditsync-failover-"))
@@ -183,14 +197,14 @@ def expected_verdicts(rows: list[dict], source: dict[tuple[str, int], str], topi
     return {k: n for k, n in out.items() if n}
 
 
-async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(clusters, spark, tmp_path):
+async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
+    clusters, services, spark, tmp_path
+):
     started = time.monotonic()
     topics = ["orders", "payments"]  # fresh clusters: fixed names, so the faults are fixed
     port = free_port()
     landing, work = tmp_path / "landing", str(tmp_path / "work")
-    service = await asyncio.to_thread(
-        ServiceProcess(clusters.primary.url, port, log_path=tmp_path / "primary.log").start
-    )
+    service = await services(clusters.primary.url, port, tmp_path / "primary.log")
     steady = lv.config(landing, service.url, topics=tuple(topics), consumer="steady")
     faulty = dataclasses.replace(
         steady, consumer="faulty", faults=FaultPolicy(drop_fraction=0.04, corrupt=4, seed=22)
@@ -218,9 +232,7 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(clusters, s
             await asyncio.to_thread(sb.kill, clusters.primary)
             await asyncio.to_thread(clusters.standby.promote)
             await asyncio.to_thread(service.stop)
-            service = await asyncio.to_thread(
-                ServiceProcess(clusters.standby.url, port, log_path=tmp_path / "new.log").start
-            )
+            service = await services(clusters.standby.url, port, tmp_path / "new.log")
             for topic in topics:
                 async with http.get(f"{service.url}/v0/topics/{topic}") as r:
                     assert (await r.json())["head_seq"] == KEPT

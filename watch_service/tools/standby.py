@@ -15,6 +15,7 @@ the new primary. Every server command runs as the cluster's unprivileged user, a
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import time
 from pathlib import Path
@@ -103,8 +104,6 @@ class Standby(EmbeddedPostgres):
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(exist_ok=True)
         if self.run_as:
-            import pwd
-
             user = pwd.getpwnam(self.run_as)
             for path in (self.base_dir, self.run_dir):
                 os.chown(path, user.pw_uid, user.pw_gid)
@@ -114,9 +113,9 @@ class Standby(EmbeddedPostgres):
 def kill(cluster: EmbeddedPostgres, timeout: float = 30.0) -> int:
     """SIGKILL the cluster's postmaster, as a crashed machine would leave it; its PID. Returns
     once the postmaster is gone (its backends end on their own when they notice)."""
-    pid = cluster._server_pid()
+    pid = cluster.pid
     if pid is None:
         raise EmbeddedPgError(f"no server runs on port {cluster.port}")
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: cluster._server_pid() is None, timeout, f"postmaster {pid} to end")
+    _wait(lambda: cluster.pid is None, timeout, f"postmaster {pid} to end")
     return pid
