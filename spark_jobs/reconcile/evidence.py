@@ -1,6 +1,14 @@
 """The I/O around ``rewind.py``: re-hash the suspect stored ranges in PostgreSQL, compare the
 changed ones seq by seq with the earlier verdicts, and hand back the rewound ranges with the
-digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot."""
+digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot.
+
+Two kinds of evidence, reported together: the digests (what changed under an earlier verdict)
+and the ``rewound`` frames the consumers landed (the service's own word that the source lost
+those seqs). A failover of the one PostgreSQL that holds both the source and the run tables
+takes the digests of the lost seqs with it (a run that judged them committed after them, so its
+commit was lost too): there the frames are the only evidence left, and they name the lost
+seqs exactly as far as any consumer was served them.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +27,11 @@ from watch_service.store import runs
 
 @dataclasses.dataclass
 class Rewinds:
-    ranges: rewind.Ranges  # topic -> rewound inclusive ranges
+    ranges: rewind.Ranges  # topic -> rewound inclusive ranges the digests found
     digests: list[tuple[str, int, int, str | None]]  # re-hashed stored ranges, digest now
     checked: int  # stored ranges re-hashed
+    # topic -> what the run reports: ``ranges`` and the landed ``rewound`` frames' ranges
+    reported: rewind.Ranges = dataclasses.field(default_factory=dict)
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
         rows = [(t, a, b) for t, rs in self.ranges.items() for a, b in rs]
@@ -37,9 +47,14 @@ def find(
     late_runs: list[tuple[str, int, int]],
     signalled: list,
     run_order: dict[str, tuple[int, Any]],
+    frames: list | None = None,
 ) -> Rewinds:
-    """``signalled``: the run's signalled ranges (landed ``rewound`` frames among them)."""
-    told = rewind.merge((r["topic"], r["range_from"], r["range_to"]) for r in signalled)
+    """``signalled``: the run's signalled ranges (tombstones, deletions); ``frames``: the
+    ranges of the ``rewound`` frames it consumed (``scope.rewound_frames``). Both are suspects;
+    the frames' ranges are reported whatever the digests say. The digest ranges alone change
+    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed."""
+    said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
+    told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
     spans = rewind.suspect_spans(heads, late_runs, told)
     stored = runs.digests_meeting(conn, layout.catalog, spans)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
@@ -50,6 +65,7 @@ def find(
         rewind.merge(found),
         [(t, a, b, now) for t, a, b, was, now in stored if was != now],
         len(stored),
+        rewind.merge(found + said),
     )
 
 

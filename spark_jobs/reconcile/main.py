@@ -50,6 +50,7 @@ from spark_jobs.reconcile.scope import (
     SCOPE,
     SIGNALLED,
     consumer_scope,
+    rewound_frames,
     signalled_ranges,
 )
 from spark_jobs.reconcile.transforms import reconcile, summarize
@@ -134,7 +135,7 @@ def _late(
 
 def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
     """``source_rewound`` deltas: per (consumer, topic) judged now, the topic's rewound seqs."""
-    counts = rewind.seqs_in(found.ranges)
+    counts = rewind.seqs_in(found.reported)
     return [
         (r["consumer"], r["topic"], st.SOURCE_REWOUND, counts[r["topic"]], 0)
         for r in scope_rows
@@ -195,7 +196,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     if not args.full:
         with store.connect(args.database_url) as conn:
             found = evidence.find(
-                spark, conn, layout, target, heads, late_runs, signalled.collect(), run_order
+                spark,
+                conn,
+                layout,
+                target,
+                heads,
+                late_runs,
+                signalled.collect(),
+                run_order,
+                rewound_frames(deliveries).collect(),
             )
         if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
             unknown = evidence.unknown_runs(spark, layout, committed)
@@ -242,7 +251,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         revised_ledger, revised = revisions(window_detail, due, through)
         ledger_rows = ledger_rows.unionByName(revised_ledger)
         deltas.append(revised)
-    if found.ranges:
+    if found.reported:
         deltas.append(spark.createDataFrame(_rewound_rows(scope_rows, found), DELTAS))
     held = [] if args.full else rewind.held(progress_rows, found.ranges)
     judged_late, spans = late, late_runs
@@ -338,7 +347,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "seconds": timer.seconds,
         **counts,
         "late": has_late,
-        "rewound": {t: [list(r) for r in rs] for t, rs in found.ranges.items()},
+        "rewound": {t: [list(r) for r in rs] for t, rs in found.reported.items()},
         "rewind_checks": {
             "ranges": found.checked,
             "seconds": round(rewind_seconds + digest_seconds, 3),

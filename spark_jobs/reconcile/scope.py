@@ -25,11 +25,14 @@ Incrementally, ``progress`` (PostgreSQL ``reconcile_windows``) holds per (consum
 ``lo < seq <= watermark`` with ``lo = reconciled_through`` (else ``start_seq``) and the
 watermark never below ``lo``. The deliveries are then only the batches not yet reconciled.
 
-Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``, and so does a
-``rewound`` frame (the source went back: those seqs come again with new content); a delivered
+Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a delivered
 ``topic-deleted`` signals ``[cursor_before + 1, head_seq]`` (everything after the cursor it had
 up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
-adjacent ranges are merged, so each seq falls in at most one range.
+adjacent ranges are merged, so each seq falls in at most one range. A ``rewound`` frame is no
+signalled loss: it says the source lost ``[gap_from, gap_to]`` and that the stream sends what
+the source writes for those seqs again, so a seq of it the source holds now and the consumer
+lacks is still owed (a ``silent_gap``). Its range is evidence of a rewind (``rewound_frames``,
+``evidence.find``).
 """
 
 from __future__ import annotations
@@ -141,9 +144,10 @@ def consumer_scope(deliveries: DataFrame, progress: DataFrame | None = None) -> 
 
 
 def signalled_ranges(deliveries: DataFrame) -> DataFrame:
-    """Merged ``[range_from, range_to]`` per (consumer, topic) the consumer was told it lost."""
+    """Merged ``[range_from, range_to]`` per (consumer, topic) the consumer was told it will
+    never get (tombstones, topic deletions)."""
     d = conform(deliveries, DELIVERIES)
-    tombstones = d.filter(_kind(KIND_TOMBSTONE) | _kind(KIND_REWOUND)).select(
+    tombstones = d.filter(_kind(KIND_TOMBSTONE)).select(
         "consumer",
         "topic",
         F.col("gap_from").alias("range_from"),
@@ -165,6 +169,19 @@ def signalled_ranges(deliveries: DataFrame) -> DataFrame:
         .distinct()
     )
     return conform(merge_ranges(ranges), SIGNALLED)
+
+
+def rewound_frames(deliveries: DataFrame) -> DataFrame:
+    """``[range_from, range_to]`` of every landed ``rewound`` frame, per (consumer, topic): the
+    seqs the service told the consumer the source no longer has (``SIGNALLED`` columns)."""
+    d = conform(deliveries, DELIVERIES)
+    frames = d.filter(_kind(KIND_REWOUND) & (F.col("gap_from") <= F.col("gap_to"))).select(
+        "consumer",
+        "topic",
+        F.col("gap_from").alias("range_from"),
+        F.col("gap_to").alias("range_to"),
+    )
+    return conform(frames.distinct(), SIGNALLED)
 
 
 def merge_ranges(ranges: DataFrame) -> DataFrame:

@@ -12,6 +12,9 @@ Run 1, then the source changes in SQL as the events leave it, then run 2, then t
 - ``Q`` (a restore nobody signalled): 30 records landed, run 1; back to head 20, B written as
   21..35; ``cq`` gets B for 21..35 from its restored session cursor 20 (late copies only).
 - ``K`` (retention) 1..10 landed, then 1..5 trimmed; ``X`` 1..5 landed, then deleted.
+- ``F`` (a failover that took the run tables with it, so no digest covers the lost seqs):
+  head 5, ``cf`` lands 1..5, run 1. Then ``cf`` holds 6..10 but 8 (content A), lands the
+  stream's ``rewound`` frame for 6..10, and B for the same seqs: the sink dropped 8 both times.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def change_source(url: str, t: dict[str, str]) -> None:
         conn.execute("DELETE FROM records WHERE topic = %s", (t["X"],))
         conn.execute("INSERT INTO gaps VALUES (%s, 1, 5, 'deleted')", (t["X"],))
         conn.execute("UPDATE topics SET deleted_at = now() WHERE name = %s", (t["X"],))
+        restore(conn, t["F"], 5, 10)
 
 
 def streams(t: dict[str, str]) -> list[tuple[Stream, list[int]]]:
@@ -91,12 +95,24 @@ def streams(t: dict[str, str]) -> list[tuple[Stream, list[int]]]:
     cq.records(q, list(range(21, 36)), cursor=35, data={s: content_b(s, q) for s in range(21, 36)})
     ck = Stream("ck-" + t["K"], {t["K"]: 0}).records(t["K"], list(range(1, 11)))
     cx = Stream("cx-" + t["X"], {t["X"]: 0}).records(t["X"], list(range(1, 6)))
-    return [(cp, [2, 3]), (cr, [2, 4]), (cr2, [1, 1]), (cq, [1, 2]), (ck, [1, 1]), (cx, [1, 1])]
+    f, held = t["F"], [6, 7, 9, 10]
+    cf = Stream("cf-" + f, {f: 0}).records(f, list(range(1, 6)))  # 1 | 2-4
+    cf.records(f, held, cursor=10).rewound(f, 6, 10, head=5)
+    cf.records(f, held, cursor=10, data={s: content_b(s, f) for s in held})
+    return [
+        (cp, [2, 3]),
+        (cr, [2, 4]),
+        (cr2, [1, 1]),
+        (cq, [1, 2]),
+        (ck, [1, 1]),
+        (cx, [1, 1]),
+        (cf, [1, 4]),
+    ]
 
 
 @pytest.fixture(scope="module")
 def world(spark, pg_url, tmp_path_factory):
-    t = {k: unique("rw" + k.lower()) for k in ("P", "R", "Q", "K", "X")}
+    t = {k: unique("rw" + k.lower()) for k in ("P", "R", "Q", "K", "X", "F")}
     make_source(
         pg_url,
         {
@@ -105,6 +121,7 @@ def world(spark, pg_url, tmp_path_factory):
             t["Q"]: {"seqs": list(range(1, 31))},
             t["K"]: {"seqs": list(range(1, 11))},
             t["X"]: {"seqs": list(range(1, 6))},
+            t["F"]: {"seqs": list(range(1, 6))},
         },
     )
     root = places.root("file", tmp_path_factory.mktemp("rewind"))
@@ -145,7 +162,7 @@ def test_the_window_stops_at_the_head(world):
         progress = {r["topic"]: r["reconciled_through"] for r in runs.consumer_progress(conn)}
     assert progress[p] == 20
     assert first[st.PHANTOM] == 1
-    assert second[st.SILENT_GAP] == 7  # 11..16 and 19
+    assert second[st.SILENT_GAP] == 7 + 1  # 11..16 and 19 of P, 8 of F
 
 
 def test_a_restore_is_reported_and_repaired(world):
@@ -153,7 +170,7 @@ def test_a_restore_is_reported_and_repaired(world):
     second = world["figures"][1]
     r, q = t["R"], t["Q"]
     rec = second["reconcile"]
-    assert rec["rewound"] == {r: [[201, 300]], q: [[21, 30]]}
+    assert rec["rewound"] == {r: [[201, 300]], q: [[21, 30]], t["F"]: [[6, 10]]}
     assert net[("cr-" + r, r, st.SOURCE_REWOUND)] == 100
     assert net[("cr-" + r, r, st.DIVERGENT)] == 100
     assert net[("cr-" + r, r, st.DELIVERED)] == 250
@@ -164,7 +181,7 @@ def test_a_restore_is_reported_and_repaired(world):
     # cr2 got nothing new: its delivered copies of 201..300 are content A, a mismatch now
     assert net[("cr2-" + r, r, st.MISMATCH)] == 100
     assert net[("cr2-" + r, r, st.DELIVERED)] == 200
-    assert second["verify"]["found"] == 100 + 100 + 10 + 7 and second["verify"]["passed"]
+    assert second["verify"]["found"] == 100 + 100 + 10 + 7 + 5 and second["verify"]["passed"]
     layout = Layout("", world["work"], "")
     log = {
         (topic, int(seq)): data_sha
@@ -185,7 +202,7 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     from auditsync_plugin.ui.page import render_page
     from auditsync_plugin.ui.runs import pivot
 
-    r, q, p = world["t"]["R"], world["t"]["Q"], world["t"]["P"]
+    r, q, p, f = (world["t"][k] for k in "RQPF")
     second = world["run_ids"][1]
     with psycopg.connect(world["url"]) as conn:
         rows = [x for x in runs.recent_runs(conn, 500) if x["run_id"] == second]
@@ -203,25 +220,41 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     page = render_page(list(lines.values()), False)
     assert page.count('<div class="rewound">source rewound: 201–300</div>') == 2
     assert page.count('<div class="rewound">source rewound: 21–30</div>') == 2
-    assert page.count('<li class="card v-rewound" data-verdict="rewound">') == 2
+    assert page.count('<div class="rewound">source rewound: 6–10</div>') == 2
+    assert page.count('<li class="card v-rewound" data-verdict="rewound">') == 3
     ranges = findings.read(world["url"], second)
     found = alerts.findings(summary, [], st.DEFECTS, BASE, second, ranges)
     alert = alerts.run_alert(alerts.DEFECTS_FOUND, "audit_sync", "a1", second, row, found, BASE)
     assert alert is not None
-    topics = ", ".join(sorted((r, q)))
+    topics = ", ".join(sorted((r, q, f)))
     assert alert.title == (
-        f"audit_sync: run {second} found 217 defects (all repaired); source rewound on {topics}"
+        f"audit_sync: run {second} found 222 defects (all repaired); source rewound on {topics}"
     )
     said = alerts.text(alert).splitlines()
-    for topic, seqs in ((r, "201–300"), (q, "21–30")):
+    for topic, seqs in ((r, "201–300"), (q, "21–30"), (f, "6–10")):
         assert f"- {topic} source_rewound: seqs {seqs}: {alerts.REWOUND_REASON}" in said
         assert f'<td>{topic}</td><td class="rewound">{seqs}</td>' in alerts.html(alert)
     assert [x for x in said if x.startswith("- c")] == [
+        f"- cf-{f}/{f} divergent: found 4, left 0, seqs 6–7, 9–10",
+        f"- cf-{f}/{f} silent_gap: found 1, left 0, seqs 8",
         f"- cp-{p}/{p} silent_gap: found 7, left 0, seqs 11–16, 19",
         f"- cq-{q}/{q} divergent: found 10, left 0, seqs 21–30",
         f"- cr-{r}/{r} divergent: found 100, left 0, seqs 201–300",
         f"- cr2-{r}/{r} mismatch: found 100, left 0, seqs 201–300",
     ]
+
+
+def test_a_rewind_only_the_stream_said_is_reported_and_its_missing_seq_is_silent(world):
+    """No digest covers ``F``'s lost seqs (as after a failover of the PostgreSQL that held the
+    run tables): the landed ``rewound`` frame alone reports them. The frame is no signalled
+    loss: the seq the sink dropped, which the source holds again, is a ``silent_gap``."""
+    f, net = world["t"]["F"], world["net"]
+    assert {k[2]: n for k, n in net.items() if k[:2] == ("cf-" + f, f)} == {
+        st.DELIVERED: 5,
+        st.DIVERGENT: 4,
+        st.SILENT_GAP: 1,
+        st.SOURCE_REWOUND: 5,
+    }
 
 
 def test_the_full_audit_agrees_after_retention_and_deletion(world):

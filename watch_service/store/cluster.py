@@ -77,6 +77,11 @@ class EmbeddedPostgres:
     def url(self) -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DB_NAME}"
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's PID while it runs, else None."""
+        return self._server_pid()
+
     def status(self) -> str:
         """``running`` / ``stopped`` / ``absent`` (no cluster initialised)."""
         if not (self.data_dir / "PG_VERSION").exists():
