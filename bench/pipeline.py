@@ -32,6 +32,7 @@ import datetime as dt
 import hashlib
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -298,6 +299,9 @@ def main(argv: list[str]) -> int:
         "(a real S3 server on loopback, S3Proxy)",
     )
     args = parser.parse_args(argv)
+    # SIGTERM (run_all's overrun backstop, or an operator's kill) unwinds through the finally
+    # blocks, so the PostgreSQL, S3 and Spark this run started are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     storages = [x for x in args.storages.split(",") if x]
     sizes = [0, 100_000] if args.quick else [int(x) for x in args.sizes.split(",")]
     dag_n = 1 if args.quick else args.dag_runs
