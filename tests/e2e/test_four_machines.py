@@ -67,8 +67,15 @@ def isolated(name: str, argv: list[str]) -> list[str]:
     """``argv`` in a mount namespace of its own: a private tmpfs over each of PRIVATE, the
     checkout (and its venv) read-only, and ``/tmp/machine`` naming the machine."""
     mounts = "; ".join(f"mount -t tmpfs -o mode=1777 tmpfs {d}" for d in PRIVATE)
+    stage = unstage = ""
+    if any(ROOT.is_relative_to(d) for d in PRIVATE):
+        # A checkout under /tmp (a CI clone, say) would vanish under the tmpfs: hold it at a
+        # staging mount first, put it back in place after, and drop the staging mount.
+        stage = f"mount -t tmpfs tmpfs /mnt; mkdir /mnt/co; mount --bind {ROOT} /mnt/co; "
+        unstage = f"mkdir -p {ROOT}; mount --bind /mnt/co {ROOT}; umount /mnt/co; umount /mnt; "
     script = (
-        f"set -e; {mounts}; mount --bind {ROOT} {ROOT}; mount -o remount,bind,ro {ROOT}; "
+        f"set -e; {stage}{mounts}; {unstage}mount --bind {ROOT} {ROOT}; "
+        f"mount -o remount,bind,ro {ROOT}; "
         f'mkdir -p /tmp/home; echo {name} > /tmp/machine; touch /tmp/only-{name}; exec "$@"'
     )
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, name, *argv]
