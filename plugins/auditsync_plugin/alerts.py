@@ -5,21 +5,46 @@ them all) or found the source rewound (``source_rewound``: the ranges its reconc
 the run's figures), verify failed, the sinks lag past the sensor's timeout, and a data interval
 was not verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
 (``notifiers.py``) read — the run tables in PostgreSQL, the sinks' cursors, Airflow's context —
-and is rendered three ways: a subject line, plain text (the webhook's ``{"text": …}``, which
-Slack and Microsoft Teams incoming webhooks both accept) and HTML for e-mail, through an
-autoescaping Jinja2 template (``templates/alert_email.html``).
+and is rendered (``alerts_render.py``: a subject line, plain text for the webhooks, HTML for
+e-mail) from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import jinja2
+from .alerts_render import (
+    MAX_RANGES,
+    MAX_ROWS,
+    REWOUND_REASON,
+    format_ranges,
+    format_spans,
+    format_window,
+    html,
+    merge_spans,
+    ranges,
+    subject,
+    text,
+    webhook_body,
+)
+
+__all__ = [  # rendered in alerts_render; these names stay importable from here
+    "MAX_RANGES",
+    "MAX_ROWS",
+    "REWOUND_REASON",
+    "format_ranges",
+    "format_spans",
+    "format_window",
+    "html",
+    "merge_spans",
+    "ranges",
+    "subject",
+    "text",
+    "webhook_body",
+]
 
 DEFECTS_FOUND = "defects_found"
 VERIFY_FAILED = "verify_failed"
@@ -27,14 +52,7 @@ SINK_LAG = "sink_lag"
 DEADLINE_MISSED = "deadline_missed"
 KINDS = (DEFECTS_FOUND, VERIFY_FAILED, SINK_LAG, DEADLINE_MISSED)
 
-MAX_ROWS = 20  # table rows an alert shows; the page has the rest
-MAX_RANGES = 5  # seq ranges shown per row
 MAX_DETAIL = 2000  # characters of an error message kept
-REWOUND_REASON = (
-    "the source lost these acknowledged seqs (a failover to a lagging replica or a restore) "
-    "and writes them again: consumers may hold other content for them"
-)
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,40 +105,6 @@ class Alert:
     detail: str = ""
     links: tuple[tuple[str, str], ...] = ()
     rewinds: tuple[Rewound, ...] = ()
-
-
-def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Inclusive ranges sorted, overlapping or adjacent ones merged: (9, 9), (3, 4), (5, 5) →
-    (3, 5), (9, 9)."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:
-    """Seqs as inclusive ranges: 3, 4, 5, 9 → (3, 5), (9, 9)."""
-    return merge_spans((seq, seq) for seq in seqs)
-
-
-def format_spans(spans: Sequence[Sequence[int]], limit: int = MAX_RANGES) -> str:
-    """Inclusive ranges as text, the first ``limit``: (3, 5), (9, 9) → "3–5, 9"."""
-    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans[:limit])
-    return text + (f" and {len(spans) - limit} more" if len(spans) > limit else "")
-
-
-def format_ranges(seqs: Iterable[int], limit: int = MAX_RANGES) -> str:
-    return format_spans(ranges(seqs), limit)
-
-
-def format_window(window: tuple[int, int] | None) -> str:
-    """The judged window (seq_from, seq_to] as the inclusive range it covers."""
-    if window is None or window[1] <= window[0]:
-        return ""
-    return f"{window[0] + 1}–{window[1]}"
 
 
 def page_link(base_url: str, consumer: str = "", topic: str = "") -> str:
@@ -271,71 +255,3 @@ def deadline_alert(
         ("Reconciliation page", page_link(base_url)),
     )
     return Alert(DEADLINE_MISSED, dag_id, run_id, title, facts, links=links)
-
-
-def subject(alert: Alert) -> str:
-    return f"[auditsync] {alert.title}"
-
-
-def text(alert: Alert) -> str:
-    """The plain-text message (the webhook's body text)."""
-    out = [subject(alert), *(f"{k}: {v}" for k, v in alert.facts)]
-    for r in alert.rewinds:
-        out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
-    for f in alert.findings[:MAX_ROWS]:
-        line = f"- {f.consumer}/{f.topic} {f.status}: found {f.found}, left {f.remaining}"
-        if f.spans:
-            line += f", seqs {format_spans(f.spans)}"
-        elif format_window(f.window):
-            line += f", window {format_window(f.window)}"
-        if f.examples:
-            line += f", still defective {format_ranges(f.examples)}"
-        out.append(line)
-    for lag in alert.lags[:MAX_ROWS]:
-        out.append(
-            f"- {lag.consumer}/{lag.topic}: cursor {lag.cursor}, head {lag.head}, "
-            f"{lag.behind} seqs behind"
-        )
-    hidden = max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS)
-    if hidden:
-        out.append(f"… and {hidden} more on the Reconciliation page")
-    if alert.detail:
-        out.append(alert.detail)
-    out.extend(f"{label}: {url}" for label, url in alert.links)
-    return "\n".join(out)
-
-
-def webhook_body(alert: Alert) -> dict[str, str]:
-    """JSON body for a Slack or Microsoft Teams incoming webhook."""
-    return {"text": text(alert)}
-
-
-@functools.cache
-def _environment() -> jinja2.Environment:
-    """Built on the first e-mail, not when the DAG file imports this module."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-def html(alert: Alert) -> str:
-    """The e-mail body (every value autoescaped)."""
-    return (
-        _environment()
-        .get_template("alert_email.html")
-        .render(
-            alert=alert,
-            subject=subject(alert),
-            findings=alert.findings[:MAX_ROWS],
-            lags=alert.lags[:MAX_ROWS],
-            hidden=max(0, len(alert.findings) - MAX_ROWS) + max(0, len(alert.lags) - MAX_ROWS),
-            window=format_window,
-            spans=format_spans,
-            reason=REWOUND_REASON,
-            seq_ranges=format_ranges,
-        )
-    )

@@ -28,7 +28,7 @@ from typing import Any
 
 from airflow.sdk.bases.notifier import BaseNotifier
 
-from . import alerts
+from . import alerts, alerts_render
 from .alerts import Alert
 
 PG_CONN_ID = "auditsync_pg"
@@ -113,14 +113,16 @@ def _email(settings: AlertSettings, alert: Alert) -> None:
     SmtpNotifier(
         to=list(settings.email_to),
         from_email=settings.from_email,
-        subject=alerts.subject(alert),
-        html_content=alerts.html(alert),
+        subject=alerts_render.subject(alert),
+        html_content=alerts_render.html(alert),
         smtp_conn_id=settings.smtp_conn_id,
     ).notify({})
 
 
 def _webhook(settings: AlertSettings, alert: Alert) -> None:
-    WebhookNotifier(text=alerts.text(alert), webhook_conn_id=settings.webhook_conn_id).notify({})
+    WebhookNotifier(
+        text=alerts_render.text(alert), webhook_conn_id=settings.webhook_conn_id
+    ).notify({})
 
 
 def channels(settings: AlertSettings) -> list[tuple[str, Callable[[AlertSettings, Alert], None]]]:

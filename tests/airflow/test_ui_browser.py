@@ -2,12 +2,17 @@
 logged-in browser (headless Chromium, the UI's ``_token`` cookie) at 1280 × 800 with every
 non-loopback request blocked sees recent reconciliation runs (every column in the window, the
 chart drawn, the filters working) and opens the Great Expectations Data Docs styled by the
-plugin's own copies of their CDN assets. Screenshots go to ``test-artifacts/``."""
+plugin's own copies of their CDN assets; on the fault run's findings view it sees every column
+of the first rows in the window, filters and pages them and downloads the CSV, which holds the
+run's ``detail`` defect rows exactly, as ``auditsync pipeline findings --json`` prints them.
+Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import re
 import secrets
@@ -23,6 +28,9 @@ import pytest
 from auditsync_plugin.ui import assets
 from auditsync_plugin.ui import report as ui_report
 from auditsync_plugin.ui.runs import TopicLine
+from spark_jobs import findings, readers
+from spark_jobs.common.statuses import DEFECTS
+from spark_jobs.layout import Layout
 
 from ..support import free_port
 from .conftest import BIN, wait_until
@@ -108,6 +116,8 @@ def test_anonymous_access_is_refused(api_server):
         "/auditsync/runs.json",
         "/auditsync/docs/index.html",
         "/auditsync/static/report.css",
+        "/auditsync/findings",
+        "/auditsync/findings.csv",
     ):
         assert _status(base + path) == 401, path
         # A token that does not verify is refused too (Airflow answers 403 for those).
@@ -287,3 +297,142 @@ def assert_data_docs_styled(page) -> None:
         """async () => (await document.fonts.load('900 16px "Font Awesome 6 Free"')).length"""
     )
     assert loaded > 0
+
+
+def detail_defects(run, pg_url: str) -> list[dict]:
+    """The run's findings as its ``detail`` partition says, by hand: each defect range, in
+    (consumer, topic, seq) order, repaired, since its verify passed and left nothing."""
+    layout = Layout("", str(run.warehouse), "")
+    left = readers.scan(readers.load(layout, pg_url, "remaining")).to_pylist()
+    assert [r for r in left if r["verify_run"] == run.run_id] == []
+    detail = readers.scan(readers.load(layout, pg_url, "detail")).to_pylist()
+    ranges = sorted(
+        (d["consumer"], d["topic"], d["seq"], d["seq_to"], d["status"])
+        for d in detail
+        if d["run_id"] == run.run_id and d["status"] in DEFECTS
+    )
+    return [
+        dict(zip(findings.COLUMNS, (c, t, status, seq, to, to - seq + 1, 0, "yes")))
+        for c, t, seq, to, status in ranges
+    ]
+
+
+def csv_text_rows(text: str) -> list[dict]:
+    rows = list(csv.DictReader(io.StringIO(text)))
+    ints = ("seq_from", "seq_to", "seqs", "left")
+    return [{k: int(v) if k in ints else v for k, v in r.items()} for r in rows]
+
+
+def assert_in_the_viewport(page, selector: str) -> int:
+    """Every element matched lies wholly inside the 1280 × 800 viewport (no scrolling)."""
+    boxes = [el.bounding_box() for el in page.locator(selector).all()]
+    assert boxes and all(b is not None for b in boxes), selector
+    for b in boxes:
+        assert b["x"] >= 0 and b["y"] >= 0, (selector, b)
+        assert b["x"] + b["width"] <= VIEWPORT["width"], (selector, b)
+        assert b["y"] + b["height"] <= VIEWPORT["height"], (selector, b)
+    return len(boxes)
+
+
+def shown_rows(page) -> list[list[str]]:
+    return [r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()]
+
+
+def as_cells(rows: list[dict]) -> list[list[str]]:
+    return [[str(r[k]) for k in findings.COLUMNS] for r in rows]
+
+
+def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
+    """The fault run's findings through the real API server: the CSV download is its detail
+    defect rows, the CLI prints the same, the page shows them at 1280 × 800, filtered, paged."""
+    from playwright.sync_api import sync_playwright
+
+    base, token = api_server
+    want = detail_defects(fault_run, pg_url)
+    assert want  # the sink's drops and corruptions
+    # The summary counts the same seqs per (topic, status), none of them left.
+    counted = {(t, s): (n, left) for _, t, s, n, left, _ in fault_run.facts["summary"]}
+    for key in {(r["topic"], r["status"]) for r in want}:
+        seqs = sum(r["seqs"] for r in want if (r["topic"], r["status"]) == key)
+        assert counted[key] == (seqs, 0), key
+    assert {k for k, (n, _) in counted.items() if k[1] in DEFECTS and n} == {
+        (r["topic"], r["status"]) for r in want
+    }
+
+    cli = subprocess.run(
+        [str(BIN / "auditsync"), "pipeline", "findings", "--run", fault_run.run_id]
+        + ["--work", str(fault_run.warehouse), "--json", "--database-url", pg_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (cli.returncode, cli.stderr) == (0, ""), cli.stderr
+    assert [json.loads(line) for line in cli.stdout.splitlines()] == want
+
+    pages = -(-len(want) // findings.PAGE_ROWS)
+    first = want[: findings.PAGE_ROWS]
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
+        try:
+            context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+            refused = block_the_internet(context)
+            context.add_cookies([{"name": "_token", "value": token, "url": base}])
+            page = context.new_page()
+            url = f"{base}/auditsync/findings?run={fault_run.run_id}"
+            resp = page.goto(url)
+            assert resp is not None and resp.status == 200
+            page.wait_for_load_state("load")  # the style sheet applied before measuring
+            assert shown_rows(page) == as_cells(first)
+            # Every column header and every cell of the first rows wholly in the viewport.
+            assert assert_in_the_viewport(page, "#findings thead th") == len(findings.COLUMNS)
+            top = min(5, len(first))
+            for n in range(1, top + 1):
+                cells = assert_in_the_viewport(page, f"#findings tbody tr:nth-child({n}) td")
+                assert cells == len(findings.COLUMNS)
+            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+            assert page.inner_text("#pager span") == (
+                f"page 1 of {pages} ({len(want)} of {len(want)} ranges)"
+            )
+            page.screenshot(path=str(ARTIFACTS / "findings-airflow.png"), full_page=True)
+
+            # The CSV download, in the logged-in browser through the API server.
+            with page.expect_download() as info:
+                page.click("#csv")
+            download = info.value
+            assert download.suggested_filename == f"findings-{fault_run.run_id}.csv"
+            text = Path(download.path()).read_text()
+            assert text.splitlines()[0] == ",".join(findings.COLUMNS)
+            assert csv_text_rows(text) == want
+
+            # Paging: each next page holds the next PAGE_ROWS ranges, the last the rest.
+            for number in range(2, pages + 1):
+                with page.expect_navigation():
+                    page.click("#pager a:text-is('next →')")
+                start = (number - 1) * findings.PAGE_ROWS
+                assert shown_rows(page) == as_cells(want[start : start + findings.PAGE_ROWS])
+                assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
+            assert page.locator("#pager a:text-is('next →')").count() == 0
+
+            # The filter: the rarest status of one topic and the consumer, all three at once.
+            statuses = [r["status"] for r in want]
+            status = min(sorted(set(statuses)), key=statuses.count)
+            pick = next(r for r in want if r["status"] == status)
+            chosen = {"consumer": pick["consumer"], "topic": pick["topic"], "status": status}
+            kept = [r for r in want if all(r[k] == v for k, v in chosen.items())]
+            page.goto(url)
+            for name, value in chosen.items():
+                page.select_option(f"#filter-{name}", value)
+            with page.expect_navigation():
+                page.click("#filters button")
+            assert shown_rows(page) == as_cells(kept[: findings.PAGE_ROWS])
+            assert page.inner_text("#pager span") == (
+                f"page 1 of {-(-len(kept) // findings.PAGE_ROWS)} "
+                f"({len(kept)} of {len(want)} ranges)"
+            )
+            with page.expect_download() as info:
+                page.click("#csv")
+            assert csv_text_rows(Path(info.value.path()).read_text()) == kept
+            assert refused == [], refused
+        finally:
+            browser.close()
