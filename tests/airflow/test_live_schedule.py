@@ -1,0 +1,391 @@
+"""The real ``audit_sync`` DAG under a live Airflow, as operators run it: scheduler, triggerer,
+DAG processor and API server as their own processes, the API on a free port set by the one
+setting ``AUDITSYNC_AIRFLOW_PORT``, a one-minute schedule (``AUDITSYNC_SCHEDULE``), the Spark
+steps on a Spark Connect server this module starts, writers appending through the real watch
+service and the real sink landing what it streams. One Airflow serves every assertion:
+
+1. three scheduled runs pass while the writers write; the first judges a landing that a sink
+   with fault injection wrote, finds its drops and corruptions, repairs them and alerts by
+   e-mail (a real SMTP server on loopback) and webhook; during its reconcile the Spark
+   Connect server is killed (SIGKILL) and restarted, and reconcile passes on its second try.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import os
+import re
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from watch_service.settings import Settings
+from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
+from watch_service.tools import spark_connect as spark_connect_server
+from watch_service.tools.airflow_env import airflow_env
+
+from ..sink.harness import SinkProcess
+from ..support import free_port, unique
+from .conftest import BIN, AirflowHome, http_json, pg_rows, wait_until
+from .live import DagRun, Metadata, Writers, ok, start, stop, task_log, wait_for_runs
+from .receivers import SmtpReceiver, WebhookReceiver
+
+pytestmark = [
+    pytest.mark.xdist_group("live-airflow"),
+    pytest.mark.e2e,
+    pytest.mark.airflow,
+    pytest.mark.timeout(3600),
+]
+DAG = "audit_sync"
+CONSUMER = "primary"
+FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed", "5"]
+FIRST_RECORDS = 150  # per topic, landed by the faulty sink before Airflow starts
+TASKS = (
+    "wait_for_sinks",
+    "start_run",
+    "compact",
+    "reconcile",
+    "backfill_audit_log",
+    "backfill_search_index",
+    "verify",
+    "quality",
+    "publish",
+)
+# Deadlines, not sleeps: a run takes 40-60 s on a quiet machine, several minutes when the
+# machine's two cores are shared with the rest of the suite.
+RUNS_TIMEOUT_S = 600
+SPARK_JOB = re.compile(rb"INFO DAGScheduler: Got (?:map stage )?job \d+ \(Spark Connect")
+WINDOWS = """SELECT w.run_id, w.topic, w.seq_from, w.seq_to
+               FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
+              WHERE r.warehouse = %s AND w.consumer = %s ORDER BY r.recorded_at, w.topic"""
+EMAIL_ROW = re.compile(
+    r"<td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>\s*<td class=\"n\">(\d+)</td>\s*"
+    r"<td class=\"(?:n|bad)\">(\d+)</td>\s*<td>([^<]*)</td>"
+)
+SUMMARY = """SELECT topic, status, count, remaining FROM reconcile_summary
+              WHERE run_id = %s AND consumer = %s ORDER BY 1, 2"""
+
+
+@dataclasses.dataclass
+class Live:
+    home: AirflowHome
+    meta: Metadata
+    procs: dict
+    topics: list[str]
+    writers: Writers
+    faults: dict[tuple[str, str], int]
+    smtp: SmtpReceiver
+    hook: WebhookReceiver
+    connect: spark_connect_server.ServerState
+    connect_settings: Settings
+    port: int
+    catalog: str = ""
+
+    def windows(self, pg_url: str) -> dict[str, dict[str, tuple[int, int]]]:
+        """pipeline run id → topic → (seq_from, seq_to], in commit order."""
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        for run_id, topic, lo, hi in pg_rows(pg_url, WINDOWS, self.catalog, CONSUMER):
+            out.setdefault(run_id, {})[topic] = (lo, hi)
+        return out
+
+
+def _land_faulty_records(url: str, topics: list[str], landing: Path, pg_url: str, log: Path):
+    """The first records, landed by a sink with fault injection (it drops ~3 % and corrupts
+    two), which then stops; the faults it decided, per (kind, topic)."""
+    args = ["--url", url, "--topics", ",".join(topics), "--consumer", CONSUMER]
+    args += ["--landing", str(landing), "--database-url", pg_url, "--heartbeat-ms", "1000"]
+    args += ["--flush-ms", "100", "--flush-rows", "150"]
+    faulty = SinkProcess([*args, *FAULTS], log)
+    faulty.start()
+    for topic in topics:
+        for n in range(0, FIRST_RECORDS, 50):
+            http_json(
+                "POST",
+                f"{url}/v0/topics/{topic}/records",
+                {"records": [{"data": {"n": n + i, "writer": "first"}} for i in range(50)]},
+            )
+    store = Landing(Storage.at(landing), CONSUMER)
+
+    def landed() -> bool:
+        faulty.alive()
+        cursors = store.load_state().cursors
+        return all(cursors.get(t, 0) >= FIRST_RECORDS for t in topics)
+
+    wait_until(landed, 60, "the faulty sink to land the first records")
+    assert faulty.proc is not None
+    faulty.proc.send_signal(signal.SIGTERM)
+    assert faulty.proc.wait(30) == 0
+    faults: dict[tuple[str, str], int] = {}
+    for kind, topic, _ in store.load_faults():
+        faults[(kind, topic)] = faults.get((kind, topic), 0) + 1
+    assert {k for k, _ in faults} == {"drop", "corrupt"}, faults
+    return args, faults
+
+
+@pytest.fixture(scope="module")
+def live(pg_url, watch_service, tmp_path_factory):
+    local = tmp_path_factory.mktemp("live-airflow")
+    connect_settings = Settings(local_dir=local / "spark")
+    connect = spark_connect_server.start(
+        connect_settings, port=free_port(), master="local[2]", driver_memory="1g", timeout_s=None
+    )
+    port = free_port()
+    topics = [unique("ledger"), unique("grants")]
+    for topic in topics:
+        http_json("PUT", f"{watch_service.url}/v0/topics/{topic}", {})
+    procs: dict = {}
+    with SmtpReceiver() as smtp, WebhookReceiver() as hook:
+        env = airflow_env(
+            Settings(local_dir=local, database_url=pg_url),
+            {
+                "AUDITSYNC_WATCH_URL": watch_service.url,
+                "AUDITSYNC_AIRFLOW_PORT": str(port),
+                "AUDITSYNC_SCHEDULE": "* * * * *",
+                "AUDITSYNC_SPARK_MASTER": "local[2]",
+                "AUDITSYNC_SPARK_CONNECT": connect.url,
+                "AUDITSYNC_SENSOR_TIMEOUT_S": "120",
+                "AUDITSYNC_ALERT_EMAIL": "oncall@example.com",
+                "AUDITSYNC_ALERT_SMTP": smtp.url,
+                "AUDITSYNC_ALERT_WEBHOOK": hook.url("live"),
+            },
+        )
+        home = AirflowHome(
+            local, {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        )
+        sink_args, faults = _land_faulty_records(
+            watch_service.url, topics, home.landing, pg_url, local / "sink.log"
+        )
+        writers = Writers(watch_service.url, topics)
+        try:
+            sink = SinkProcess(sink_args, local / "sink.log")  # the same consumer, no faults
+            sink.start()
+            procs["sink"] = sink.proc
+            writers.start()
+            home.run("db", "migrate", check=True, timeout=180)
+            procs["api-server"] = start(home, "api-server", "api-server", "-w", "1")
+            procs["scheduler"] = start(home, "scheduler", "scheduler", "--skip-serve-logs")
+            procs["triggerer"] = start(home, "triggerer", "triggerer", "--skip-serve-logs")
+            procs["dag-processor"] = start(home, "dag-processor", "dag-processor")
+            meta = Metadata(home, DAG)
+            base = env["AIRFLOW__API__BASE_URL"]
+            wait_until(lambda: ok(f"{base}/api/v2/monitor/health"), 120, f"the API server {base}")
+            wait_until(meta.exists, 120, "the DAG processor to parse audit_sync")
+            connect = spark_connect_server.wait_ready(connect_settings, connect)
+            live = Live(
+                home,
+                meta,
+                procs,
+                topics,
+                writers,
+                faults,
+                smtp,
+                hook,
+                connect,
+                connect_settings,
+                port,
+            )
+            api(live, "PATCH", f"/api/v2/dags/{DAG}", {"is_paused": False})
+            yield live
+        finally:
+            with contextlib.suppress(AssertionError):
+                writers.stop()
+            for name in ("scheduler", "triggerer", "dag-processor", "api-server", "sink"):
+                if name in procs and procs[name].poll() is None:
+                    stop(procs[name])
+            state = spark_connect_server.read_state(connect_settings)
+            if state is not None:
+                spark_connect_server.terminate(state.pid)
+
+
+def api(live: Live, method: str, path: str, body: dict | None = None) -> dict:
+    """The Airflow REST API, logged in as the simple auth manager's admin."""
+    import urllib.request
+
+    base = live.home.env["AIRFLOW__API__BASE_URL"]
+    passwords = json.loads(
+        Path(live.home.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text()
+    )
+    token = http_json(
+        "POST", f"{base}/auth/token", {"username": "admin", "password": passwords["admin"]}
+    )
+    req = urllib.request.Request(
+        f"{base}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {token['access_token']}",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+# -- 1. scheduled runs, faults found and alerted, a Spark Connect restart retried -------------
+@dataclasses.dataclass
+class Scheduled:
+    runs: list[DagRun]
+    tasks: dict[str, dict[str, tuple[str | None, int]]]  # Airflow run id → task → (state, try)
+    windows: dict[str, dict[str, tuple[int, int]]]
+    killed_at_step: str
+    reconcile_logs: list[list[dict]]  # the killed reconcile's tries
+
+
+def kill_spark_connect_during(live: Live, run_id: str, task_id: str) -> None:
+    """Once ``task_id`` of ``run_id`` runs and has started a Spark job on the server (its log
+    says so), SIGKILL the server and start it again on the same port."""
+    wait_until(
+        lambda: live.meta.tasks(run_id).get(task_id, (None, 0))[0] == "running",
+        240,
+        f"{task_id} of {run_id} to start",
+    )
+    log = spark_connect_server.home(live.connect_settings) / "server.log"
+    offset = log.stat().st_size
+
+    def spark_job_started() -> bool:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return SPARK_JOB.search(f.read()) is not None
+
+    wait_until(spark_job_started, 300, f"a Spark job of {task_id}")
+    pid = live.connect.pid
+    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    wait_until(lambda: not spark_connect_server.read_state(live.connect_settings), 30, "the kill")
+    live.connect = spark_connect_server.start(
+        live.connect_settings, port=live.connect.port, master="local[2]", driver_memory="1g"
+    )
+
+
+@pytest.fixture(scope="module")
+def scheduled(live, pg_url) -> Scheduled:
+    [first] = wait_until(live.meta.runs, 180, "the first scheduled run")
+    kill_spark_connect_during(live, first.run_id, "reconcile")
+    passed = wait_for_runs(live.meta, 3, RUNS_TIMEOUT_S * 3, "three scheduled runs to pass")[:3]
+    live.catalog = pg_rows(
+        pg_url,
+        "SELECT warehouse FROM reconcile_runs WHERE run_id = %s",
+        passed[0].pipeline_run_id,
+    )[0][0]
+    return Scheduled(
+        passed,
+        {r.run_id: live.meta.tasks(r.run_id) for r in passed},
+        live.windows(pg_url),
+        "reconcile",
+        [task_log(live.home, DAG, first.run_id, "reconcile", n) for n in (1, 2)],
+    )
+
+
+def run_row(pg_url: str, pipeline_run_id: str) -> tuple:
+    [row] = pg_rows(
+        pg_url,
+        "SELECT status, defects_found, defects_remaining FROM pipeline_runs WHERE run_id = %s",
+        pipeline_run_id,
+    )
+    return tuple(row)
+
+
+def summary(pg_url: str, pipeline_run_id: str) -> dict[str, dict[str, tuple[int, int]]]:
+    """topic → status → (count, remaining) of one run."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for topic, status, count, left in pg_rows(pg_url, SUMMARY, pipeline_run_id, CONSUMER):
+        out.setdefault(topic, {})[status] = (count, left)
+    return out
+
+
+def test_three_scheduled_runs_pass_while_writers_write(live, scheduled, pg_url):
+    runs = scheduled.runs
+    assert [r.run_type for r in runs] == ["scheduled"] * 3
+    for run in runs:
+        assert run.end - run.start == timedelta(minutes=1)  # the one-minute schedule
+        states = {t: s for t, (s, _) in scheduled.tasks[run.run_id].items()}
+        assert states == dict.fromkeys(TASKS, "success"), (run.run_id, states)
+    found = sum(live.faults.values())
+    assert [run_row(pg_url, r.pipeline_run_id) for r in runs] == [
+        ("passed", found, 0),
+        ("passed", 0, 0),
+        ("passed", 0, 0),
+    ]
+    # Each run judged what was written since the one before, up to where the sink had landed:
+    # windows chain without a gap or an overlap, each holding new records.
+    windows = scheduled.windows
+    assert list(windows) == [r.pipeline_run_id for r in runs]
+    for topic in live.topics:
+        chain = [windows[r.pipeline_run_id][topic] for r in runs]
+        assert chain[0][0] == 0 and chain[0][1] >= FIRST_RECORDS, chain
+        assert all(a[1] == b[0] and b[1] > b[0] for a, b in itertools.pairwise(chain)), chain
+        for run, (lo, hi) in zip(runs[1:], chain[1:]):
+            assert summary(pg_url, run.pipeline_run_id)[topic] == {"delivered": (hi - lo, None)}
+            assert live.writers.written(topic, lo, hi) == hi - lo
+
+
+def test_the_faults_are_found_repaired_and_alerted_once_by_email_and_webhook(
+    live, scheduled, pg_url
+):
+    first = scheduled.runs[0]
+    drops = {t: live.faults.get(("drop", t), 0) for t in live.topics}
+    bad = {t: live.faults.get(("corrupt", t), 0) for t in live.topics}
+    found = sum(drops.values()) + sum(bad.values())
+    expected_rows = set()
+    for topic in live.topics:
+        lo, hi = scheduled.windows[first.pipeline_run_id][topic]
+        statuses = {"delivered": (hi - lo - drops[topic] - bad[topic], None)}
+        statuses |= {"silent_gap": (drops[topic], 0)} if drops[topic] else {}
+        statuses |= {"mismatch": (bad[topic], 0)} if bad[topic] else {}
+        assert summary(pg_url, first.pipeline_run_id)[topic] == statuses
+        for status, (n, _) in statuses.items():
+            if status != "delivered":
+                expected_rows.add((CONSUMER, topic, status, n, 0, f"1–{hi}"))
+    title = (
+        f"[auditsync] audit_sync: run {first.pipeline_run_id} found {found} defects (all repaired)"
+    )
+    [mail] = live.smtp.wait_for(lambda m: m["Subject"] == title, 60, "the defects e-mail")
+    assert mail["X-Envelope-To"] == "oncall@example.com"
+    page = mail.get_body(("html",)).get_content()
+    rows = {(c, t, s, int(n), int(left), w) for c, t, s, n, left, w in EMAIL_ROW.findall(page)}
+    assert rows == expected_rows, page
+    base = f"http://127.0.0.1:{live.port}"
+    assert f'href="{base}/auditsync/?topic={live.topics[0]}&amp;consumer={CONSUMER}"' in page
+    [(path, body)] = live.hook.wait_for(
+        lambda i: i[1]["text"].startswith(title), 60, "the defects webhook"
+    )
+    assert path == "/hook/live"
+    lines = body["text"].splitlines()
+    for c, t, status, n, left, window in sorted(expected_rows):
+        assert f"- {c}/{t} {status}: found {n}, left {left}, window {window}" in lines, lines
+    assert f"Airflow run: {first.run_id}" in lines
+    assert f"Reconciliation page: {base}/auditsync/" in lines
+    ledger = pg_rows(
+        pg_url,
+        "SELECT run_id, channel FROM alerts_sent WHERE dag_id = %s AND kind = 'defects_found' "
+        "AND run_id = ANY(%s) ORDER BY 2",
+        DAG,
+        [r.run_id for r in scheduled.runs],
+    )
+    assert ledger == [(first.run_id, "email"), (first.run_id, "webhook")]  # once, despite the retry
+
+
+def test_a_spark_connect_restart_during_reconcile_is_retried_once(live, scheduled):
+    first = scheduled.runs[0]
+    tries = {t: n for t, (_, n) in scheduled.tasks[first.run_id].items()}
+    assert tries == {**dict.fromkeys(TASKS, 1), "reconcile": 2}
+    assert live.meta.history(first.run_id, "reconcile") == [(1, "failed")]
+    decisions = [
+        e for e in scheduled.reconcile_logs[0] if e.get("event") == "Retry policy decision"
+    ]
+    assert [(e["action"], e["reason"].split(":")[0]) for e in decisions] == [
+        ("retry", "transient fault, retrying")
+    ]
+    assert re.fullmatch(
+        r"transient fault, retrying: Spark Connect INVALID_HANDLE\.(SESSION_CHANGED|"
+        r"SESSION_NOT_FOUND|OPERATION_NOT_FOUND) \(the server restarted\)",
+        decisions[0]["reason"],
+    ), decisions
+    assert not any(e.get("event") == "Retry policy decision" for e in scheduled.reconcile_logs[1])
