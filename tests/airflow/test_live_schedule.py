@@ -7,7 +7,10 @@ service and the real sink landing what it streams. One Airflow serves every asse
 1. three scheduled runs pass while the writers write; the first judges a landing that a sink
    with fault injection wrote, finds its drops and corruptions, repairs them and alerts by
    e-mail (a real SMTP server on loopback) and webhook; during its reconcile the Spark
-   Connect server is killed (SIGKILL) and restarted, and reconcile passes on its second try.
+   Connect server is killed (SIGKILL) and restarted, and reconcile passes on its second try;
+2. the scheduler is stopped while two interval ends pass and the writers go on, then
+   restarted (``catchup=False``): the next run's windows start right after the last verified
+   seq and reach the head, and it delivers exactly what was written meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import json
 import os
 import re
 import signal
-from datetime import timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -389,3 +393,98 @@ def test_a_spark_connect_restart_during_reconcile_is_retried_once(live, schedule
         decisions[0]["reason"],
     ), decisions
     assert not any(e.get("event") == "Retry policy decision" for e in scheduled.reconcile_logs[1])
+
+
+# -- 2. the scheduler down across intervals while the writers go on ---------------------------
+@dataclasses.dataclass
+class Outage:
+    stopped: float  # time.time() when the scheduler had exited
+    restarted: float
+    writes: dict[str, int]  # records written per topic while the scheduler was down
+    runs_at_stop: list[DagRun]
+    runs_at_restart: list[DagRun]
+    last_verified: dict[str, int]  # topic → the highest seq judged by a passed run before
+    heads: dict[str, int]  # topic → head when the scheduler came back (the writers stopped)
+    next_run: DagRun  # the first run to reconcile after the restart
+    windows: dict[str, tuple[int, int]]  # its windows
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+@pytest.fixture(scope="module")
+def outage(live, scheduled, pg_url) -> Outage:
+    wait_until(
+        lambda: all(r.state not in ("queued", "running") for r in live.meta.runs()),
+        RUNS_TIMEOUT_S,
+        "no audit_sync run in progress",
+    )
+    stop(live.procs["scheduler"])
+    stopped, stopped_mono = time.time(), time.monotonic()
+    runs_at_stop = live.meta.runs()
+    # Down while two interval ends pass, so at least one interval's run is never created.
+    back_at = (int(stopped // 60) + 2) * 60 + 3
+    wait_until(lambda: time.time() >= back_at, 200, "two interval ends to pass")
+    heads = live.writers.stop()
+    writes = {t: live.writers.written_between(t, stopped_mono, time.monotonic()) for t in heads}
+    windows_before = live.windows(pg_url)
+    last_verified = {t: max(w[t][1] for w in windows_before.values()) for t in live.topics}
+    runs_at_restart = live.meta.runs()
+    restarted = time.time()
+    live.procs["scheduler"] = start(live.home, "scheduler", "scheduler", "--skip-serve-logs")
+
+    def next_reconciled() -> str | None:
+        rows = pg_rows(
+            pg_url,
+            "SELECT run_id FROM reconcile_runs WHERE warehouse = %s "
+            "AND recorded_at > to_timestamp(%s) ORDER BY recorded_at LIMIT 1",
+            live.catalog,
+            restarted,
+        )
+        return rows[0][0] if rows else None
+
+    pipeline_run_id = wait_until(next_reconciled, RUNS_TIMEOUT_S, "a run to reconcile")
+    [next_run] = [r for r in live.meta.runs() if r.pipeline_run_id == pipeline_run_id]
+    wait_until(
+        lambda: live.meta.run(next_run.run_id).state == "success",
+        RUNS_TIMEOUT_S,
+        f"{next_run.run_id} to pass",
+    )
+    return Outage(
+        stopped,
+        restarted,
+        writes,
+        runs_at_stop,
+        runs_at_restart,
+        last_verified,
+        heads,
+        live.meta.run(next_run.run_id),
+        live.windows(pg_url)[pipeline_run_id],
+    )
+
+
+def test_after_an_outage_the_next_run_covers_every_missed_seq(live, scheduled, outage, pg_url):
+    # Nothing was scheduled while the scheduler was down, across two interval ends.
+    assert outage.runs_at_restart == outage.runs_at_stop
+    assert int(outage.restarted // 60) - int(outage.stopped // 60) >= 2
+    assert all(n > 0 for n in outage.writes.values()), outage.writes
+    # catchup=False: the interval that ended first during the outage never gets a run.
+    assert outage.next_run.run_type == "scheduled" and outage.next_run.state == "success"
+    first_end = datetime.fromtimestamp((int(outage.stopped // 60) + 1) * 60, UTC)
+    assert first_end.replace(tzinfo=None) not in {r.end for r in live.meta.runs()}
+    # Its windows start right after the last verified seq and reach the head it judged at
+    # (the writers had stopped): every seq written during the outage, and since, judged once.
+    assert outage.windows == {t: (outage.last_verified[t], outage.heads[t]) for t in live.topics}
+    heads_now = {
+        t["topic"]: t["head_seq"]
+        for t in http_json("GET", f"{live.writers.url}/v0/topics")["topics"]
+    }
+    assert {t: heads_now[t] for t in live.topics} == outage.heads
+    assert run_row(pg_url, outage.next_run.pipeline_run_id) == ("passed", 0, 0)
+    delivered = summary(pg_url, outage.next_run.pipeline_run_id)
+    for topic in live.topics:
+        lo, hi = outage.windows[topic]
+        written = live.writers.written(topic, lo, hi)
+        assert written == hi - lo >= outage.writes[topic]
+        assert delivered[topic] == {"delivered": (written, None)}, (topic, delivered)
