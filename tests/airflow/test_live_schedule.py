@@ -10,7 +10,10 @@ service and the real sink landing what it streams. One Airflow serves every asse
    Connect server is killed (SIGKILL) and restarted, and reconcile passes on its second try;
 2. the scheduler is stopped while two interval ends pass and the writers go on, then
    restarted (``catchup=False``): the next run's windows start right after the last verified
-   seq and reach the head, and it delivers exactly what was written meanwhile.
+   seq and reach the head, and it delivers exactly what was written meanwhile;
+3. ``airflow backfill create`` of a past interval re-runs that interval's Airflow run, whose
+   ``start_run`` refuses it (later runs built on its windows): no window moves, no verdict is
+   counted twice.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import pytest
 from watch_service.settings import Settings
 from watch_service.sink.landing import Landing
 from watch_service.storage import Storage
+from watch_service.store import runs as run_tables
 from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
@@ -209,6 +213,7 @@ def live(pg_url, watch_service, tmp_path_factory):
 
 def api(live: Live, method: str, path: str, body: dict | None = None) -> dict:
     """The Airflow REST API, logged in as the simple auth manager's admin."""
+    import json
     import urllib.request
 
     base = live.home.env["AIRFLOW__API__BASE_URL"]
@@ -488,3 +493,118 @@ def test_after_an_outage_the_next_run_covers_every_missed_seq(live, scheduled, o
         written = live.writers.written(topic, lo, hi)
         assert written == hi - lo >= outage.writes[topic]
         assert delivered[topic] == {"delivered": (written, None)}, (topic, delivered)
+
+
+# -- 3. an operator's backfill of a past interval ---------------------------------------------
+@dataclasses.dataclass
+class Backfill:
+    target: DagRun  # the past interval's run, before the backfill
+    output: str  # what `airflow backfill create` printed
+    run: DagRun  # the same Airflow run after the backfill
+    tasks: dict[str, tuple[str | None, int]]
+    start_run_log: list[dict]
+    start_run_ended: datetime
+    before: dict  # run tables before / after
+    after: dict
+
+
+def cumulative(pg_url: str, catalog: str) -> dict[tuple[str, str, str], int]:
+    """Net verdicts per (consumer, topic, status) over every run of the warehouse."""
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        return run_tables.cumulative_summary(conn, catalog)
+
+
+def run_tables_facts(live: Live, pg_url: str, pipeline_run_id: str) -> dict:
+    return {
+        "windows": live.windows(pg_url),
+        "pipeline_run": pg_rows(
+            pg_url,
+            "SELECT status, defects_found, defects_remaining, started_at, finished_at, steps "
+            "FROM pipeline_runs WHERE run_id = %s",
+            pipeline_run_id,
+        ),
+        "reconcile_run": pg_rows(
+            pg_url,
+            "SELECT batch_from, batch_to, recorded_at FROM reconcile_runs WHERE run_id = %s",
+            pipeline_run_id,
+        ),
+        "verdicts": cumulative(pg_url, live.catalog),
+    }
+
+
+@pytest.fixture(scope="module")
+def backfill(live, scheduled, outage, pg_url) -> Backfill:
+    target = scheduled.runs[1]  # later runs built on its windows
+    before = run_tables_facts(live, pg_url, target.pipeline_run_id)
+    day = target.start.isoformat() + "+00:00"
+    out = live.home.run(
+        "backfill",
+        "create",
+        "--dag-id",
+        DAG,
+        "--from-date",
+        day,
+        "--to-date",
+        day,
+        "--reprocess-behavior",
+        "completed",
+        check=True,
+        timeout=300,
+    )
+
+    def finished() -> DagRun | None:
+        run = live.meta.run(target.run_id)
+        if run.backfill_id is None or run.state not in ("success", "failed"):
+            return None
+        return run if live.meta.backfill_done(run.backfill_id) else None
+
+    run = wait_until(finished, RUNS_TIMEOUT_S, f"the backfill of {target.run_id}")
+    tasks = live.meta.tasks(target.run_id)
+    return Backfill(
+        target,
+        out.stdout + out.stderr,
+        run,
+        tasks,
+        task_log(live.home, DAG, target.run_id, "start_run", tasks["start_run"][1]),
+        live.meta.task_ended(target.run_id, "start_run"),
+        before,
+        run_tables_facts(live, pg_url, target.pipeline_run_id),
+    )
+
+
+def test_a_backfill_of_a_past_interval_is_refused_and_moves_no_window(
+    live, scheduled, outage, backfill, pg_url
+):
+    target, run = backfill.target, backfill.run
+    # The CLI re-ran the interval's own Airflow run (same run id, same data interval) ...
+    assert (run.run_id, run.start, run.end) == (target.run_id, target.start, target.end)
+    assert run.run_type == "backfill" and run.state == "failed"
+    # ... whose start_run refused it, naming the runs that built on it; nothing ran after.
+    assert backfill.tasks["wait_for_sinks"] == ("success", 2)
+    assert backfill.tasks["start_run"] == ("failed", 2)
+    later = [
+        r
+        for r, at in pg_rows(
+            pg_url,
+            "SELECT run_id, recorded_at FROM reconcile_runs WHERE warehouse = %s "
+            "AND recorded_at > (SELECT recorded_at FROM reconcile_runs WHERE run_id = %s) "
+            "ORDER BY recorded_at",
+            live.catalog,
+            target.pipeline_run_id,
+        )
+        if at.replace(tzinfo=None) < backfill.start_run_ended
+    ]
+    assert later[:2] == [scheduled.runs[2].pipeline_run_id, outage.next_run.pipeline_run_id]
+    message = run_tables.rerun_refusal(target.pipeline_run_id, later)
+    assert any(message in json.dumps(e) for e in backfill.start_run_log), backfill.start_run_log
+    for task in TASKS[2:]:
+        assert backfill.tasks[task][0] == "upstream_failed", backfill.tasks
+    # Its windows, its record and every verdict count are as they were: nothing judged twice,
+    # no window moved back.
+    assert backfill.after["pipeline_run"] == backfill.before["pipeline_run"]
+    assert backfill.after["reconcile_run"] == backfill.before["reconcile_run"]
+    assert backfill.after["verdicts"] == backfill.before["verdicts"]
+    windows_after = backfill.after["windows"]
+    assert {k: windows_after[k] for k in backfill.before["windows"]} == backfill.before["windows"]
