@@ -1,8 +1,9 @@
 """Retries for faults, never for findings.
 
 A step that fails because something it talks to is briefly away — a refused or reset
-connection, a PostgreSQL failover or restart in progress, the Spark Connect server restarting —
-is retried with exponential backoff. Anything else fails at once: a verdict (verify's gate, the
+connection, a PostgreSQL failover or restart in progress, the Spark Connect server restarting
+(unreachable, or back without the session and operations the step held) — is retried with
+exponential backoff. Anything else fails at once: a verdict (verify's gate, the
 quality checkpoint, the sink sensor's timeout) raises ``AirflowFailException``, which Airflow
 never retries, and an error we cannot name as transient is a bug or a finding that a retry
 would only repeat.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -49,6 +51,20 @@ TRANSIENT_ERRNOS = frozenset(
     }
 )
 TRANSIENT_GRPC = frozenset({"UNAVAILABLE"})  # the channel's server is down or restarting
+# Spark Connect error conditions of a server that restarted under a client: the session or the
+# operation the step held is gone with the old driver, so only a new session (the task's next
+# try) can go on. The client's own retries ride out the restart and then end with one of these.
+TRANSIENT_SPARK_CONDITIONS = frozenset(
+    {
+        "INVALID_HANDLE.SESSION_CHANGED",  # "the existing Spark server driver … has restarted"
+        "INVALID_HANDLE.SESSION_NOT_FOUND",
+        "INVALID_HANDLE.OPERATION_NOT_FOUND",
+    }
+)
+# pyspark's wrapper for a session or operation lost after part of a result was received; the
+# condition it reports is its ``error_type`` parameter.
+SPARK_WRAPPED = "RESPONSE_ALREADY_RECEIVED"
+SPARK_CONDITION_PREFIX = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z][A-Z0-9_]*)*)\]")
 MAX_CHAIN = 16
 
 RETRIES = 3
@@ -98,8 +114,32 @@ def _grpc_status(exc: BaseException) -> str | None:
     return None
 
 
+def _spark_condition(exc: BaseException) -> str | None:
+    """The Spark error condition of a pyspark error (``getCondition``; for
+    ``RESPONSE_ALREADY_RECEIVED`` the condition it wraps), or of a gRPC error from a Spark
+    Connect server (its details start with ``[CONDITION]``)."""
+    get = getattr(exc, "getCondition", None)
+    if callable(get) and type(exc).__module__.startswith("pyspark"):
+        condition = get()
+        if condition == SPARK_WRAPPED:
+            params = getattr(exc, "getMessageParameters", lambda: None)() or {}
+            return str(params.get("error_type") or condition)
+        return condition if isinstance(condition, str) else None
+    details = getattr(exc, "details", None)
+    if callable(details) and type(exc).__module__.startswith("grpc"):
+        try:
+            match = SPARK_CONDITION_PREFIX.match(details() or "")
+        except Exception:  # an RPC object that is not finished has no details
+            return None
+        return match.group(1) if match else None
+    return None
+
+
 def _one(exc: BaseException) -> str | None:
     """Why ``exc`` itself is transient, or None."""
+    condition = _spark_condition(exc)
+    if condition in TRANSIENT_SPARK_CONDITIONS:
+        return f"Spark Connect {condition} (the server restarted)"
     is_pg, state = _sqlstate(exc)
     if is_pg:
         if state is None and type(exc).__name__ == "OperationalError":

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,42 +25,13 @@ from watch_service.settings import Settings
 from watch_service.tools.airflow_env import airflow_env
 
 from ..support import free_port, unique
-from .conftest import BIN, AirflowHome, http_json, pg_rows, wait_until
+from .conftest import AirflowHome, http_json, pg_rows, wait_until
+from .live import ok, start, stop
 from .receivers import WebhookReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(600)]
 HERE = Path(__file__).resolve().parent
 LEDGER = "SELECT kind, channel FROM alerts_sent WHERE dag_id = 'ops_probe' AND run_id = %s"
-
-
-def start(home: AirflowHome, name: str, *args: str) -> subprocess.Popen:
-    log = open(home.local / f"{name}.log", "wb")
-    return subprocess.Popen(
-        [str(BIN / "airflow"), *args],
-        env=home.env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=home.local,
-    )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def ok(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
 
 
 def dag_run(db: Path) -> tuple[str, str] | None:

@@ -1,7 +1,9 @@
 """Retries for faults, never for findings: the classifier on real exceptions raised by real
 parts (psycopg and psycopg2 against a closed port and a terminated backend, a Spark Connect
-client against a closed port, a refused socket), and the rule that a gate's verdict is never
-retried. The retry policy in a real task runner is exercised by ``test_operations.py``."""
+client against a closed port, the errors a Spark Connect server that restarted under a session
+answers, a refused socket), and the rule that a gate's verdict is never retried. The retry
+policy in a real task runner is exercised by ``test_operations.py`` and, for a Spark Connect
+server killed during a step, by ``test_live_schedule.py``."""
 
 from __future__ import annotations
 
@@ -82,6 +84,89 @@ def test_a_spark_connect_server_that_is_down_is_transient():
     assert isinstance(exc, SparkConnectGrpcException)
     verdict = classify(exc)
     assert verdict == type(verdict)(True, "gRPC UNAVAILABLE")
+
+
+SESSION_CHANGED = (
+    "[INVALID_HANDLE.SESSION_CHANGED] The handle 0e5f is invalid. The existing Spark server "
+    "driver instance has restarted. Please reconnect. SQLSTATE: HY000"
+)
+
+
+def grpc_error(details: str, code: str = "INTERNAL") -> BaseException:
+    """What a gRPC channel raises when its server aborts a call with ``code`` and ``details``
+    (a real in-process gRPC server standing in for the Spark Connect server's answer)."""
+    from concurrent import futures
+
+    import grpc
+
+    def fail(request: bytes, context: grpc.ServicerContext) -> bytes:
+        context.abort(getattr(grpc.StatusCode, code), details)
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, call_details):
+            return grpc.unary_unary_rpc_method_handler(fail)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers((Handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/spark.connect.SparkConnectService/ExecutePlan")
+            return raised(lambda: call(b"", timeout=10))
+    finally:
+        server.stop(None)
+
+
+def test_a_spark_connect_server_that_restarted_under_a_step_is_transient():
+    """The client's own retries ride out a restart (``UNAVAILABLE``) and then meet a server
+    without the step's session: pyspark raises one of three shapes, each a fault only a new
+    session (the task's next try) gets past. Other Spark errors stay findings or bugs."""
+    import grpc
+    from google.rpc.error_details_pb2 import ErrorInfo
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.errors.exceptions.connect import SparkConnectException, convert_exception
+
+    restarted = "Spark Connect INVALID_HANDLE.SESSION_NOT_FOUND (the server restarted)"
+    # Part of a result had arrived when the operation vanished (pyspark's reattach.py).
+    lost = PySparkRuntimeError(
+        errorClass="RESPONSE_ALREADY_RECEIVED",
+        messageParameters={"error_type": "INVALID_HANDLE.SESSION_NOT_FOUND"},
+    )
+    assert classify(lost) == type(classify(lost))(True, restarted)
+    # The server's answer as the client converts it.
+    changed = convert_exception(
+        ErrorInfo(metadata={"errorClass": "INVALID_HANDLE.SESSION_CHANGED"}),
+        SESSION_CHANGED,
+        None,
+        False,
+        grpc.StatusCode.INTERNAL,
+    )
+    assert classify(changed).reason == (
+        "Spark Connect INVALID_HANDLE.SESSION_CHANGED (the server restarted)"
+    )
+    # The client closes its session on that answer, so fetching the error's details raises
+    # NO_ACTIVE_SESSION while handling the raw gRPC error: the cause decides.
+    raw = grpc_error(SESSION_CHANGED)
+
+    def fetch_details_after_the_session_closed() -> None:
+        try:
+            raise raw
+        except grpc.RpcError:
+            raise SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={})  # noqa: B904
+
+    wrapped = raised(fetch_details_after_the_session_closed)
+    assert wrapped.__context__ is raw and classify(wrapped).transient, classify(wrapped)
+    for condition in ("TABLE_OR_VIEW_NOT_FOUND", "NO_ACTIVE_SESSION"):
+        other = convert_exception(
+            ErrorInfo(metadata={"errorClass": condition}),
+            f"[{condition}] nope",
+            None,
+            False,
+            grpc.StatusCode.INTERNAL,
+        )
+        assert classify(other).transient is False, condition
+    assert classify(grpc_error("[TABLE_OR_VIEW_NOT_FOUND] no table t")).transient is False
 
 
 def test_a_refused_socket_is_transient_and_a_bug_is_not():

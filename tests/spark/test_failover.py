@@ -72,7 +72,6 @@ from . import places
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.e2e,
-    pytest.mark.xdist_group("spark"),
     pytest.mark.timeout(300),
 ]
 
