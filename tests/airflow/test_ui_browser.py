@@ -35,7 +35,7 @@ from spark_jobs.layout import Layout
 from ..support import free_port
 from .conftest import BIN, wait_until
 
-pytestmark = [pytest.mark.browser, pytest.mark.airflow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.browser, pytest.mark.airflow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = [

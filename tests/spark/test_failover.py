@@ -72,7 +72,7 @@ from . import places
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.e2e,
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(600),
 ]
 
 # Heads per topic: replicated; acknowledged by the primary, then lost; after the failover.
