@@ -140,6 +140,9 @@ class QualityCheckpointOperator(BaseOperator):
             check_outputs(self.datasets)
         remote = connect_url(self.connect_conn_id)
         self.log.info("Spark: %s", remote or self.spark_master)
+        # A local session this process already had (getOrCreate hands it over) is its owner's
+        # to stop, not this operator's: stopping it would end every later user's session.
+        inherited = remote is None and _local_session_running()
         spark = build_session(
             "audit_sync_quality",
             master=self.spark_master,
@@ -171,7 +174,8 @@ class QualityCheckpointOperator(BaseOperator):
                 (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL, st.ORIGIN_UNVERIFIED),
             )
         finally:
-            spark.stop()
+            if not inherited:
+                spark.stop()
         summary = summarize(results, self.docs_url or default_docs_url())
         self.log.info("%s", summary.text())
         if not summary.success:
@@ -260,3 +264,10 @@ class PublishOperator(BaseOperator):
             context["outlet_events"][asset].extra = extra
         self.log.info("published %s", json.dumps(extra, sort_keys=True))
         return extra
+
+
+def _local_session_running() -> bool:
+    """Whether this process already runs a local SparkContext (pyspark classic)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
