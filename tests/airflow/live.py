@@ -2,8 +2,8 @@
 what its metadata database says about DAG runs and task instances, and writers that keep
 appending to the watch service while it schedules.
 
-``test_operations.py`` runs a probe DAG on it; ``test_live_schedule.py`` the real
-``audit_sync`` on a one-minute schedule.
+``test_operations.py`` runs a probe DAG on it; ``test_live_schedule.py`` (on branch
+``live-airflow``, not yet in the suite) the real ``audit_sync`` on a one-minute schedule.
 """
 
 from __future__ import annotations

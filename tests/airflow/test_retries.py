@@ -3,7 +3,7 @@ parts (psycopg and psycopg2 against a closed port and a terminated backend, a Sp
 client against a closed port, the errors a Spark Connect server that restarted under a session
 answers, a refused socket), and the rule that a gate's verdict is never retried. The retry
 policy in a real task runner is exercised by ``test_operations.py`` and, for a Spark Connect
-server killed during a step, by ``test_live_schedule.py``."""
+server killed during a step, by ``test_live_schedule.py`` (branch live-airflow)."""
 
 from __future__ import annotations
 
