@@ -75,7 +75,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 test: setup lint
-	$(PY) -m pytest -n 3 --durations=25
+	$(PY) -m pytest --durations=25
 
 demo: setup
 	$(PY) -m watch_service.tools.demo

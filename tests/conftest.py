@@ -67,7 +67,7 @@ def work_unit(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``make test`` runs the suite on three workers. xdist's ``loadgroup`` cannot be used (its
+    """``pytest -n 3`` runs the suite on three workers. xdist's ``loadgroup`` cannot be used (its
     marks are lost under pytest 9, which derives node ids), so the scheduler is xdist's
     per-scope one with our units, the long ones first."""
     from xdist.scheduler import LoadScopeScheduling
