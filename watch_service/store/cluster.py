@@ -158,10 +158,13 @@ class EmbeddedPostgres:
                     f"directory others may traverse, or `chmod o+x {parent}`"
                 )
 
-    def _initdb(self, bindir: Path) -> None:
+    def _prepare_dirs(self, data: bool = True) -> None:
+        """The base, run (and, unless a tool will make it, data) folders, owned by the server's
+        user when it is not us."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.data_dir.mkdir(exist_ok=True)
         self.run_dir.mkdir(exist_ok=True)
+        if data:
+            self.data_dir.mkdir(exist_ok=True)
         if self.run_as:
             try:
                 user = pwd.getpwnam(self.run_as)
@@ -170,10 +173,14 @@ class EmbeddedPostgres:
                     f"running as root, the server must run as an unprivileged user, but user "
                     f"{self.run_as!r} does not exist (create it: `useradd -r {self.run_as}`)"
                 ) from None
-            for path in (self.base_dir, self.data_dir, self.run_dir):
+            for path in (self.base_dir, self.run_dir, *([self.data_dir] if data else [])):
                 os.chown(path, user.pw_uid, user.pw_gid)
-            self.data_dir.chmod(0o700)
+            if data:
+                self.data_dir.chmod(0o700)
             self._check_reachable(self.run_as)
+
+    def _initdb(self, bindir: Path) -> None:
+        self._prepare_dirs()
         self._run(
             [
                 str(bindir / "initdb"),

@@ -15,7 +15,6 @@ the new primary. Every server command runs as the cluster's unprivileged user, a
 from __future__ import annotations
 
 import os
-import pwd
 import signal
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ class Standby(EmbeddedPostgres):
     def clone(cls, primary: EmbeddedPostgres, base_dir: Path, port: int) -> Standby:
         """A base backup of the running ``primary`` in ``base_dir/data``, started."""
         standby = cls(base_dir, port, primary.run_as)
-        standby._prepare_dirs()
+        standby._prepare_dirs(data=False)  # pg_basebackup makes the data folder
         standby._run(
             [
                 str(find_bindir() / "pg_basebackup"),
@@ -98,16 +97,6 @@ class Standby(EmbeddedPostgres):
             [str(find_bindir() / "pg_ctl"), "-D", str(self.data_dir), "-w", "promote"],
             what="pg_ctl promote",
         )
-
-    def _prepare_dirs(self) -> None:
-        """The base and run folders, owned by the server's user (the backup makes ``data``)."""
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir.mkdir(exist_ok=True)
-        if self.run_as:
-            user = pwd.getpwnam(self.run_as)
-            for path in (self.base_dir, self.run_dir):
-                os.chown(path, user.pw_uid, user.pw_gid)
-            self._check_reachable(self.run_as)
 
 
 def kill(cluster: EmbeddedPostgres, timeout: float = 30.0) -> int:
