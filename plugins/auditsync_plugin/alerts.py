@@ -16,35 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .alerts_render import (
-    MAX_RANGES,
-    MAX_ROWS,
-    REWOUND_REASON,
-    format_ranges,
-    format_spans,
-    format_window,
-    html,
-    merge_spans,
-    ranges,
-    subject,
-    text,
-    webhook_body,
-)
-
-__all__ = [  # rendered in alerts_render; these names stay importable from here
-    "MAX_RANGES",
-    "MAX_ROWS",
-    "REWOUND_REASON",
-    "format_ranges",
-    "format_spans",
-    "format_window",
-    "html",
-    "merge_spans",
-    "ranges",
-    "subject",
-    "text",
-    "webhook_body",
-]
+from spark_jobs.common.spans import merge as merge_spans
 
 DEFECTS_FOUND = "defects_found"
 VERIFY_FAILED = "verify_failed"

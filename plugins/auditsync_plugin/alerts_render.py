@@ -2,7 +2,7 @@
 :class:`~auditsync_plugin.alerts.Alert` rendered three ways: a subject line, plain text (the
 webhook's ``{"text": …}``, which Slack and Microsoft Teams incoming webhooks both accept) and
 HTML for e-mail, through an autoescaping Jinja2 template (``templates/alert_email.html``).
-What an alert says is built in ``alerts.py``, which re-exports these names.
+What an alert says is built in ``alerts.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from spark_jobs.common.spans import merge as merge_spans
+
 if TYPE_CHECKING:
     from .alerts import Alert
 
@@ -24,18 +26,6 @@ REWOUND_REASON = (
     "and writes them again: consumers may hold other content for them"
 )
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-
-
-def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Inclusive ranges sorted, overlapping or adjacent ones merged: (9, 9), (3, 4), (5, 5) →
-    (3, 5), (9, 9)."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def ranges(seqs: Iterable[int]) -> list[tuple[int, int]]:

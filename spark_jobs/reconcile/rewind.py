@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common.schemas import SOURCE_RECORDS, conform
+from spark_jobs.common.spans import merge as merge_spans
 
 BUCKET = 1024
 # Above any seq: the open end of "everything above the head".
@@ -131,14 +132,10 @@ def rewound_seqs(
 
 def merge(ranges: Iterable[tuple[str, int, int]]) -> Ranges:
     """Inclusive (topic, a, b) ranges merged per topic (overlapping or adjacent)."""
-    out: Ranges = {}
-    for topic, a, b in sorted(ranges):
-        held = out.setdefault(topic, [])
-        if held and a <= held[-1][1] + 1:
-            held[-1] = (held[-1][0], max(held[-1][1], b))
-        else:
-            held.append((a, b))
-    return out
+    per_topic: dict[str, list[tuple[int, int]]] = {}
+    for topic, a, b in ranges:
+        per_topic.setdefault(topic, []).append((a, b))
+    return {topic: merge_spans(held) for topic, held in sorted(per_topic.items())}
 
 
 def held(progress_rows: Iterable, ranges: Ranges) -> list[tuple[str, str, int, int]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from auditsync_plugin import alerts
+from auditsync_plugin import alerts_render
 from watch_service.sink.landing import Landing
 from watch_service.storage import Storage
 
@@ -93,7 +93,7 @@ def test_a_run_whose_defects_were_all_repaired_alerts_once_per_channel(
         for kind, status in (("drop", "silent_gap"), ("corrupt", "mismatch")):
             seqs = faults.get((kind, topic))
             if seqs:
-                shown = alerts.format_ranges(seqs)
+                shown = alerts_render.format_ranges(seqs)
                 expected = f"- {CONSUMER}/{topic} {status}: found {len(seqs)}, left 0, seqs {shown}"
                 assert expected in text.splitlines(), (expected, text)
                 assert f"<td>{shown}</td>" in page

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from auditsync_plugin import alerts, deadlines
+from auditsync_plugin import alerts, alerts_render, deadlines
 from auditsync_plugin.notifiers import AlertSettings
 from watch_service.settings import Settings, SettingsError
 from watch_service.tools.airflow_env import airflow_env, api_server_env
@@ -121,13 +121,13 @@ def lines() -> tuple[alerts.Finding, ...]:
 
 
 def test_ranges_are_collapsed_and_bounded():
-    assert alerts.ranges([9, 3, 4, 5, 5]) == [(3, 5), (9, 9)]
-    assert alerts.merge_spans([(9, 9), (3, 4), (5, 5), (4, 6)]) == [(3, 6), (9, 9)]
-    assert alerts.format_ranges([5, 6, 7, 9]) == "5–7, 9"
-    assert alerts.format_ranges(range(0, 20, 2), limit=2) == "0, 2 and 8 more"
-    assert alerts.format_spans([(201, 300), (305, 305)]) == "201–300, 305"
-    assert alerts.format_window((0, 400)) == "1–400"
-    assert alerts.format_window((400, 400)) == ""
+    assert alerts_render.ranges([9, 3, 4, 5, 5]) == [(3, 5), (9, 9)]
+    assert alerts_render.merge_spans([(9, 9), (3, 4), (5, 5), (4, 6)]) == [(3, 6), (9, 9)]
+    assert alerts_render.format_ranges([5, 6, 7, 9]) == "5–7, 9"
+    assert alerts_render.format_ranges(range(0, 20, 2), limit=2) == "0, 2 and 8 more"
+    assert alerts_render.format_spans([(201, 300), (305, 305)]) == "201–300, 305"
+    assert alerts_render.format_window((0, 400)) == "1–400"
+    assert alerts_render.format_window((400, 400)) == ""
 
 
 def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
@@ -142,7 +142,7 @@ def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
         error="Spark step verify did not pass",
     )
     assert alert is not None
-    assert alerts.text(alert) == "\n".join(
+    assert alerts_render.text(alert) == "\n".join(
         [
             "[auditsync] audit_sync: verify failed for run "
             "audit_sync_20250601T120000Z_20250601T121500Z: 3 of 15 defects remain after backfill",
@@ -162,8 +162,8 @@ def test_a_run_with_defects_renders_counts_ranges_and_the_page_link():
             f"Airflow run: {BASE}/dags/audit_sync/runs/manual__2025-06-01T12%3A20%3A00%2B00%3A00",
         ]
     )
-    assert alerts.webhook_body(alert) == {"text": alerts.text(alert)}
-    page = alerts.html(alert)
+    assert alerts_render.webhook_body(alert) == {"text": alerts_render.text(alert)}
+    page = alerts_render.html(alert)
     assert "pay&lt;b&gt;" in page and "pay<b>" not in page  # autoescaped
     link = f"{BASE}/auditsync/findings?run={RUN}&amp;consumer=primary&amp;topic="
     assert f'<a href="{link}pay%3Cb%3E&amp;status=mismatch">findings</a>' in page
@@ -202,11 +202,11 @@ def test_a_rewound_source_is_carried_by_the_alert_even_without_defects():
     alert = alerts.run_alert(alerts.DEFECTS_FOUND, "d", "r", "p", row, (), BASE)
     assert alert is not None
     assert alert.title == "d: run p found 0 defects (all repaired); source rewound on orders, q"
-    assert alerts.text(alert).splitlines()[7:9] == [
+    assert alerts_render.text(alert).splitlines()[7:9] == [
         "- orders" + REWOUND_LINE.format("201–300, 305"),
         "- q" + REWOUND_LINE.format("21–30"),
     ]
-    page = alerts.html(alert)
+    page = alerts_render.html(alert)
     assert '<table id="rewound" class="rewound">' in page
     assert (
         '<tr><td>orders</td><td class="rewound">201–300, 305</td><td>the source lost these '
@@ -226,8 +226,8 @@ def test_lag_and_deadline_alerts():
     assert lag.title == (
         "audit_sync: sinks lag behind the service for run r1: b, primary (20 seqs behind)"
     )
-    assert "- primary/orders: cursor 380, head 400, 20 seqs behind" in alerts.text(lag)
-    assert '<td class="bad">20</td>' in alerts.html(lag)
+    assert "- primary/orders: cursor 380, head 400, 20 seqs behind" in alerts_render.text(lag)
+    assert '<td class="bad">20</td>' in alerts_render.html(lag)
     late = alerts.deadline_alert("audit_sync", "r2", ("12:00", "12:15"), "13:00", BASE)
     assert late.title == "audit_sync: data interval 12:00 – 12:15 not verified by 13:00"
     assert late.kind == alerts.DEADLINE_MISSED

@@ -198,7 +198,7 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     """The restore run's own rows, as the Reconciliation page and the defects alert read them:
     the rewound ranges in the rewound colour, one alert line per topic with its reason, and
     each defect line's exact ranges as the findings view reads them."""
-    from auditsync_plugin import alerts
+    from auditsync_plugin import alerts, alerts_render
     from auditsync_plugin.ui.page import render_page
     from auditsync_plugin.ui.runs import pivot
 
@@ -230,10 +230,10 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     assert alert.title == (
         f"audit_sync: run {second} found 222 defects (all repaired); source rewound on {topics}"
     )
-    said = alerts.text(alert).splitlines()
+    said = alerts_render.text(alert).splitlines()
     for topic, seqs in ((r, "201–300"), (q, "21–30"), (f, "6–10")):
-        assert f"- {topic} source_rewound: seqs {seqs}: {alerts.REWOUND_REASON}" in said
-        assert f'<td>{topic}</td><td class="rewound">{seqs}</td>' in alerts.html(alert)
+        assert f"- {topic} source_rewound: seqs {seqs}: {alerts_render.REWOUND_REASON}" in said
+        assert f'<td>{topic}</td><td class="rewound">{seqs}</td>' in alerts_render.html(alert)
     assert [x for x in said if x.startswith("- c")] == [
         f"- cf-{f}/{f} divergent: found 4, left 0, seqs 6–7, 9–10",
         f"- cf-{f}/{f} silent_gap: found 1, left 0, seqs 8",
