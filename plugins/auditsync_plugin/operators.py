@@ -20,7 +20,6 @@ Connect when the ``spark_connect_default`` connection exists, else a local JVM. 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -83,18 +82,6 @@ def run_slice(
     return quality_frames(spark, Layout(landing, warehouse, run_id), database_url)
 
 
-def database_url(pg_conn_id: str) -> str:
-    """The run tables' PostgreSQL (the warehouse's catalog lives there too)."""
-    from spark_jobs.common.cli import DATABASE_URL_ENV
-
-    from_env = os.environ.get(DATABASE_URL_ENV)
-    if from_env:
-        return from_env
-    from airflow.sdk import BaseHook
-
-    return str(BaseHook.get_connection(pg_conn_id).get_uri())
-
-
 class QualityCheckpointOperator(BaseOperator):
     """``run``: ``{"landing", "warehouse", "run_id"}`` of the pipeline run to validate, or
     ``datasets``: ``{name: parquet folder}`` with names from ``quality.suites``; ``docs_url``:
@@ -131,25 +118,20 @@ class QualityCheckpointOperator(BaseOperator):
 
     def execute(self, context) -> dict[str, Any]:
         from spark_jobs.common import statuses as st
-        from spark_jobs.common.session import build_session
+        from spark_jobs.common.session import job_session
 
         from . import quality
         from .quality_summary import summarize
+        from .runs_hook import database_url
 
         if self.datasets:
             check_outputs(self.datasets)
         remote = connect_url(self.connect_conn_id)
         self.log.info("Spark: %s", remote or self.spark_master)
-        # A local session this process already had (getOrCreate hands it over) is its owner's
-        # to stop, not this operator's: stopping it would end every later user's session.
-        inherited = remote is None and _local_session_running()
-        spark = build_session(
-            "audit_sync_quality",
-            master=self.spark_master,
-            remote=remote,
-            conf={"spark.ui.enabled": "false"},
-        )
-        try:
+        spark_conf = {"spark.ui.enabled": "false"}
+        with job_session(
+            "audit_sync_quality", master=self.spark_master, remote=remote, conf=spark_conf
+        ) as spark:
             if self.run:
                 frames = run_slice(
                     spark,
@@ -173,9 +155,6 @@ class QualityCheckpointOperator(BaseOperator):
                 st.DEFECTS,
                 (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL, st.ORIGIN_UNVERIFIED),
             )
-        finally:
-            if not inherited:
-                spark.stop()
         summary = summarize(results, self.docs_url or default_docs_url())
         self.log.info("%s", summary.text())
         if not summary.success:
@@ -264,10 +243,3 @@ class PublishOperator(BaseOperator):
             context["outlet_events"][asset].extra = extra
         self.log.info("published %s", json.dumps(extra, sort_keys=True))
         return extra
-
-
-def _local_session_running() -> bool:
-    """Whether this process already runs a local SparkContext (pyspark classic)."""
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is not None

@@ -8,6 +8,7 @@ Importing this module imports the Postgres provider, not psycopg's pool or anyth
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from contextlib import closing
 from typing import Any
@@ -17,6 +18,16 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from watch_service.store import runs
 
 DEFAULT_CONN_ID = "auditsync_pg"
+
+
+def database_url(pg_conn_id: str) -> str:
+    """The run tables' PostgreSQL (the warehouse's catalog lives there too)."""
+    from spark_jobs.common.cli import DATABASE_URL_ENV
+
+    from_env = os.environ.get(DATABASE_URL_ENV)
+    if from_env:
+        return from_env
+    return str(PostgresHook.get_connection(pg_conn_id).get_uri())
 
 
 class PipelineRunsHook(PostgresHook):

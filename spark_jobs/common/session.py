@@ -20,9 +20,10 @@ then (the warehouse's catalog is attached per session: ``spark_jobs.common.table
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -108,6 +109,27 @@ def build_session(
     return builder.getOrCreate()
 
 
+@contextlib.contextmanager
+def job_session(
+    app_name: str,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
+) -> Iterator[SparkSession]:
+    """``build_session`` for one piece of work, ended with ``stop_session`` when it is done,
+    unless this process already ran a local SparkContext that ``getOrCreate`` handed over: that
+    session is its owner's to stop (ending it would end every later user's session)."""
+    from pyspark import SparkContext
+
+    inherited = remote is None and SparkContext._active_spark_context is not None
+    spark = build_session(app_name, master=master, conf=conf, remote=remote)
+    try:
+        yield spark
+    finally:
+        if not inherited:
+            stop_session(spark)
+
+
 def stop_session(spark: SparkSession) -> None:
     """Stop ``spark``; for a local JVM this process launched, also close the py4j gateway and
     let the JVM exit now, and stop py4j's logger from reaching the root handlers.
@@ -119,10 +141,12 @@ def stop_session(spark: SparkSession) -> None:
     after a green run. Those finalisers still run at exit, so py4j's messages stop at its
     own logger from here on. A later ``build_session`` launches a fresh gateway."""
     spark.stop()
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return  # a Spark Connect client: no JVM of ours (a local one may serve someone else)
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
-    if gateway is None:  # Spark Connect, or a gateway already closed
+    if gateway is None:  # a gateway already closed
         return
     gateway.shutdown()
     proc = getattr(gateway, "proc", None)  # pyspark's launched JVM: it exits when stdin closes
