@@ -100,11 +100,11 @@ def run_reconcile(
         with psycopg.connect(url) as conn:
             return runs.source_heads(conn, topics)
 
-    scope, signalled, _, _ = held_locally(spark, deliveries, heads_of)
+    held = held_locally(spark, deliveries, heads_of)
     records, gaps = jdbc.read_records(spark, target, 4), jdbc.read_gaps(spark, target)
-    reconcile(deliveries, records, gaps, scope, signalled).write.mode("overwrite").parquet(
-        detail_path
-    )
+    reconcile(deliveries, records, gaps, held.scope, held.signalled).write.mode(
+        "overwrite"
+    ).parquet(detail_path)
     detail = spark.read.schema(DETAIL).parquet(detail_path)
     counts: dict[str, int] = {}
     for row in summarize(detail, "bench").collect():

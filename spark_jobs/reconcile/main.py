@@ -24,6 +24,7 @@ deletion) after an incremental verdict judged them are judged with that verdict'
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 
@@ -74,22 +75,35 @@ def build_parser():
     return parser
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What reconcile holds on the driver, computed once: small (one row per consumer and topic,
+    one per range) and used several times."""
+
+    scope: DataFrame  # each window capped at its topic's head, read now
+    scope_rows: list[dict]
+    heads: dict[str, int]
+    signalled: DataFrame  # the ranges the consumers were told they lost
+    signalled_rows: list
+    rewound_rows: list  # the landed ``rewound`` frames' ranges (evidence of a rewind)
+
+
 def held_locally(
     spark: SparkSession,
     deliveries: DataFrame,
     heads_of: Callable[[list[str]], dict[str, int]],
     progress_rows: list | None = None,
-) -> tuple[DataFrame, DataFrame, list, dict[str, int]]:
-    """Scope (each window capped at its topic's head, read now by ``heads_of``), signalled
-    ranges and the heads, computed once and held on the driver: they are small (one row per
-    consumer and topic, one per range) and reconcile uses each several times."""
+) -> Held:
+    """Scope, heads (read by ``heads_of``), signalled ranges and rewound frames."""
     prior = None if progress_rows is None else spark.createDataFrame(progress_rows, PROGRESS)
     uncapped = consumer_scope(deliveries, prior).collect()
     heads = heads_of(sorted({r["topic"] for r in uncapped}))
     rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
     scope = spark.createDataFrame([tuple(r.values()) for r in rows], SCOPE)
-    signalled = spark.createDataFrame(signalled_ranges(deliveries).collect(), SIGNALLED)
-    return scope, signalled, rows, heads
+    signalled_rows = signalled_ranges(deliveries).collect()
+    signalled = spark.createDataFrame(signalled_rows, SIGNALLED)
+    rewound_rows = rewound_frames(deliveries).collect()
+    return Held(scope, rows, heads, signalled, signalled_rows, rewound_rows)
 
 
 def windows_of(scope_rows: list) -> list[jdbc.Window]:
@@ -180,8 +194,12 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         with store.connect(args.database_url) as conn:
             return runs.source_heads(conn, topics)
 
-    scope, signalled, scope_rows, heads = held_locally(
-        spark, deliveries, heads_of, None if args.full else progress_rows
+    driver = held_locally(spark, deliveries, heads_of, None if args.full else progress_rows)
+    scope, signalled, scope_rows, heads = (
+        driver.scope,
+        driver.signalled,
+        driver.scope_rows,
+        driver.heads,
     )
     target = jdbc.jdbc_target(args.database_url)
     late = late_copies(deliveries, scope).cache()
@@ -202,9 +220,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 target,
                 heads,
                 late_runs,
-                signalled.collect(),
+                driver.signalled_rows,
                 run_order,
-                rewound_frames(deliveries).collect(),
+                driver.rewound_rows,
             )
         if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
             unknown = evidence.unknown_runs(spark, layout, committed)
