@@ -9,7 +9,6 @@ exit, so shutdown is clean whichever way the process stops.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from watch_service.compat import permify_rest, permify_watch
 from watch_service.engine.appender import Appender
 from watch_service.engine.hub import Hub
+from watch_service.engine.stopping import stop_tasks
 from watch_service.server import (
     health_routes,
     openapi_routes,
@@ -114,9 +114,7 @@ async def _retention_ctx(app: web.Application) -> AsyncIterator[None]:
     leader = RetentionLeader(app[DB_URL], connection_kwargs(app[SETTINGS]))
     task = asyncio.create_task(retention_loop(app, leader), name="retention")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_tasks([task])
     await leader.close()
 
 
@@ -145,11 +143,7 @@ async def _watch_ctx(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(session_gc.session_gc_loop(app), name="session-gc"),
     ]
     yield
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await stop_tasks(tasks)  # bounded: a task may lose its cancellation (engine/stopping.py)
     hub.on_takeover = None
     await releases.aclose()
     app[APPENDER].committed = app[APPENDER].uncertain = None

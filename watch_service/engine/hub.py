@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from watch_service.engine.stopping import stop_tasks
 from watch_service.engine.tailer import CACHE_BYTES, Tailer, Wake
 from watch_service.protocol.requests import NewRecord
 from watch_service.store import sessions, tail, topics
@@ -123,11 +124,7 @@ class Hub:
         """Cancel and await every task the hub started (its owner calls this on exit)."""
         tasks = [t._task for t in self.tailers.values() if t._task is not None]
         tasks += [*self._retired, *([self._flush_task] if self._flush_task else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(tasks)
 
     def dispatch(self, payload: str, pid: int = 0) -> None:
         """A NOTIFY from backend ``pid`` (its kinds: ``store.topics``, and a takeover's

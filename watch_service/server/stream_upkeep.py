@@ -26,6 +26,7 @@ import time
 
 from aiohttp import web
 
+from watch_service.engine.stopping import stop_tasks
 from watch_service.server.watch_stream import SWEEP_S, WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import GC_PACER, METRICS, POOL, SETTINGS, STREAMS
@@ -154,8 +155,4 @@ class Releases:
             log.warning("stream %s: release for a takeover failed: %s", stream.wid, exc)
 
     async def aclose(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        for task in list(self.tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(list(self.tasks))

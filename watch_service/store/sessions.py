@@ -14,6 +14,7 @@ write. A holder that does not answer in time is fenced off as before.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import orjson
@@ -180,9 +181,12 @@ async def ask_release(conn: AsyncConnection, wid: str, timeout: float) -> bool:
         if row is None or not row[0]:
             return True
         await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{TAKEOVER} {wid}"))
-        async for note in conn.notifies(timeout=timeout):
-            if note.payload == wid:
-                return True
+        # Closed on leaving, not when collected: the generator holds the connection's lock
+        # until it is closed (psycopg #1310), and the UNLISTEN below needs that lock.
+        async with contextlib.aclosing(conn.notifies(timeout=timeout)) as notes:
+            async for note in notes:
+                if note.payload == wid:
+                    return True
         return False
     finally:
         await conn.execute(f"UNLISTEN {RELEASE_CHANNEL}")
