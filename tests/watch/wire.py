@@ -20,6 +20,7 @@ SSE = {"Accept": "text/event-stream"}
 MAX_FRAME = 32 * 1024 * 1024
 RETRY = b"retry: 2000\n\n"
 HEARTBEAT = b": hb\n\n"
+HEADERS_TIMEOUT_S = 30.0  # a stream open answers its headers within this, or the test fails
 
 
 def compact(value) -> str:
@@ -231,7 +232,13 @@ async def open_stream(
     hdrs = {**SSE, **(headers or {})}
     if last_event_id is not None:
         hdrs["Last-Event-ID"] = last_event_id
-    resp = await http.get(f"{url}/v0/watch/{wid}{query}", headers=hdrs)
+    try:  # bounded: a stream open the server never answers fails here, not at pytest-timeout
+        async with asyncio.timeout(HEADERS_TIMEOUT_S):
+            resp = await http.get(f"{url}/v0/watch/{wid}{query}", headers=hdrs)
+    except TimeoutError:
+        raise AssertionError(
+            f"GET {url}/v0/watch/{wid}: no response headers within {HEADERS_TIMEOUT_S:g} s"
+        ) from None
     if resp.status != 200:
         body = await resp.text()
         resp.close()
