@@ -47,6 +47,12 @@ async def stop_tasks(
         for task in done:
             if not task.cancelled():
                 task.exception()  # retrieved: an error of a task being stopped is not news
+        if pending and wait == grace:
+            log.info(
+                "cancelling again, %.1fs after the first time: %s",
+                grace,
+                ", ".join(sorted(t.get_name() for t in pending)),
+            )
         wait = RECANCEL_S
     if pending:
         log.warning(
