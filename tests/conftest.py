@@ -33,35 +33,44 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_flags(), "pyspark-shell"]))
 
 
-# Modules that share the `airflow dags test` runs of tests/airflow/conftest.py: under
-# pytest-xdist they run on one worker, so those runs are made once. Every other module is a unit
-# of its own; a worker's session fixtures (PostgreSQL, the Spark session, the S3 server) serve
-# every unit it runs.
+# Modules that share the fault run of tests/airflow/conftest.py (`airflow dags test`): under
+# pytest-xdist they run on one worker, so that run is made once. The phantom runs
+# (test_phantom.py) need the Airflow home and landing zone but not the fault run: a unit of their
+# own, which builds those again on its worker (about 2 minutes) rather than queue 10 more behind
+# the fault run. Every other module is a unit of its own; a worker's session fixtures
+# (PostgreSQL, the Spark session, the S3 server) serve every unit it runs.
 SHARED_UNITS = {
-    "airflow dags test runs": (
+    "airflow fault run": (
         "tests/airflow/test_e2e.py",
         "tests/airflow/test_alerts_e2e.py",
-        "tests/airflow/test_spark_cluster.py",
         "tests/airflow/test_ui_browser.py",
     ),
 }
+# Modules whose module-scoped world is built once per storage (``places.STORAGES``): each
+# storage is a unit of its own, so the two worlds are built on two workers at once.
+BY_STORAGE = ("tests/spark/test_crash.py", "tests/spark/test_incremental.py")
 # The longest units start first (measured), so no long one is left for the end.
 LONG_UNITS = (
-    "airflow dags test runs",
+    "tests/airflow/test_phantom.py",
+    "airflow fault run",
     "tests/e2e/test_four_machines.py",
-    "tests/spark/test_crash.py",
-    "tests/spark/test_incremental.py",
+    "tests/spark/test_crash.py[s3]",
+    "tests/spark/test_incremental.py[s3]",
+    "tests/spark/test_crash.py[file]",
+    "tests/spark/test_incremental.py[file]",
     "tests/airflow/test_operations.py",
 )
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under ``pytest -n N``: its shared unit, or else its
-    module (so a module's fixtures are built once, on one worker)."""
+    """The unit of work a test belongs to under ``pytest -n N``: its shared unit, or its module
+    and storage, or else its module (so a module's fixtures are built once, on one worker)."""
     module = nodeid.split("::", 1)[0]
     for unit, modules in SHARED_UNITS.items():
         if module in modules:
             return unit
+    if module in BY_STORAGE and nodeid.endswith("]"):
+        return f"{module}[{nodeid.rsplit('[', 1)[1]}"
     return module
 
 

@@ -10,8 +10,10 @@
   trimmed by the ``retention`` DAG, so the sink sees a tombstone — and the real sink (its own
   process, with fault injection: dropped and corrupted records) writing a landing zone until
   its cursors reach the heads;
-* ``runs``: the audit_sync DAG run with ``airflow dags test`` on that landing zone, which the
-  e2e, Spark-cluster and browser tests all read.
+* the audit_sync DAG runs with ``airflow dags test`` on that landing zone, which the e2e,
+  alert, Spark-cluster and browser tests all read: the fault run (Spark Connect), the phantom
+  run (spark-submit to a Spark standalone cluster) and the phantom's interval again on Spark
+  Connect.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from watch_service.tools.airflow_env import airflow_env
 
 from ..support import ServiceProcess, free_port, unique
 from .receivers import SmtpReceiver, WebhookReceiver
+from .spark_cluster import standalone_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "plugins") not in sys.path:
@@ -44,14 +47,6 @@ BIN = Path(sys.executable).parent
 CONSUMER = "primary"
 CONNECT_CONN = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
 FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed", "11"]
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """``test_spark_cluster.py`` runs the fault run's interval again on a standalone cluster
-    with a warehouse of its own, and the run's row then names that warehouse: it goes after
-    every other test that reads the fault run (the findings CLI checks the warehouse)."""
-    last = [i for i in items if i.nodeid.startswith("tests/airflow/test_spark_cluster.py")]
-    items[:] = [i for i in items if i not in last] + last
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> object:
@@ -408,8 +403,10 @@ def write_phantom(consumer_dir: Path, topic: str, seq: int) -> None:
 @pytest.fixture(scope="session")
 def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     """A copy of the landing zone plus one delivery of a seq that never existed: a defect no
-    backfill can repair, so verify fails the run. Without Spark Connect: the spark-submit
-    fallback, whose failure message ends with the job's verdict."""
+    backfill can repair, so verify fails the run. Without Spark Connect: every Spark step is a
+    ``spark-submit`` through ``spark_default`` to a real Spark standalone cluster (its failure
+    message ends with the job's verdict); ``facts["cluster"]`` holds the master's URL and the
+    applications it completed, ``facts["summary"]`` the run's summary rows."""
     import shutil
 
     root = tmp_path_factory.mktemp("phantom") / "landing"
@@ -417,15 +414,24 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     topic = next(iter(landing.topics))
     phantom_seq = landing.topics[topic] + 7
     write_phantom(root / CONSUMER, topic, phantom_seq)
-    run = dags_test(
-        airflow_home,
-        PHANTOM_DATE,
-        pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
-        landing=root,
-        warehouse=root.parent / "warehouse",
-        spark_connect=False,
-    )
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        run = dags_test(
+            airflow_home,
+            PHANTOM_DATE,
+            pipeline_run_id("20250601T120000Z", "20250601T121500Z"),
+            landing=root,
+            warehouse=root.parent / "warehouse",
+            extra_env={
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+                    {"conn_type": "spark", "host": cluster.url}
+                ),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+            },
+            spark_connect=False,
+        )
+        run.facts["cluster"] = (cluster.url, cluster.completed_apps())
     run.facts["phantom"] = (topic, phantom_seq)
+    run.facts["summary"] = pg_rows(pg_url, SUMMARY_SQL, run.run_id)
     return run
 
 

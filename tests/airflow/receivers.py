@@ -1,7 +1,8 @@
 """Real alert receivers on loopback for the tests: an SMTP server (``aiosmtpd``) and an HTTP
 server (``aiohttp``) standing in for a Slack / Teams incoming webhook. Each runs in its own
 thread and keeps what it received; :meth:`wait_for` waits on the arrival itself (a condition
-variable), with a timeout."""
+variable), with a timeout; what the alert tests read of what came (an e-mail's HTML, the
+alert ledger) and a screenshot of an e-mail as headless Chromium renders it."""
 
 from __future__ import annotations
 
@@ -9,15 +10,54 @@ import asyncio
 import email
 import email.policy
 import json
+import subprocess
+import tempfile
 import threading
 from collections.abc import Callable
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
 from ..support import free_port
+
+LEDGER = (
+    "SELECT run_id, kind, channel FROM alerts_sent WHERE dag_id = 'audit_sync' ORDER BY 1, 2, 3"
+)
+
+
+def html_of(message) -> str:
+    return message.get_body(("html",)).get_content()
+
+
+def screenshot(html: str, png: Path) -> None:
+    """``html`` at 1280 × 800 in headless Chromium, saved as ``png`` (beside its ``.html``)."""
+    png.parent.mkdir(parents=True, exist_ok=True)
+    page = png.with_suffix(".html")
+    page.write_text(html, encoding="utf-8")
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [
+                "/usr/bin/chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                f"--screenshot={png}",
+                "--window-size=1280,800",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    assert png.stat().st_size > 10_000
 
 
 class _Inbox:

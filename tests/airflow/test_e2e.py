@@ -12,7 +12,7 @@ import pytest
 from spark_jobs import readers
 from spark_jobs.layout import Layout
 
-from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
+from .conftest import CONSUMER, pg_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
 BACKFILL = ["backfill_audit_log", "backfill_search_index"]
@@ -111,28 +111,6 @@ def test_quality_report_and_asset_events(fault_run, airflow_home):
     assert all(e["status"] == "passed" and e["defects_remaining"] == 0 for e in published.values())
 
 
-def test_a_phantom_delivery_fails_verify_with_a_readable_message(phantom_run, pg_url):
-    topic, seq = phantom_run.facts["phantom"]
-    assert phantom_run.returncode != 0
-    assert phantom_run.states["verify"] == "failed"
-    assert all(phantom_run.states[b] == "success" for b in BACKFILL)
-    assert phantom_run.states["quality"] == phantom_run.states["publish"] == "upstream_failed"
-    # The verdict is in the task log and ends the failure message itself.
-    failure = phantom_run.output[phantom_run.output.index("Cannot execute:") :]
-    verdict = failure[failure.index("Last spark-submit output:") :]
-    assert "defects remain after backfill" in verdict
-    line = next(x for x in verdict.splitlines() if "phantom" in x)
-    assert topic in line and f"e.g. seq {seq}" in line
-    rows = pg_rows(pg_url, SUMMARY_SQL, phantom_run.run_id)
-    assert [(t, s, left, ex) for _, t, s, _, left, ex in rows if left] == [
-        (topic, "phantom", 1, [seq])
-    ]
-    [(status,)] = pg_rows(
-        pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s", phantom_run.run_id
-    )
-    assert status == "failed"
-
-
 def test_the_spark_steps_ran_as_spark_connect_clients(fault_run, airflow_home):
     """Each Spark step is its own task, run in the task's process against the long-running
     server: no spark-submit, no JVM start per step."""
@@ -143,24 +121,6 @@ def test_the_spark_steps_ran_as_spark_connect_clients(fault_run, airflow_home):
     for step in ("compact", "reconcile", "backfill", "verify"):
         assert f": {step} --work " in fault_run.output, step
     assert "Spark-Submit cmd" not in fault_run.output
-
-
-def test_a_phantom_fails_verify_on_spark_connect_too(phantom_connect_run, pg_url):
-    topic, seq = phantom_connect_run.facts["phantom"]
-    assert phantom_connect_run.returncode != 0
-    states = phantom_connect_run.states
-    assert states["verify"] == "failed" and all(states[b] == "success" for b in BACKFILL)
-    assert states["quality"] == states["publish"] == "upstream_failed"
-    failure = phantom_connect_run.output[
-        phantom_connect_run.output.index("Spark step verify did not pass (Spark Connect sc://") :
-    ]
-    assert "defects remain after backfill" in failure
-    line = next(x for x in failure.splitlines() if "phantom" in x and "e.g. seq" in x)
-    assert topic in line and f"e.g. seq {seq}" in line
-    [(status,)] = pg_rows(
-        pg_url, "SELECT status FROM pipeline_runs WHERE run_id = %s", phantom_connect_run.run_id
-    )
-    assert status == "failed"
 
 
 def test_the_full_audit_dag_agrees_with_the_incremental_run(fault_run, airflow_home, pg_url):
