@@ -74,8 +74,10 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# Three workers (pytest-xdist) on the suite's units (tests/conftest.py); `-p no:xdist` or
+# `-n 0` runs it serially.
 test: setup lint
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n 3 --durations=25
 
 demo: setup
 	$(PY) -m watch_service.tools.demo
