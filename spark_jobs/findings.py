@@ -34,7 +34,8 @@ from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import S3Config
 
 COLUMNS = ("consumer", "topic", "status", "seq_from", "seq_to", "seqs", "left", "repaired")
-PAGE_ROWS = 50
+PAGE_ROWS = 50  # the view's default page size
+PAGE_SIZES = (10, 25, 50, 100, 200)  # what the view offers
 REPAIRED, PARTLY, NOT_REPAIRED, UNVERIFIED = "yes", "partly", "no", "unverified"
 
 
@@ -108,6 +109,13 @@ def build(
 
 def select(rows: Iterable[Mapping[str, Any]], filters: Filters) -> list[Mapping[str, Any]]:
     return [r for r in rows if filters.keeps(r)]
+
+
+def page_size(raw: str) -> int:
+    """A page size the view offers, from its ``rows`` query value; anything else (empty, a typo,
+    a size not offered) is the default, as a bad page number is the first page."""
+    value = raw.strip()
+    return int(value) if value.isdigit() and int(value) in PAGE_SIZES else PAGE_ROWS
 
 
 def page_of(rows: Sequence[Any], page: int, size: int = PAGE_ROWS) -> tuple[list[Any], int, int]:

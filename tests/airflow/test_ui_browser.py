@@ -346,7 +346,8 @@ def as_cells(rows: list[dict]) -> list[list[str]]:
 
 def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
     """The fault run's findings through the real API server: the CSV download is its detail
-    defect rows, the CLI prints the same, the page shows them at 1280 × 800, filtered, paged."""
+    defect rows, the CLI prints the same, the page shows them at 1280 × 800, filtered, paged
+    (50 and 10 rows a page)."""
     from playwright.sync_api import sync_playwright
 
     base, token = api_server
@@ -414,6 +415,24 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
                 start = (number - 1) * findings.PAGE_ROWS
                 assert shown_rows(page) == as_cells(want[start : start + findings.PAGE_ROWS])
                 assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
+            assert page.locator("#pager a:text-is('next →')").count() == 0
+
+            # Ten rows a page (the rows selector), every page in turn: the run's real ranges
+            # over several pages, the size kept by the pager's links.
+            page.goto(url)
+            page.select_option("#filter-rows", "10")
+            with page.expect_navigation():
+                page.click("#filters button")
+            small = -(-len(want) // 10)
+            assert small >= 2, len(want)
+            for number in range(1, small + 1):
+                if number > 1:
+                    with page.expect_navigation():
+                        page.click("#pager a:text-is('next →')")
+                assert shown_rows(page) == as_cells(want[(number - 1) * 10 : number * 10])
+                assert page.inner_text("#pager span") == (
+                    f"page {number} of {small} ({len(want)} of {len(want)} ranges)"
+                )
             assert page.locator("#pager a:text-is('next →')").count() == 0
 
             # The filter: the rarest status of one topic and the consumer, all three at once.

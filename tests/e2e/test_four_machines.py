@@ -76,7 +76,9 @@ def isolated(name: str, argv: list[str]) -> list[str]:
     script = (
         f"set -e; {stage}{mounts}; {unstage}mount --bind {ROOT} {ROOT}; "
         f"mount -o remount,bind,ro {ROOT}; "
-        f'mkdir -p /tmp/home; echo {name} > /tmp/machine; touch /tmp/only-{name}; exec "$@"'
+        # /tmp/machine last, whole (a rename): once it is there, the namespace is ready.
+        f"mkdir -p /tmp/home; touch /tmp/only-{name}; "
+        f'echo {name} > /tmp/machine.new; mv /tmp/machine.new /tmp/machine; exec "$@"'
     )
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, name, *argv]
 

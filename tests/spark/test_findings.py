@@ -140,6 +140,8 @@ def test_build_judges_each_range_by_verify():
     assert (never[0]["left"], never[0]["repaired"]) == (4, "unverified")
     assert findings.page_of(list(range(120)), 9) == (list(range(100, 120)), 3, 3)
     assert findings.page_of([], 0) == ([], 1, 1)
+    sizes = [findings.page_size(x) for x in ("10", " 200 ", "", "7", "abc", "-10", "1e9")]
+    assert sizes == [10, 200, 50, 50, 50, 50, 50]
     assert findings.render_csv([]) == ",".join(findings.COLUMNS) + "\r\n"
 
 
@@ -157,6 +159,13 @@ def test_the_csv_the_cli_and_the_page_show_the_detail_rows(house, pg_url, capsys
         got = client.get("/findings.csv", params={"run": house.verified, **filters})
         kept = [r for r in want if all(r[k] == v for k, v in filters.items())]
         assert csv_rows(got.text) == kept, filters
+    # The page at 10 rows: the second page, its links keep the size; a size not offered is 50.
+    got = client.get("/findings", params={"run": house.verified, "rows": "10", "page": "2"})
+    assert got.status_code == 200 and got.text.count('<tr class="repaired-') == 10
+    assert f"page 2 of {-(-len(want) // 10)} ({len(want)} of {len(want)} ranges)" in got.text
+    assert "rows=10&amp;page=3" in got.text and "rows=10&amp;page=1" in got.text
+    got = client.get("/findings", params={"run": house.verified, "rows": "7"})
+    assert got.text.count('<tr class="repaired-') == min(findings.PAGE_ROWS, len(want))
 
     url = ["--database-url", pg_url]
     code, out, err = findings_cli(capsys, house, "--run", house.verified, "--json", *url)

@@ -144,7 +144,7 @@ def create_app(
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-    from spark_jobs.findings import Filters, render_csv, select
+    from spark_jobs.findings import Filters, page_size, render_csv, select
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
     absent = assets.missing(static / "vendor")
@@ -221,7 +221,12 @@ def create_app(
 
     @app.get("/findings", response_class=HTMLResponse)
     def findings_page(
-        run: str = "", consumer: str = "", topic: str = "", status: str = "", page: str = "1"
+        run: str = "",
+        consumer: str = "",
+        topic: str = "",
+        status: str = "",
+        page: str = "1",
+        rows: str = "",
     ) -> HTMLResponse:
         chosen = Filters(consumer.strip(), topic.strip(), status.strip())
         try:
@@ -233,7 +238,8 @@ def create_app(
             failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(findings.render(failed), 503)
         number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
-        return HTMLResponse(findings.render(findings.view(run, found, chosen, number)))
+        size = page_size(rows)
+        return HTMLResponse(findings.render(findings.view(run, found, chosen, number, size)))
 
     @app.get("/findings.csv")
     def findings_csv(

@@ -27,19 +27,30 @@ class View:
     page: int = 1
     pages: int = 1
     error: str | None = None
+    size: int = findings.PAGE_ROWS  # rows per page
+    sizes: tuple[int, ...] = findings.PAGE_SIZES
 
     def link(self, page: int) -> str:
-        return "findings?" + urlencode({"run": self.run, **self.filters.query(), "page": page})
+        rows = {} if self.size == findings.PAGE_ROWS else {"rows": self.size}
+        query = {"run": self.run, **self.filters.query(), **rows, "page": page}
+        return "findings?" + urlencode(query)
 
     @property
     def csv_link(self) -> str:
         return "findings.csv?" + urlencode({"run": self.run, **self.filters.query()})
 
 
-def view(run: str, rows: Sequence[Mapping[str, Any]], filters: findings.Filters, page: int) -> View:
+def view(
+    run: str,
+    rows: Sequence[Mapping[str, Any]],
+    filters: findings.Filters,
+    page: int,
+    size: int = findings.PAGE_ROWS,
+) -> View:
     kept = findings.select(rows, filters)
-    shown, number, pages = findings.page_of(kept, page)
-    return View(run, filters, shown, findings.choices(rows), len(rows), len(kept), number, pages)
+    shown, number, pages = findings.page_of(kept, page, size)
+    choices = findings.choices(rows)
+    return View(run, filters, shown, choices, len(rows), len(kept), number, pages, size=size)
 
 
 def render(v: View) -> str:
