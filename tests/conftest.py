@@ -51,6 +51,7 @@ SHARED_UNITS = {
 BY_STORAGE = ("tests/spark/test_crash.py", "tests/spark/test_incremental.py")
 # The longest units start first (measured), so no long one is left for the end.
 LONG_UNITS = (
+    "tests/airflow/test_live_schedule.py",
     "tests/airflow/test_phantom.py",
     "airflow fault run",
     "tests/e2e/test_four_machines.py",

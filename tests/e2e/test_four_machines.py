@@ -26,10 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from spark_jobs import readers
 from spark_jobs.common.statuses import DEFECTS, MISMATCH, SILENT_GAP
@@ -50,6 +47,7 @@ from ..airflow.conftest import (
     wait_until,
 )
 from ..airflow.conftest import _append as append_records
+from ..airflow.live import airflow_database
 from ..conftest import TEST_BUCKET
 from ..support import ROOT, ServiceProcess, free_port, unique
 
@@ -149,16 +147,6 @@ def get(url: str, token: str) -> tuple[int, str, bytes]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=20) as resp:
         return resp.status, resp.headers.get("Content-Type", ""), resp.read()
-
-
-def airflow_database(pg_url: str) -> str:
-    """A fresh database for Airflow's metadata in the session's cluster, as a SQLAlchemy URL."""
-    name = unique("airflow").replace("-", "_")
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    info = {**conninfo_to_dict(pg_url), "dbname": name}
-    user = info.get("user", "postgres")
-    return f"postgresql+psycopg2://{user}@{info['host']}:{info['port']}/{name}"
 
 
 def defects_found(warehouse: str, pg_url: str) -> set[tuple[str, int, str]]:
