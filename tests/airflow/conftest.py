@@ -317,6 +317,7 @@ def dags_test(
     extra_env: dict | None = None,
     extra_args: tuple[str, ...] = (),
     spark_connect: bool = True,
+    timeout: float = 900,
 ) -> DagTest:
     """One DAG run; ``spark_connect=False`` drops the Spark Connect connection, so every Spark
     step is a ``spark-submit`` through ``spark_default`` (the cluster path)."""
@@ -335,7 +336,7 @@ def dags_test(
         date,
         *extra_args,
         extra_env=env,
-        timeout=900,
+        timeout=timeout,
         unset=() if spark_connect else (CONNECT_CONN,),
     )
     output = out.stdout + out.stderr
@@ -414,6 +415,14 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     topic = next(iter(landing.topics))
     phantom_seq = landing.topics[topic] + 7
     write_phantom(root / CONSUMER, topic, phantom_seq)
+    # Ten short JVMs (a driver and an executor per step): C1-only JIT, as the tests' own
+    # session, roughly halves the CPU they spend compiling.
+    conf = tmp_path_factory.mktemp("spark-conf")
+    (conf / "spark-defaults.conf").write_text(
+        "spark.driver.extraJavaOptions -XX:TieredStopAtLevel=1\n"
+        "spark.executor.extraJavaOptions -XX:TieredStopAtLevel=1\n"
+        "spark.ui.enabled false\n"
+    )
     with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         run = dags_test(
             airflow_home,
@@ -426,8 +435,10 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
                     {"conn_type": "spark", "host": cluster.url}
                 ),
                 "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_CONF_DIR": str(conf),
             },
             spark_connect=False,
+            timeout=1500,  # five spark-submits to a one-core cluster: 11 min at load 9-14
         )
         run.facts["cluster"] = (cluster.url, cluster.completed_apps())
     run.facts["phantom"] = (topic, phantom_seq)

@@ -25,7 +25,7 @@ from spark_jobs.layout import Layout
 from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 from .receivers import LEDGER, html_of, screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1800)]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 BACKFILL = ["backfill_audit_log", "backfill_search_index"]
 
