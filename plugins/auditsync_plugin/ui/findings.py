@@ -28,7 +28,6 @@ class View:
     pages: int = 1
     error: str | None = None
     size: int = findings.PAGE_ROWS  # rows per page
-    sizes: tuple[int, ...] = findings.PAGE_SIZES
 
     def link(self, page: int) -> str:
         rows = {} if self.size == findings.PAGE_ROWS else {"rows": self.size}
@@ -54,4 +53,5 @@ def view(
 
 
 def render(v: View) -> str:
-    return str(template("findings.html").render(view=v, columns=findings.COLUMNS))
+    page = template("findings.html")
+    return str(page.render(view=v, columns=findings.COLUMNS, sizes=findings.PAGE_SIZES))
