@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -107,3 +109,18 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
+
+
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # a short test JVM: C1-only JIT, about half the CPU
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    """SIGTERM a process the test started (SIGKILL after ``timeout``); its exit status. A
+    process that already ended is left alone."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

@@ -35,7 +35,7 @@ from watch_service.settings import Settings
 from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
-from ..support import ServiceProcess, free_port, unique
+from ..support import C1_ONLY, ServiceProcess, free_port, unique
 from .receivers import SmtpReceiver, WebhookReceiver
 from .spark_cluster import standalone_cluster
 
@@ -419,8 +419,8 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     # session, roughly halves the CPU they spend compiling.
     conf = tmp_path_factory.mktemp("spark-conf")
     (conf / "spark-defaults.conf").write_text(
-        "spark.driver.extraJavaOptions -XX:TieredStopAtLevel=1\n"
-        "spark.executor.extraJavaOptions -XX:TieredStopAtLevel=1\n"
+        f"spark.driver.extraJavaOptions {C1_ONLY}\n"
+        f"spark.executor.extraJavaOptions {C1_ONLY}\n"
         "spark.ui.enabled false\n"
     )
     with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:

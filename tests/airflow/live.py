@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import subprocess
 import threading
 import time
@@ -26,8 +25,6 @@ from psycopg.conninfo import conninfo_to_dict
 from ..support import unique
 from .conftest import BIN, AirflowHome, http_json, wait_until
 
-STOP_TIMEOUT_S = 60.0
-
 
 def start(home: AirflowHome, name: str, *args: str) -> subprocess.Popen:
     """``airflow ARGS…`` in the background, its output appended to ``<local>/<name>.log``."""
@@ -39,16 +36,6 @@ def start(home: AirflowHome, name: str, *args: str) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             cwd=home.local,
         )
-
-
-def stop(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> int:
-    """SIGTERM the process (SIGKILL after ``timeout``); its exit status."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
 def ok(url: str) -> bool:

@@ -25,8 +25,9 @@ from watch_service.store import runs as run_tables
 from watch_service.tools import spark_connect as spark_connect_server
 
 from ..sink.harness import SinkProcess
+from ..support import stop
 from .conftest import AirflowHome, http_json, pg_rows, wait_until
-from .live import DagRun, Metadata, Writers, start, stop
+from .live import DagRun, Metadata, Writers, start
 from .receivers import SmtpReceiver, WebhookReceiver
 
 DAG = "audit_sync"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..support import free_port
+from ..support import free_port, stop
 
 BIN = Path(sys.executable).parent
 
@@ -94,10 +93,4 @@ def standalone_cluster(base: Path, timeout: float = 90) -> Iterator[Cluster]:
         yield cluster
     finally:
         for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc, 20)

@@ -44,7 +44,7 @@ from watch_service.tools.airflow_env import airflow_env
 
 from ..sink.harness import SinkProcess
 from ..sink.harness import rows as landed_rows
-from ..support import free_port, unique
+from ..support import free_port, stop, unique
 from .conftest import BIN, AirflowHome, http_json, pg_rows, wait_until
 from .live import (
     DagRun,
@@ -53,7 +53,6 @@ from .live import (
     airflow_database,
     ok,
     start,
-    stop,
     task_log,
     wait_for_runs,
 )

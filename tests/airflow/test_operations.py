@@ -24,9 +24,9 @@ import pytest
 from watch_service.settings import Settings
 from watch_service.tools.airflow_env import airflow_env
 
-from ..support import free_port, unique
+from ..support import free_port, stop, unique
 from .conftest import AirflowHome, http_json, pg_rows, wait_until
-from .live import ok, start, stop
+from .live import ok, start
 from .receivers import WebhookReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(600)]

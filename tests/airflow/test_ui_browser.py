@@ -16,7 +16,6 @@ import io
 import json
 import re
 import secrets
-import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -32,7 +31,7 @@ from spark_jobs import findings, readers
 from spark_jobs.common.statuses import DEFECTS
 from spark_jobs.layout import Layout
 
-from ..support import free_port
+from ..support import free_port, stop
 from .conftest import BIN, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.airflow, pytest.mark.timeout(900)]
@@ -100,12 +99,7 @@ def api_server(airflow_home, fault_run):
             token = json.loads(resp.read())["access_token"]
         yield base, token
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         log.close()
 
 

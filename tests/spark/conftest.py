@@ -10,6 +10,8 @@ import pytest
 
 from spark_jobs.common.session import build_session, stop_session
 
+from ..support import C1_ONLY
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -26,7 +28,7 @@ def spark():
             "spark.driver.memory": "1g",
             # Tiny literal tables: compiling is the cost, not running. C1-only JIT and no
             # whole-stage codegen roughly halve the CPU the suite spends.
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+            "spark.driver.extraJavaOptions": C1_ONLY,
             "spark.sql.codegen.wholeStage": "false",
         },
     )

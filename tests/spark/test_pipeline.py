@@ -34,7 +34,7 @@ from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
-from ..support import unique
+from ..support import C1_ONLY, unique
 from .builders import Stream
 
 pytestmark = pytest.mark.spark
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL_RUN = [
     x
     for kv in (
-        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+        f"spark.driver.extraJavaOptions={C1_ONLY}",
         "spark.sql.shuffle.partitions=2",
         "spark.sql.adaptive.enabled=false",
         "spark.sql.codegen.wholeStage=false",
