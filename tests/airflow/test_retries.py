@@ -18,6 +18,7 @@ from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from auditsync_plugin.retries import RETRY_ARGS, TransientFaultPolicy, classify
+from spark_jobs.common.session import connect_retry_policy
 
 from ..support import free_port
 
@@ -84,6 +85,18 @@ def test_a_spark_connect_server_that_is_down_is_transient():
     assert isinstance(exc, SparkConnectGrpcException)
     verdict = classify(exc)
     assert verdict == type(verdict)(True, "gRPC UNAVAILABLE")
+
+
+def test_a_step_meets_a_restarted_spark_connect_server_within_ten_seconds():
+    """The steps' Spark Connect clients wait at most 10 s between tries (pyspark's default
+    grows to a minute), and their tries still span an outage of about two minutes."""
+    policy = connect_retry_policy()
+    waits = [
+        min(policy.initial_backoff * policy.backoff_multiplier**n, policy.max_backoff) / 1000
+        for n in range(policy.max_retries)
+    ]
+    assert max(waits) == 10
+    assert 100 < sum(waits) < 130
 
 
 SESSION_CHANGED = (
