@@ -13,9 +13,14 @@ The context keeps suites, checkpoints and validation definitions in memory: they
 with ``add_or_update`` each run, so the code here is the only definition. What outlives a run,
 the validation results and the Data Docs site, is written under the ``root`` location (a path,
 ``file://…`` or ``s3://…``; ``docs_site`` names the folders) through ``gx_store``, so the worker
-that validates and the API server that serves the pages share no disk. The site's index lists
-every validation result in that location. One checkpoint per dataset (a dataframe checkpoint
-validates the one dataframe it is given), each with an ``UpdateDataDocsAction``.
+that validates and the API server that serves the pages share no disk. One checkpoint per
+dataset (a dataframe checkpoint validates the one dataframe it is given).
+
+The Data Docs are built once per run, after every dataset is validated: the run's pages, then
+the index. The index lists the newest ``INDEX_RESULTS`` validation results (the site builder
+reads each result it lists, so an index of every result would cost each run a read per result
+ever stored); older results keep their pages. GX's ``UpdateDataDocsAction`` per checkpoint
+rebuilt the index once per dataset, each time reading every result in the store.
 
 This module imports Great Expectations at the top: only the operator's ``execute`` imports it.
 """
@@ -28,9 +33,9 @@ from typing import Any
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
-from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.base import DataContextConfig, ProgressBarsConfig
+from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 from great_expectations.expectations.row_conditions import Column
 
 from watch_service.protocol.landing import KINDS as RECORD_KINDS
@@ -41,6 +46,8 @@ from . import docs_site, gx_store
 DATASOURCE = "auditsync"
 DOCS_SITE = docs_site.SITE_NAME
 MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
+# The Data Docs index lists this many of the newest validation results: 100 runs of 5 datasets.
+INDEX_RESULTS = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +143,10 @@ def project_config(root: str) -> DataContextConfig:
             DOCS_SITE: {
                 "class_name": "SiteBuilder",
                 "store_backend": backend(docs_site.SITE),
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "site_index_builder": {
+                    "class_name": "DefaultSiteIndexBuilder",
+                    "validation_results_limit": INDEX_RESULTS,
+                },
             }
         },
         analytics_enabled=False,
@@ -175,7 +185,7 @@ def _checkpoint(ctx, name: str, expectations: list):
         gx.Checkpoint(
             name=f"audit_sync_{name}",
             validation_definitions=[vd],
-            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+            actions=[],  # the Data Docs are built once per run (see ``run``)
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
         )
     )
@@ -191,17 +201,19 @@ def run(
     origins: tuple[str, ...],
 ) -> list[dict]:
     """Validate each given dataset; returns each validation result as a JSON dict (what
-    ``summary.summarize`` reads). Data Docs are rebuilt as part of each checkpoint run."""
+    ``summary.summarize`` reads), once the Data Docs show them."""
     ctx = context(root)
     defined = suites(bounds, summary_statuses, defects, origins)
-    results = []
+    results, pages = [], []
     for name, df in frames.items():
         checkpoint = _checkpoint(ctx, name, defined[name])
         outcome = checkpoint.run(
             batch_parameters={"dataframe": df}, run_id=RunIdentifier(run_name=run_name)
         )
-        for result in outcome.run_results.values():
+        for identifier, result in outcome.run_results.items():
             doc = result.to_json_dict()
             doc["dataset"] = name
             results.append(doc)
+            pages += [identifier, ExpectationSuiteIdentifier(name=result.suite_name)]
+    ctx.build_data_docs(site_names=[DOCS_SITE], resource_identifiers=pages, build_index=True)
     return results

@@ -98,6 +98,8 @@ def test_bad_outputs_fail_with_a_readable_summary(tmp_path, monkeypatch):
     docs = tmp_path / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
     assert (docs / "index.html").is_file()
     assert {p.name for p in (docs / "validations").iterdir()} == set(datasets)
+    index = (docs / "index.html").read_text()
+    assert all(f"validations/{name}/r/" in index for name in datasets)  # built once, after all
 
 
 def test_a_missing_output_is_named(tmp_path):
