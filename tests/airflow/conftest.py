@@ -50,15 +50,20 @@ FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``. The polls
+    start 50 ms apart and back off to one a second: the live module waits minutes on
+    predicates that query Airflow's database, and at 20 polls a second those queries took a
+    share of the two cores the runs they wait for need."""
     deadline = time.monotonic() + timeout
+    pause = 0.05
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 1.0)
 
 
 def http_json(method: str, url: str, body: dict | None = None) -> dict:
