@@ -30,7 +30,8 @@ def pytest_configure(config) -> None:
     """
     from spark_jobs.common.session import submit_flags
 
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*submit_flags(), "pyspark-shell"]))
+    flags = submit_flags(master="local[2]")  # every JVM the tests launch runs a local master
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*flags, "pyspark-shell"]))
 
 
 # Modules that share the fault run of tests/airflow/conftest.py (`airflow dags test`): under

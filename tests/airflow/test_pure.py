@@ -464,8 +464,16 @@ def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
     assert cmd[:3] == ["/venv/bin/spark-submit", "--class", SERVER_CLASS]
     assert cmd[-1] == "spark-internal"
     flags = dict(zip(cmd[1:-1:2], cmd[2:-1:2]))
-    assert flags["--master"] == "local[2]" and flags["--jars"].split(",")[-1] == str(jar)
-    assert "iceberg-spark-runtime-4.1_2.13-1.11.0.jar" in flags["--jars"]
+    # A local master's executors share the driver's JVM: the jars go on its class path, not
+    # shipped (copied into a folder of the server's own); a cluster's executors are sent them.
+    assert flags["--master"] == "local[2]" and "--jars" not in flags
+    path = flags["--driver-class-path"].split(":")
+    assert path[-1] == str(jar) and any(
+        p.endswith("/iceberg-spark-runtime-4.1_2.13-1.11.0.jar") for p in path
+    )
+    cluster = command(15099, "spark://h:7077", python="/venv/bin/python")
+    flags = dict(zip(cluster[1:-1:2], cluster[2:-1:2]))
+    assert "--driver-class-path" not in flags and flags["--jars"].split(",") == path
     confs = {c.split("=", 1)[0]: c.split("=", 1)[1] for c in cmd if c.startswith("spark.")}
     assert confs["spark.connect.grpc.binding.port"] == "15099"
     assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback by default

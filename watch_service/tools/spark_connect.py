@@ -80,7 +80,7 @@ def command(
         master,
         "--driver-memory",
         driver_memory,
-        *submit_flags(),
+        *submit_flags(master=master),
         *[x for key, value in conf.items() for x in ("--conf", f"{key}={value}")],
         "--name",
         "auditsync-spark-connect",
