@@ -22,13 +22,18 @@ from .support import InProcessService, free_port, unique
 
 
 def pytest_configure(config) -> None:
-    """Every Spark JVM this test process launches carries the PostgreSQL JDBC driver.
+    """Every Spark JVM this test process launches carries the PostgreSQL JDBC driver, and the
+    tests' Spark defaults (``support.SPARK_DEFAULTS``: C1-only JIT, no whole-stage codegen).
 
     A driver JVM is started once per process and jars cannot join its classpath later, so
     whichever test starts Spark first (the GX operator in tests/airflow, or the spark layer's
     shared session) must start it with the driver, or later JDBC reads fail to find it.
     """
     from spark_jobs.common.session import submit_flags
+
+    from .support import spark_conf_dir
+
+    os.environ.setdefault("SPARK_CONF_DIR", str(spark_conf_dir()))
 
     flags = submit_flags(master="local[2]")  # every JVM the tests launch runs a local master
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*flags, "pyspark-shell"]))

@@ -112,6 +112,27 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # a short test JVM: C1-only JIT, about half the CPU
+# What every Spark JVM the tests start (their sessions, the Spark Connect servers, the steps)
+# runs with, through SPARK_CONF_DIR: on tiny tables compiling is the cost, not running.
+SPARK_DEFAULTS = (
+    f"spark.driver.extraJavaOptions {C1_ONLY}\n"
+    f"spark.executor.extraJavaOptions {C1_ONLY}\n"
+    "spark.sql.codegen.wholeStage false\n"
+    "spark.ui.enabled false\n"
+)
+
+
+def spark_conf_dir() -> Path:
+    """A SPARK_CONF_DIR holding ``SPARK_DEFAULTS``, inside the checkout (a test machine with a
+    private /tmp still sees it); written whole, so concurrent workers never read half of it."""
+    folder = ROOT / ".local" / "test-spark-conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "spark-defaults.conf"
+    if not target.is_file() or target.read_text() != SPARK_DEFAULTS:
+        part = folder / f".spark-defaults.{os.getpid()}"
+        part.write_text(SPARK_DEFAULTS)
+        part.replace(target)
+    return folder
 
 
 def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:

@@ -35,7 +35,7 @@ from watch_service.settings import Settings
 from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
-from ..support import C1_ONLY, ServiceProcess, free_port, unique
+from ..support import ServiceProcess, free_port, spark_conf_dir, unique
 from .receivers import SmtpReceiver, WebhookReceiver
 from .spark_cluster import standalone_cluster
 
@@ -420,14 +420,6 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     topic = next(iter(landing.topics))
     phantom_seq = landing.topics[topic] + 7
     write_phantom(root / CONSUMER, topic, phantom_seq)
-    # Ten short JVMs (a driver and an executor per step): C1-only JIT, as the tests' own
-    # session, roughly halves the CPU they spend compiling.
-    conf = tmp_path_factory.mktemp("spark-conf")
-    (conf / "spark-defaults.conf").write_text(
-        f"spark.driver.extraJavaOptions {C1_ONLY}\n"
-        f"spark.executor.extraJavaOptions {C1_ONLY}\n"
-        "spark.ui.enabled false\n"
-    )
     with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         run = dags_test(
             airflow_home,
@@ -440,7 +432,9 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
                     {"conn_type": "spark", "host": cluster.url}
                 ),
                 "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_CONF_DIR": str(conf),
+                # Ten short JVMs (a driver and an executor per step), with the tests' Spark
+                # defaults: C1-only JIT roughly halves the CPU they spend compiling.
+                "SPARK_CONF_DIR": str(spark_conf_dir()),
             },
             spark_connect=False,
             timeout=1500,  # five spark-submits to a one-core cluster: 11 min at load 9-14

@@ -49,7 +49,7 @@ from ..airflow.conftest import (
 from ..airflow.conftest import _append as append_records
 from ..airflow.live import airflow_database
 from ..conftest import TEST_BUCKET
-from ..support import ROOT, ServiceProcess, free_port, unique
+from ..support import ROOT, ServiceProcess, free_port, spark_conf_dir, unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -177,7 +177,12 @@ def test_four_machines_share_only_postgresql_and_the_object_store(
     root = f"s3://{TEST_BUCKET}/{unique('four')}"
     landing, warehouse, gx_root = (f"{root}/{x}" for x in ("landing", "warehouse", "gx"))
     s3_env = object_store.config.environ()
-    base_env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "LANG": "C.UTF-8", **s3_env}
+    base_env = {
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "LANG": "C.UTF-8",
+        "SPARK_CONF_DIR": str(spark_conf_dir()),  # in the checkout: every machine reads it
+        **s3_env,
+    }
     watch = ServiceProcess(
         pg_url, env={"AUDITSYNC_RETENTION_INTERVAL_S": "3600"}, log_path=tmp_path / "serve.log"
     ).start()
