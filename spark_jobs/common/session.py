@@ -135,14 +135,16 @@ def build_session(
 # minute (pyspark's DefaultPolicy): after a server restart that took 20 s, its next try came at
 # 68 s. Its backoff is capped at 10 s here, so a step learns within 10 s that the server is
 # back (and, when the server forgot the session, fails at once, for Airflow's retry to start
-# afresh); its 15 tries still ride out an outage of about two minutes.
+# afresh); 33 tries still ride out an outage of about five minutes, as a slow restart on a
+# loaded machine may take.
 CONNECT_MAX_BACKOFF_MS = 10_000
+CONNECT_RETRIES = 33
 
 
 def connect_retry_policy() -> Any:
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    return DefaultPolicy(max_backoff=CONNECT_MAX_BACKOFF_MS)
+    return DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)
 
 
 @contextlib.contextmanager

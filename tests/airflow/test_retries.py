@@ -89,14 +89,14 @@ def test_a_spark_connect_server_that_is_down_is_transient():
 
 def test_a_step_meets_a_restarted_spark_connect_server_within_ten_seconds():
     """The steps' Spark Connect clients wait at most 10 s between tries (pyspark's default
-    grows to a minute), and their tries still span an outage of about two minutes."""
+    grows to a minute), and their tries still span an outage of about five minutes."""
     policy = connect_retry_policy()
     waits = [
         min(policy.initial_backoff * policy.backoff_multiplier**n, policy.max_backoff) / 1000
         for n in range(policy.max_retries)
     ]
     assert max(waits) == 10
-    assert 100 < sum(waits) < 130
+    assert 280 < sum(waits) < 320
 
 
 SESSION_CHANGED = (
