@@ -31,7 +31,7 @@ from spark_jobs.backfill.transforms import (
     source_rows,
 )
 from spark_jobs.backfill.writes import write_audit_log
-from spark_jobs.common import jdbc, progress, store, tables
+from spark_jobs.common import jdbc, progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
@@ -83,6 +83,7 @@ def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
     ]
 
 
+@step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Repair; returns the step's figures. ``hook(point)`` is called between the audit-log
     partition swaps (tests kill the step there)."""
@@ -94,12 +95,12 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
     detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)
     everything = detail.unionByName(run_details(spark, layout, carried).drop("run_id"))
-    keys = repair_keys(everything).cache()
+    keys = step_cache.cache(repair_keys(everything))
     spans = repair_spans(keys, args.max_pushdown_ranges)
     records = jdbc.read_records_in(
         spark, jdbc.jdbc_target(args.database_url), spans, args.num_partitions
     )
-    repaired = source_rows(records, keys).cache()
+    repaired = step_cache.cache(source_rows(records, keys))
     counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
     if args.target in (BOTH, "audit_log"):
         deliveries = conform(

@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backfill.transforms import merge_audit_log
-from spark_jobs.common import tables
+from spark_jobs.common import step_cache, tables
 from spark_jobs.common.schemas import AUDIT_LOG, columns, conform
 from spark_jobs.layout import Layout
 
@@ -80,14 +80,14 @@ def write_audit_log(
     hook: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """Write ``fresh`` (rows with a ``rank``) to the audit log; returns the counts."""
-    fresh = fresh.cache()
+    fresh = step_cache.cache(fresh)
     bounds = seq_bounds(fresh)
     if not bounds:
         return {"appended": 0, "merged": 0}
     existing = conform(
         tables.read(spark, layout, "audit_log").filter(inside(bounds)), AUDIT_LOG
     ).join(fresh.select("topic", "seq").distinct(), on=["topic", "seq"], how="left_semi")
-    todo = changes(fresh, existing).withColumn("run_id", F.lit(layout.run_id)).cache()
+    todo = step_cache.cache(changes(fresh, existing).withColumn("run_id", F.lit(layout.run_id)))
     counts = {
         r["change"]: r["n"] for r in todo.groupBy("change").agg(F.count("*").alias("n")).collect()
     }

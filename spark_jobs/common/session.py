@@ -41,8 +41,17 @@ BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
-# Static settings a JVM must start with (a Spark Connect server too).
-STATIC_CONF = {"spark.sql.extensions": EXTENSIONS}
+# Static settings a JVM must start with (a Spark Connect server too). A long-lived JVM (the
+# Spark Connect server, the runner's session) keeps the status of its last SQL executions, jobs
+# and stages for the UI even with the UI off; with Spark's defaults (1,000 of each, with every
+# plan's metrics) they were a large part of a full heap after 30 runs. A run makes about 30.
+STATIC_CONF = {
+    "spark.sql.extensions": EXTENSIONS,
+    "spark.sql.ui.retainedExecutions": "100",
+    "spark.ui.retainedJobs": "200",
+    "spark.ui.retainedStages": "200",
+    "spark.ui.retainedTasks": "20000",
+}
 
 # Kept for the callers that report a missing driver: every pinned jar is reported alike now.
 JdbcDriverMissing = JarsMissing

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import progress, store, tables
+from spark_jobs.common import progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
@@ -82,6 +82,7 @@ def build_parser():
     return parser
 
 
+@step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Compact what is new; returns the step's figures. ``hook(point)`` is called just before
     the commit (tests kill the step there)."""
@@ -104,7 +105,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             ],
             LAST_FRAMES,
         )
-        batch = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1)).cache()
+        numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))
+        batch = step_cache.cache(numbered)
         stats = batch.agg(
             F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
         ).first()

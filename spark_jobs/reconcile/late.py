@@ -39,6 +39,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
+from spark_jobs.common import step_cache
 from spark_jobs.common.schemas import (
     DETAIL,
     GAPS,
@@ -181,12 +182,12 @@ def rejudge(
         .when(F.col("in_gap"), st.TRIMMED_AFTER_DELIVERY)
         .otherwise(st.PHANTOM)
     )
-    v = (
+    v = step_cache.cache(
         old.withColumn("old_status", old_status)
         .withColumn("old_copies", F.coalesce(F.col("old.copies"), F.lit(0)))
         .withColumn("status", new_status)
         .withColumn("copies", F.col("old_copies") + F.col("m"))
-    ).cache()
+    )
     changed = F.col("old_status").isNull() | (F.col("old_status") != F.col("status"))
     not_plain = F.col("old_status").isNull() | (F.col("old_status") != st.DELIVERED)
     differs = ~(in_source & (F.col("status") == st.DELIVERED))

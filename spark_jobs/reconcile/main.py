@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import jdbc, progress, store, tables
+from spark_jobs.common import jdbc, progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
@@ -157,6 +157,7 @@ def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
     ]
 
 
+@step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
     the PostgreSQL commit (tests kill the step there)."""
@@ -202,7 +203,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         driver.heads,
     )
     target = jdbc.jdbc_target(args.database_url)
-    late = late_copies(deliveries, scope).cache()
+    late = step_cache.cache(late_copies(deliveries, scope))
     late_runs = (
         [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
         if late.limit(1).count() > 0
@@ -239,7 +240,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             conform(earlier_copies(history, due), DELIVERIES)
         )
     windows = windows_of(scope_rows)
-    records = jdbc.read_records_in(spark, target, windows, args.num_partitions).cache()
+    records = step_cache.cache(jdbc.read_records_in(spark, target, windows, args.num_partitions))
     gaps = jdbc.read_gaps_in(spark, target, windows)
     kept = (
         remembered(evidence.earlier_verdicts(spark, layout, run_order), gaps, scope)

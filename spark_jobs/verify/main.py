@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.backfill.main import run_details
 from spark_jobs.backfill.writes import inside
-from spark_jobs.common import progress, store, tables
+from spark_jobs.common import progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
@@ -73,6 +73,7 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
     return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
 
 
+@step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
     the PostgreSQL commit."""
@@ -87,7 +88,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     older = run_details(spark, layout, carried).filter(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
-    detail = own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)).cache()
+    detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))
     tables.replace_run(
         layout,
         "remaining",
