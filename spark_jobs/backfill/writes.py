@@ -84,8 +84,9 @@ def write_audit_log(
     bounds = seq_bounds(fresh)
     if not bounds:
         return {"appended": 0, "merged": 0}
+    # Pinned: ``todo`` is cached and outlives the append below (the MERGE reads it).
     existing = conform(
-        tables.read(spark, layout, "audit_log").filter(inside(bounds)), AUDIT_LOG
+        tables.pinned(spark, layout, "audit_log").filter(inside(bounds)), AUDIT_LOG
     ).join(fresh.select("topic", "seq").distinct(), on=["topic", "seq"], how="left_semi")
     todo = step_cache.cache(changes(fresh, existing).withColumn("run_id", F.lit(layout.run_id)))
     counts = {

@@ -164,6 +164,17 @@ def read(spark: SparkSession, layout: Layout, name: str, snapshot: int | None = 
     return spark.sql(f"SELECT * FROM {layout.table(name)} VERSION AS OF {int(snapshot)}")
 
 
+def pinned(spark: SparkSession, layout: Layout, name: str) -> DataFrame:
+    """The table as it is now, pinned to its current snapshot (no rows when it has none). For a
+    DataFrame a step caches and then writes the same table under: Spark re-caches every cached
+    plan that reads a table just written, with the new rows, and that entry no longer matches
+    the DataFrame, whose ``unpersist`` then misses it (one leaked entry per run, measured)."""
+    snapshot = current_snapshot(spark, layout, name)
+    if snapshot is None:
+        return spark.createDataFrame([], SCHEMAS[name][0])
+    return read(spark, layout, name, snapshot)
+
+
 def run_column(name: str) -> str:
     """The column a run-partitioned table is partitioned by."""
     return SCHEMAS[name][1]

@@ -117,10 +117,21 @@ def windows_of(scope_rows: list) -> list[jdbc.Window]:
     return [(t, lo, hi) for t, (lo, hi) in out.items()]
 
 
-def _ledger(spark: SparkSession, layout: Layout, committed: set[str]) -> DataFrame:
-    """Committed runs' ledger rows (a crashed run's rows, never committed, are ignored)."""
+def _ledger(
+    spark: SparkSession, layout: Layout, committed: set[str], pin: bool = False
+) -> DataFrame:
+    """Committed runs' ledger rows (a crashed run's rows, never committed, are ignored);
+    ``pin``: as the table is now (``tables.pinned``), for a frame cached across this run's own
+    ledger write."""
     runs_ = sorted(committed - {layout.run_id})
-    return conform(tables.runs_rows(spark, layout, "ledger", runs_), LEDGER)
+    if not pin:
+        return conform(tables.runs_rows(spark, layout, "ledger", runs_), LEDGER)
+    rows = tables.pinned(spark, layout, "ledger")
+    if not runs_:
+        rows = rows.limit(0)
+    else:
+        rows = rows.filter(F.col(tables.run_column("ledger")).isin(*runs_))
+    return conform(rows, LEDGER)
 
 
 def _late(
@@ -141,7 +152,7 @@ def _late(
     records = jdbc.read_records_in(spark, target, capped, 1)
     gaps = jdbc.read_gaps_in(spark, target, capped)
     pairs = late.select("consumer", "topic").distinct()
-    ledger = _ledger(spark, layout, committed).join(
+    ledger = _ledger(spark, layout, committed, pin=True).join(  # rejudge caches what reads it
         pairs, on=["consumer", "topic"], how="left_semi"
     )
     return rejudge(late, ledger, records, gaps, through, rewound)

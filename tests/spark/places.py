@@ -39,3 +39,8 @@ def table_rows(layout: Layout, url: str, name: str, cols: list[str]) -> list[tup
 
 def landing_storage(location: str) -> Storage:
     return Storage.at(location)
+
+
+def cached_plans(spark) -> int:
+    """How many DataFrames the session's cache holds (shared by every session of its JVM)."""
+    return spark._jsparkSession.sharedState().cacheManager().numCachedEntries()

@@ -29,11 +29,6 @@ class Killed(RuntimeError):
 RERUN_AFTER = ("backfill.merging", "verify.committing")
 
 
-def cached_plans(spark) -> int:
-    """How many DataFrames the session's cache holds (shared by every session of its JVM)."""
-    return spark._jsparkSession.sharedState().cacheManager().numCachedEntries()
-
-
 def kill_at(point: str):
     def hook(reached: str) -> None:
         if reached == point:
@@ -64,19 +59,19 @@ def outcome(request, spark, pg_url, object_store, tmp_path_factory):
     # recovered by the next killed run (a crash after a crash); the others by a plain rerun.
     points = ["compact.committing", "backfill.merging", "reconcile.committing", "verify.committing"]
     segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
-    reruns, cached, before = {}, [], cached_plans(spark)  # other modules share the session
+    reruns, cached, before = {}, [], places.cached_plans(spark)  # other modules share the session
     for point, segment in zip(points, segments):
         write_segment(landing, *segment)
         with pytest.raises(Killed):
             runner.run_steps(
                 spark, Layout(landing, crashed.work, unique("k")), pg_url, 2, hook=kill_at(point)
             )
-        cached.append(cached_plans(spark))
+        cached.append(places.cached_plans(spark))
         if point in RERUN_AFTER:
             reruns[point] = runner.run_steps(
                 spark, Layout(landing, crashed.work, unique("r")), pg_url, 2
             )
-            cached.append(cached_plans(spark))
+            cached.append(places.cached_plans(spark))
     # Incremental runs equal one run over everything (test_incremental): the clean reference.
     runner.run_steps(spark, Layout(landing, clean.work, unique("c")), pg_url, 2)
     return {
