@@ -217,6 +217,9 @@ def airflow_env(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # A worker's calls to the Execution API time out after 5 s by default; on a loaded
+        # two-core machine a task's start call took longer, and the try failed before it ran.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn, sort_keys=True),
         "AIRFLOW_CONN_AUDITSYNC_WATCH": json.dumps(watch_conn, sort_keys=True),
         "AIRFLOW_CONN_AUDITSYNC_PG": connection_json(database_url(settings), "postgres"),
