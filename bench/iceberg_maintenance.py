@@ -1,37 +1,58 @@
-"""What maintenance buys a warehouse that many small pipeline runs wrote.
+"""Maintenance over many real pipeline runs: files and snapshots per warehouse table stay
+bounded, and a run's time does not grow.
 
 Starts its own throwaway PostgreSQL (the project's embedded cluster, a temp folder, a free
-loopback port) and one local Spark session, then makes ``--appends`` (default 200) small
-pipeline-like commits to the audit log: each one run's delivered rows (``--rows`` rows over 4
-topics, one day: 4 partitions touched), committed with the run's id in the snapshot summary and
-recorded in ``pipeline_runs.snapshots`` as the pipeline does. Then, before and after the
-maintenance step (``spark_jobs.maintenance.main.run``, retention ``--retention-hours``, default
-0: every snapshot no run within the retention references is old):
+loopback port) and one local Spark session (``local[2]``), then makes ``--runs`` (default 200,
+at most 1,000) real small pipeline runs. Each run lands ``--records`` (default 40) new records
+over 4 topics the way ``bench/pipeline.py``'s ``World`` does (the source rows in PostgreSQL,
+the sink's segment files in the landing zone), then runs ``spark_jobs.runner.execute`` in-process,
+i.e. ``auditsync pipeline run``: compact, reconcile, backfill, verify through
+``runner.run_steps``, then the removal of the per-run rows of runs older than the newest 96. So
+every warehouse table a run writes gets that run's commits, as in production. A run whose
+quality gate fails stops the bench.
 
-* data files per warehouse table (and per audit-log partition, the most);
-* the time of one more such append (median of ``--samples``), through ``tables.append``;
-* the time of a pyiceberg read of one topic (``spark_jobs.readers.audit_log``, no JVM).
+Every ``--maintain-every`` N runs (default 50) the real maintenance step runs
+(``spark_jobs.maintenance.main.run``: rewrite, expire, remove orphans, with the production
+expiry rule of ``spark_jobs.maintenance.plan``). The maintenance DAG is daily and a day of
+15-minute runs is 96 runs. N = 50 is about half a day: 200 runs give four passes, so the state
+between passes is seen four times, not twice. The bound below takes N as a parameter, and
+production's is the same with N = 96. The retention is counted in runs because the bench
+compresses days into minutes. Before each pass, the retention in hours is set to the age of the
+``--retention-runs``-th newest run (default 96: a day of runs), so the snapshots of that many
+runs stay readable "as run X left it", and nothing older does. Production keeps 7 days, which is
+672 runs.
 
-Prints the figures, their ratios, the maintenance step's own figures and seconds, and the load
-average before and after. Not a test: it reports, it does not assert. Loopback only, bounded
-(``--appends`` at most 1,000).
-Measured here (2 cores shared with other work, load average 12.5-15.7 throughout): 200
-appends of 40 rows in 493 s; before maintenance 800 audit-log data files (200 in each
-partition), a one-topic pyiceberg read 0.836 s, an append 3.41 s; maintenance 44.0 s (820
-files -> 4, 205 snapshots expired); after it 4 files (1 per partition), the read 0.065 s
-(0.08x), the append 3.45 s (1.01x: a Spark job's fixed cost, not the table's size).
+**The bound.** For every warehouse table, ``files <= f x N + L``, where ``f`` is the most data
+files one run added to that table (read from the runs' snapshot summaries, ``auditsync.run-id``)
+and ``L`` is what the previous pass left (0 before the first pass). Here f is 8 for the audit
+log (each of ``local[2]``'s two write tasks writes each of the 4 topic-day partitions: writes
+are not shuffled), 2 for deliveries, 1 for detail and summary, and 0 for ledger and remaining
+(no late copies, no defects). For the tables maintenance compacts (audit_log, deliveries), L is
+one file per partition (4 topic-days and 1 consumer here). For the per-run tables (detail,
+summary, ledger, remaining), each run is its own partition, so L is the files of the kept runs,
+at most 96 runs' worth. Files only grow between passes through runs (the retention of old runs
+only removes files), so the highest counts are the ones just before a pass. The bench checks
+the bound there and at the end, prints OK or EXCEEDED per table, and exits 1 when any table
+exceeds it. Everything else it reports without asserting.
 
-``python bench/maintenance.py [--appends 200] [--rows 40] [--samples 5] [--retention-hours 0]
-[--quick]``
+Prints, per pass and at the end: data files per table (and the most in one partition),
+snapshots per table, the pass's seconds, and a one-topic pyiceberg read of the audit log just
+before and after the pass. For the pipeline run time it prints the median of the first 10 runs
+against the median of the last 10, the median per 50-run block (with that block's mean 1-minute
+load), and the load average at the start and at the end. Pass times are not part of run times.
+Spark runs with 2 shuffle partitions (``local[2]``, 40 records a run). Loopback only. It stops
+its own PostgreSQL and Spark, also on SIGTERM.
+
+``python bench/iceberg_maintenance.py [--runs 200] [--maintain-every 50] [--records 40]
+[--retention-runs 96] [--quick]`` (``--quick``: 4 runs, a pass every 2, 2-3 minutes).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -42,153 +63,227 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+from pipeline import World, load  # noqa: E402 (bench/)
 
-from spark_jobs import readers  # noqa: E402
+from spark_jobs import readers, runner  # noqa: E402
 from spark_jobs.common import tables  # noqa: E402
-from spark_jobs.common.session import build_session  # noqa: E402
+from spark_jobs.common.session import build_session, stop_session  # noqa: E402
 from spark_jobs.layout import TABLES, Layout  # noqa: E402
 from spark_jobs.maintenance import main as maintenance  # noqa: E402
-from watch_service.store import runs  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
 
-TOPICS = tuple(f"bench-{i}" for i in range(4))
-DAY = dt.date(2026, 11, 26)
-TS0 = int(dt.datetime(2026, 11, 26, tzinfo=dt.UTC).timestamp() * 1000)
-MAX_APPENDS = 1000
+MAX_RUNS = 1000
+WINDOW = 10  # runs in the "first" and "last" medians
+BLOCK = 50  # runs per block median
+# The age, in hours, of the retention-runs-th newest run (all runs when there are fewer), plus a
+# second so that the run itself is within the retention.
+RETENTION_HOURS = """
+SELECT extract(epoch FROM now() - min(started_at)) / 3600 + 1.0 / 3600
+  FROM (SELECT started_at FROM pipeline_runs ORDER BY started_at DESC LIMIT %s) AS newest
+"""
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-class Appender:
-    """Pipeline-like commits: run n's rows continue every topic's seqs."""
-
-    def __init__(self, spark, layout: Layout, url: str, rows: int) -> None:
-        self.spark, self.layout, self.url, self.rows = spark, layout, url, rows
-        self.n = 0
-        self.schema = tables.SCHEMAS["audit_log"][0]
-
-    def append(self) -> float:
-        self.n += 1
-        run_id = f"bench-run-{self.n:05d}"
-        per_topic = self.rows // len(TOPICS)
-        rows = []
-        for t, topic in enumerate(TOPICS):
-            for i in range(per_topic):
-                seq = (self.n - 1) * per_topic + i + 1
-                data = json.dumps({"n": seq, "topic": topic, "run": self.n})
-                rows.append(
-                    (topic, seq, TS0 + seq * 1000 + t, None, None, None, data, "0" * 64,
-                     "delivered", DAY, run_id)
-                )  # fmt: skip
-        started = time.monotonic()
-        df = self.spark.createDataFrame(rows, self.schema)
-        tables.append(self.layout, "audit_log", df, {tables.RUN_PROPERTY: run_id})
-        seconds = time.monotonic() - started
-        snapshot = tables.current_snapshot(self.spark, self.layout, "audit_log")
-        assert snapshot is not None  # the append just committed one
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            runs.start_run(conn, run_id)
-            runs.record_snapshots(conn, run_id, self.layout.catalog, {"audit_log": snapshot})
-        return seconds
-
-
-def files(spark, layout: Layout) -> tuple[dict[str, int], int]:
-    """Data files per table with a snapshot, and the most in one audit-log partition."""
+def census(spark, layout: Layout) -> dict[str, dict[str, int]]:
+    """Per table with a snapshot: data files, the most in one partition, snapshots, and the
+    most data files one run's commits added (``per_run``)."""
     out = {}
     for name in TABLES:
-        if tables.current_snapshot(spark, layout, name) is not None:
-            row = spark.sql(f"SELECT count(*) FROM {layout.table(name)}.data_files").first()
-            out[name] = int(row[0]) if row else 0
-    row = spark.sql(
-        f"SELECT max(n) FROM (SELECT count(*) AS n FROM {layout.table('audit_log')}.data_files "
-        f"GROUP BY partition)"
-    ).first()
-    return out, int(row[0]) if row and row[0] is not None else 0
+        if tables.current_snapshot(spark, layout, name) is None:
+            continue
+        table = layout.table(name)
+        files = spark.sql(
+            f"SELECT coalesce(sum(file_count), 0), coalesce(max(file_count), 0) "
+            f"FROM {table}.partitions"
+        ).first()
+        snaps = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()
+        per_run = spark.sql(
+            f"SELECT coalesce(max(n), 0) FROM (SELECT sum(CAST(summary['added-data-files'] AS "
+            f"INT)) AS n FROM {table}.snapshots WHERE summary['{tables.RUN_PROPERTY}'] IS NOT "
+            f"NULL GROUP BY summary['{tables.RUN_PROPERTY}'])"
+        ).first()
+        out[name] = {
+            "files": int(files[0]) if files else 0,
+            "most": int(files[1]) if files else 0,
+            "snapshots": int(snaps[0]) if snaps else 0,
+            "per_run": int(per_run[0]) if per_run else 0,
+        }
+    return out
 
 
-def measure(spark, layout: Layout, url: str, appender: Appender, samples: int) -> dict:
-    per_table, most = files(spark, layout)  # before the sample appends add their own
-    appends = [appender.append() for _ in range(samples)]
-    readers.audit_log(layout, url, TOPICS[0])  # warm: the first read pays pyiceberg's imports
-    reads = []
-    for _ in range(samples):
-        started = time.monotonic()
-        readers.audit_log(layout, url, TOPICS[0])
-        reads.append(time.monotonic() - started)
-    return {
-        "append_s": statistics.median(appends),
-        "read_s": statistics.median(reads),
-        "files": per_table,
-        "most_in_a_partition": most,
-    }
+def show(title: str, counts: dict[str, dict[str, int]]) -> None:
+    print(f"[bench] {title}", flush=True)
+    for name, c in counts.items():
+        print(
+            f"[bench]   {name:<10} data files {c['files']:>4} (most in a partition "
+            f"{c['most']:>3})  snapshots {c['snapshots']:>4}  one run adds <= {c['per_run']}",
+            flush=True,
+        )
 
 
-def main() -> int:
+def check_bound(
+    counts: dict[str, dict[str, int]], f: dict[str, int], n: int, left: dict[str, int]
+) -> bool:
+    """Prints ``files <= f x N + L`` per table, OK or EXCEEDED; True when every table holds."""
+    held = True
+    for name, c in counts.items():
+        bound = f.get(name, 0) * n + left.get(name, 0)
+        ok = c["files"] <= bound
+        held &= ok
+        print(
+            f"[bench]   bound {name:<10} {c['files']:>4} <= {f.get(name, 0)} x {n} + "
+            f"{left.get(name, 0)} = {bound:>4}  {'OK' if ok else 'EXCEEDED'}",
+            flush=True,
+        )
+    return held
+
+
+def read_s(layout: Layout, url: str, topic: str) -> float:
+    started = time.monotonic()
+    readers.audit_log(layout, url, topic)
+    return time.monotonic() - started
+
+
+def maintain(spark, layout: Layout, url: str, retention_runs: int, topic: str) -> str:
+    """One maintenance pass with the retention of the newest ``retention_runs`` runs; its line."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(RETENTION_HOURS, (retention_runs,)).fetchone()
+    hours = float(row[0]) if row and row[0] is not None else 0.0
+    read_before = read_s(layout, url, topic)
+    args = maintenance.build_parser().parse_args(
+        ["--work", layout.work, "--database-url", url, "--snapshot-retention-hours", f"{hours}"]
+    )
+    figures = maintenance.run(spark, args)
+    read_after = read_s(layout, url, topic)
+    line = (
+        f"{figures['seconds']:.1f} s (retention {hours * 60:.1f} min), data files "
+        f"{figures['files_before']} -> {figures['files_after']}, snapshots expired "
+        f"{figures['snapshots_expired']}, orphans removed {figures['orphans_removed']}; "
+        f"one-topic read {read_before:.3f} -> {read_after:.3f} s ({load()})"
+    )
+    print(f"[bench] maintenance pass: {line}", flush=True)
+    return line
+
+
+def one_run(spark, world: World, work: str, i: int) -> float:
+    """Land the run's records and make one pipeline run; its seconds (the landing excluded)."""
+    args = argparse.Namespace(
+        action="run",
+        landing=world.landing,
+        work=work,
+        run_id=f"run-{i:04d}",
+        num_partitions=4,
+        keep_runs=runner.KEEP_RUNS,
+    )
+    started = time.monotonic()
+    code = runner.execute(spark, args, world.url)
+    seconds = time.monotonic() - started
+    if code != 0:
+        raise SystemExit(f"[bench] run {i} exited {code}: the bench stops")
+    return seconds
+
+
+def summarize(seconds: list[float], loads: list[float]) -> None:
+    window = min(WINDOW, len(seconds) // 2) or 1
+    first, last = statistics.median(seconds[:window]), statistics.median(seconds[-window:])
+    print(
+        f"[bench] pipeline run: median of the first {window} {first:.2f} s, of the last {window} "
+        f"{last:.2f} s, ratio {last / first:.2f}x",
+        flush=True,
+    )
+    for lo in range(0, len(seconds), BLOCK):
+        block, block_load = seconds[lo : lo + BLOCK], statistics.mean(loads[lo : lo + BLOCK])
+        print(
+            f"[bench]   runs {lo + 1:>4}-{lo + len(block):<4} median "
+            f"{statistics.median(block):6.2f} s  (mean 1-minute load {block_load:.1f})",
+            flush=True,
+        )
+
+
+def bench(spark, url: str, base: Path, args: argparse.Namespace) -> bool:
+    world = World(url, str(base / "landing"), "maint")
+    work = str(base / "warehouse")
+    layout = Layout("", work, "")
+    f: dict[str, int] = {}
+    left: dict[str, int] = {}
+    held = True
+    seconds: list[float] = []
+    loads: list[float] = []
+    passes: list[str] = []
+    for i in range(1, args.runs + 1):
+        world.add(args.records)
+        seconds.append(one_run(spark, world, work, i))
+        loads.append(os.getloadavg()[0])
+        print(f"[bench] run {i}: {seconds[-1]:.2f} s ({load()})", flush=True)
+        if i % args.maintain_every and i != args.runs:
+            continue
+        counts = census(spark, layout)
+        for name, c in counts.items():
+            f[name] = max(f.get(name, 0), c["per_run"])
+        show(f"after run {i}, before maintenance:", counts)
+        held &= check_bound(counts, f, args.maintain_every, left)
+        if i % args.maintain_every == 0:
+            line = maintain(spark, layout, url, args.retention_runs, world.topics[0])
+            passes.append(f"after run {i}: {line}")
+            after = census(spark, layout)
+            left = {name: c["files"] for name, c in after.items()}
+            show(f"after the maintenance pass at run {i}:", after)
+    for line in passes:
+        print(f"[bench] maintenance pass {line}", flush=True)
+    summarize(seconds, loads)
+    return held
+
+
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--appends", type=int, default=200)
-    parser.add_argument("--rows", type=int, default=40, help="rows per append (4 topics)")
-    parser.add_argument("--samples", type=int, default=5)
-    parser.add_argument("--retention-hours", type=float, default=0.0)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 30 appends, 3 samples")
-    args = parser.parse_args()
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--maintain-every", type=int, default=50)
+    parser.add_argument("--records", type=int, default=40, help="new records per run (4 topics)")
+    parser.add_argument("--retention-runs", type=int, default=runner.KEEP_RUNS)
+    parser.add_argument("--quick", action="store_true", help="4 runs, a pass every 2")
+    args = parser.parse_args(argv)
     if args.quick:
-        args.appends, args.samples = 30, 3
-    if not 1 <= args.appends <= MAX_APPENDS:
-        parser.error(f"--appends must be within 1..{MAX_APPENDS}")
+        args.runs, args.maintain_every = 4, 2
+    if not 1 <= args.runs <= MAX_RUNS:
+        parser.error(f"--runs must be within 1..{MAX_RUNS}")
+    if args.maintain_every < 1 or args.retention_runs < 1:
+        parser.error("--maintain-every and --retention-runs must be at least 1")
+    # SIGTERM (run_all's backstop, or an operator's kill) unwinds through the finally blocks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     base = Path(tempfile.mkdtemp(prefix="auditsync-bench-maint-"))
     base.chmod(0o755)  # the embedded server runs as the postgres user
     cluster = EmbeddedPostgres(base / "pg", free_port())
-    cluster.start()
     spark = None
+    print(f"[bench] iceberg_maintenance: {args.runs} runs, a pass every {args.maintain_every} "
+          f"({load()})", flush=True)  # fmt: skip
     try:
-        url = cluster.url
-        migrate(url)
+        cluster.start()
+        migrate(cluster.url)
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only: read as the JVM starts
         spark = build_session(
             "bench-maintenance",
             master="local[2]",
-            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+            conf={
+                "spark.ui.enabled": "false",
+                "spark.driver.memory": "2g",
+                "spark.sql.shuffle.partitions": "2",  # local[2] and 40 records a run
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            },
         )
         spark.sparkContext.setLogLevel("ERROR")
-        layout = Layout("", str(base / "work"), "")
-        tables.attach(spark, layout, url)
-        appender = Appender(spark, layout, url, args.rows)
-        print(f"[bench] {load()}", flush=True)
-        started = time.monotonic()
-        for i in range(args.appends):
-            appender.append()
-            if (i + 1) % 50 == 0:
-                print(f"[bench] {i + 1} appends ({time.monotonic() - started:.0f} s)", flush=True)
-        before = measure(spark, layout, url, appender, args.samples)
-        print(f"[bench] before maintenance: {before}  ({load()})", flush=True)
-        mparser = maintenance.build_parser()
-        margs = mparser.parse_args(
-            ["--work", layout.work, "--database-url", url,
-             "--snapshot-retention-hours", str(args.retention_hours)]
-        )  # fmt: skip
-        figures = maintenance.run(spark, margs)
-        print(
-            f"[bench] maintenance: {figures['seconds']:.1f} s, files "
-            f"{figures['files_before']} -> {figures['files_after']}, snapshots expired "
-            f"{figures['snapshots_expired']}, orphans removed {figures['orphans_removed']}",
-            flush=True,
-        )
-        after = measure(spark, layout, url, appender, args.samples)
-        print(f"[bench] after maintenance:  {after}  ({load()})", flush=True)
-        for key in ("append_s", "read_s", "most_in_a_partition"):
-            ratio = after[key] / before[key] if before[key] else float("nan")
-            print(f"[bench] {key}: {before[key]:.3f} -> {after[key]:.3f} ({ratio:.2f}x)")
-        return 0
+        held = bench(spark, cluster.url, base, args)
     finally:
-        if spark is not None:
-            spark.stop()
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        try:
+            if spark is not None:
+                stop_session(spark)
+        finally:
+            cluster.stop()
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"[bench] bound {'held' if held else 'EXCEEDED'}; {load()}", flush=True)
+    return 0 if held else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
