@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+from _proc import tree_cpu_s  # noqa: E402 (bench/)
 from pipeline import World, load  # noqa: E402 (bench/)
 
 from spark_jobs import readers, runner  # noqa: E402
@@ -166,8 +167,9 @@ def maintain(spark, layout: Layout, url: str, retention_runs: int, topic: str) -
     return line
 
 
-def one_run(spark, world: World, work: str, i: int) -> float:
-    """Land the run's records and make one pipeline run; its seconds (the landing excluded)."""
+def one_run(spark, world: World, work: str, i: int) -> tuple[float, float]:
+    """One pipeline run over what was landed: its wall seconds and the CPU seconds of this
+    process and its JVM (PostgreSQL's are not counted)."""
     args = argparse.Namespace(
         action="run",
         landing=world.landing,
@@ -176,27 +178,30 @@ def one_run(spark, world: World, work: str, i: int) -> float:
         num_partitions=4,
         keep_runs=runner.KEEP_RUNS,
     )
-    started = time.monotonic()
+    started, cpu = time.monotonic(), tree_cpu_s(os.getpid())
     code = runner.execute(spark, args, world.url)
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, tree_cpu_s(os.getpid()) - cpu
     if code != 0:
         raise SystemExit(f"[bench] run {i} exited {code}: the bench stops")
-    return seconds
+    return seconds, cpu
 
 
-def summarize(seconds: list[float], loads: list[float]) -> None:
+def summarize(seconds: list[float], cpus: list[float], loads: list[float]) -> None:
+    """The run time, wall and CPU, of the first runs against the last ones and per block."""
     window = min(WINDOW, len(seconds) // 2) or 1
-    first, last = statistics.median(seconds[:window]), statistics.median(seconds[-window:])
-    print(
-        f"[bench] pipeline run: median of the first {window} {first:.2f} s, of the last {window} "
-        f"{last:.2f} s, ratio {last / first:.2f}x",
-        flush=True,
-    )
-    for lo in range(0, len(seconds), BLOCK):
-        block, block_load = seconds[lo : lo + BLOCK], statistics.mean(loads[lo : lo + BLOCK])
+    for what, values in (("wall", seconds), ("CPU", cpus)):
+        first, last = statistics.median(values[:window]), statistics.median(values[-window:])
         print(
-            f"[bench]   runs {lo + 1:>4}-{lo + len(block):<4} median "
-            f"{statistics.median(block):6.2f} s  (mean 1-minute load {block_load:.1f})",
+            f"[bench] pipeline run {what}: median of the first {window} {first:.2f} s, of the "
+            f"last {window} {last:.2f} s, ratio {last / first:.2f}x",
+            flush=True,
+        )
+    for lo in range(0, len(seconds), BLOCK):
+        block = slice(lo, lo + BLOCK)
+        print(
+            f"[bench]   runs {lo + 1:>4}-{lo + len(seconds[block]):<4} median wall "
+            f"{statistics.median(seconds[block]):6.2f} s, CPU {statistics.median(cpus[block]):6.2f}"
+            f" s  (mean 1-minute load {statistics.mean(loads[block]):.1f})",
             flush=True,
         )
 
@@ -209,13 +214,16 @@ def bench(spark, url: str, base: Path, args: argparse.Namespace) -> bool:
     left: dict[str, int] = {}
     held = True
     seconds: list[float] = []
+    cpus: list[float] = []
     loads: list[float] = []
     passes: list[str] = []
     for i in range(1, args.runs + 1):
         world.add(args.records)
-        seconds.append(one_run(spark, world, work, i))
+        wall, cpu = one_run(spark, world, work, i)
+        seconds.append(wall)
+        cpus.append(cpu)
         loads.append(os.getloadavg()[0])
-        print(f"[bench] run {i}: {seconds[-1]:.2f} s ({load()})", flush=True)
+        print(f"[bench] run {i}: {wall:.2f} s, CPU {cpu:.2f} s ({load()})", flush=True)
         if i % args.maintain_every and i != args.runs:
             continue
         counts = census(spark, layout)
@@ -231,7 +239,7 @@ def bench(spark, url: str, base: Path, args: argparse.Namespace) -> bool:
             show(f"after the maintenance pass at run {i}:", after)
     for line in passes:
         print(f"[bench] maintenance pass {line}", flush=True)
-    summarize(seconds, loads)
+    summarize(seconds, cpus, loads)
     return held
 
 
