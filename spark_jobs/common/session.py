@@ -136,7 +136,8 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if remote:
-        spark.client.set_retry_policies([connect_retry_policy()])
+        connect: Any = spark  # a Spark Connect session: its ``client`` is not the classic one's
+        connect.client.set_retry_policies([connect_retry_policy()])
     return spark
 
 
