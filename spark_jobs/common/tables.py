@@ -187,10 +187,14 @@ def run_rows(
     return read(spark, layout, name, snapshot).filter(F.col(run_column(name)) == run_id)
 
 
-def runs_rows(spark: SparkSession, layout: Layout, name: str, run_ids: list[str]) -> DataFrame:
+def runs_rows(
+    spark: SparkSession, layout: Layout, name: str, run_ids: list[str], pin: bool = False
+) -> DataFrame:
+    """These runs' rows of a run-partitioned table; ``pin``: read through ``pinned``."""
     if not run_ids:
         return spark.createDataFrame([], SCHEMAS[name][0])
-    return read(spark, layout, name).filter(F.col(run_column(name)).isin(*run_ids))
+    rows = pinned(spark, layout, name) if pin else read(spark, layout, name)
+    return rows.filter(F.col(run_column(name)).isin(*run_ids))
 
 
 def _writer(df: DataFrame, layout: Layout, name: str, properties: Mapping[str, str]) -> Any:

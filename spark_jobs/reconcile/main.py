@@ -124,14 +124,7 @@ def _ledger(
     ``pin``: as the table is now (``tables.pinned``), for a frame cached across this run's own
     ledger write."""
     runs_ = sorted(committed - {layout.run_id})
-    if not pin:
-        return conform(tables.runs_rows(spark, layout, "ledger", runs_), LEDGER)
-    rows = tables.pinned(spark, layout, "ledger")
-    if not runs_:
-        rows = rows.limit(0)
-    else:
-        rows = rows.filter(F.col(tables.run_column("ledger")).isin(*runs_))
-    return conform(rows, LEDGER)
+    return conform(tables.runs_rows(spark, layout, "ledger", runs_, pin=pin), LEDGER)
 
 
 def _late(
