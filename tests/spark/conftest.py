@@ -10,8 +10,6 @@ import pytest
 
 from spark_jobs.common.session import build_session, stop_session
 
-from ..support import C1_ONLY
-
 
 @pytest.fixture(scope="session")
 def spark():
@@ -26,10 +24,8 @@ def spark():
             "spark.ui.enabled": "false",
             "spark.sql.adaptive.enabled": "false",
             "spark.driver.memory": "1g",
-            # Tiny literal tables: compiling is the cost, not running. C1-only JIT and no
-            # whole-stage codegen roughly halve the CPU the suite spends.
-            "spark.driver.extraJavaOptions": C1_ONLY,
-            "spark.sql.codegen.wholeStage": "false",
+            # C1-only JIT and no whole-stage codegen come with every test JVM's SPARK_CONF_DIR
+            # (support.SPARK_DEFAULTS, set in tests/conftest.py).
         },
     )
     session.sparkContext.setLogLevel("ERROR")
