@@ -28,6 +28,7 @@ from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
+from watch_service.sink.landing import META_KEY
 from watch_service.storage import Storage
 
 SEGMENT_RE = re.compile(r"([^/]+)/part-(\d{12})-(\d{12})\.parquet")
@@ -59,6 +60,26 @@ def new_segments(names: list[str], state: dict) -> list[Segment]:
             )
         found.append(Segment(consumer, name, first, last))
     return sorted(found, key=lambda s: (s.consumer, s.first))
+
+
+def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list[tuple]:
+    """``LAST_FRAMES`` rows for the consumers compacted for the first time: the frame id in force
+    just before their first segment (its footer's ``before_frame_id``, the sink's session
+    start), numbered as the frame before it. Without it a consumer's first frame has no
+    previous id and reconcile falls back to what the frame shows (``min(seq) - 1``), which
+    puts a record lost from the very start of that frame out of scope. A segment without the
+    key (an older sink, a hand-written landing) gives no row."""
+    rows = []
+    seen = {c for c, v in state["consumers"].items() if "frame_no" in v}
+    for seg in segments:
+        if seg.consumer in seen:
+            continue
+        seen.add(seg.consumer)
+        meta = landing.parquet_schema(seg.name).metadata or {}
+        before = json.loads(meta[META_KEY]).get("before_frame_id") if META_KEY in meta else None
+        if before is not None:
+            rows.append((seg.consumer, seg.first - 1, before))
+    return rows
 
 
 def next_state(
@@ -102,7 +123,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 (c, v["frame_no"], v.get("frame_id"))
                 for c, v in state["consumers"].items()
                 if "frame_no" in v
-            ],
+            ]
+            + first_starts(landing, segments, state),
             LAST_FRAMES,
         )
         numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))

@@ -10,13 +10,14 @@ Scope of (consumer, topic) is ``start_seq < seq <= watermark``:
   ``topic-deleted`` item reaches its ``head_seq``. Seqs above it are not yet due.
 - ``start_seq`` = the topic's cursor just before the consumer's first frame for the topic: its
   ``cursor_before`` (the topic's entry in the previous frame id, which holds the session's
-  starting cursor for every watched topic), else what the first frame itself shows: a record
-  frame ``min(seq) - 1``, a tombstone ``gap_from - 1``, caught-up / topic-deleted ``cursor``.
-  Seqs at or below it were never owed: the consumer subscribed after them (``from_seq``,
-  ``tail``). A consumer that started at 0 has ``start_seq = 0`` and everything is in scope.
-  (Without a previous frame id, records node-filtered at the very start of the consumer's
-  first frame fall at or below ``min(seq) - 1``: out of scope instead of ``filtered``, which
-  is no defect either way.)
+  starting cursor for every watched topic; for the consumer's very first frame, the session
+  start its first landing segment's footer names), else what the first frame itself shows: a
+  record frame ``min(seq) - 1``, a tombstone ``gap_from - 1``, caught-up / topic-deleted
+  ``cursor``. Seqs at or below it were never owed: the consumer subscribed after them
+  (``from_seq``, ``tail``). A consumer that started at 0 has ``start_seq = 0`` and everything
+  is in scope. (The fallback is only for landings without that footer key, older sinks' or
+  hand-written: there a record lost or node-filtered at the very start of the consumer's
+  first frame falls at or below ``min(seq) - 1``, out of scope.)
 - ``filter_node`` = the consumer's node filter (the one on most of its items, if it changed).
 - ``scope_id`` = a small number for the (consumer, topic), the key of reconcile's shuffles.
 

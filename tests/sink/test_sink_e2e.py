@@ -14,7 +14,9 @@ import orjson
 import psycopg
 import pytest
 
+from watch_service.protocol import cursor as cursor_codec
 from watch_service.protocol.landing import payload_hash
+from watch_service.sink.landing import Landing
 from watch_service.store.search_index import doc_key
 
 from ..support import unique, wait_for
@@ -143,6 +145,11 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(
     for r in rows:  # a re-delivered copy meets the same fate as the first
         assert r["data_sha256"] == by_key[(r["topic"], r["seq"])]["data_sha256"]
         assert r["data_sha256"] == payload_hash(r["data"])
+    # Each segment names the frame id in force before its first frame: the session's start for
+    # the first, then the one the segment before ended at (the restart resumes from it).
+    footers = [Landing(landing_location, "e2e").segment_footer(n) for n in lv.segments(consumer)]
+    starts = [cursor_codec.decode(f["before_frame_id"]) for f in footers]
+    assert starts == [dict.fromkeys(topics, 0)] + [f["cursors"] for f in footers[:-1]]
     if faulty:
         assert dropped and len(corrupted) == 10
         assert len(re.findall(r"WARNING auditsync.sink: FAULT INJECTION ON", log)) == 2  # starts

@@ -10,10 +10,15 @@ import pytest
 
 from spark_jobs.common import jdbc
 from spark_jobs.common.schemas import LANDING, columns
-from spark_jobs.compact.transforms import compact
+from spark_jobs.compact.main import Segment, first_starts
+from spark_jobs.compact.transforms import LAST_FRAMES, compact
+from spark_jobs.reconcile.scope import consumer_scope
+from watch_service.protocol.landing import COLUMN_NAMES
+from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
 
 from ..support import unique
-from .builders import Stream
+from .builders import Stream, frame_id
 
 pytestmark = pytest.mark.spark
 
@@ -46,6 +51,30 @@ def test_cursor_before_is_the_topic_cursor_in_the_previous_frame_id(spark):
     assert columns(compact(spark.createDataFrame(rows, LANDING)).schema)[: len(LANDING)] == columns(
         LANDING
     )
+
+
+def test_a_consumers_start_comes_from_its_first_segments_footer(spark, tmp_path):
+    """The sink lost seq 1 of ``a``, the first item of its very first frame: without the
+    session's start the frame shows ``a`` starting at 1 and seq 1 is out of scope; the first
+    segment's footer (``before_frame_id``) keeps it in scope."""
+    landing = Landing(Storage.at(tmp_path), "c")
+    landing.open()
+    s = Stream("c", {"a": 0, "b": 5}).records("a", [1, 2, 3]).records("b", [6])
+    frame_no, fid, seq = (COLUMN_NAMES.index(c) for c in ("frame_no", "frame_id", "seq"))
+    assert [r[seq] for r in s.rows if r[frame_no] == 1] == [1, 2, 3]
+    rows = s.rows[1:]  # seq 1 lost
+    landing.write_segment(rows, 1, 2, rows[-1][fid], {"a": 3, "b": 6}, frame_id({"a": 0, "b": 5}))
+    landing.close()
+    segments = [Segment("c", "c/part-000000000001-000000000002.parquet", 1, 2)]
+    state = {"consumers": {}}
+    starts = first_starts(Storage.at(tmp_path), segments, state)
+    assert starts == [("c", 0, frame_id({"a": 0, "b": 5}))]
+    # Compacted before: the state holds its last frame, the footer is not read.
+    assert first_starts(Storage.at(tmp_path), segments, {"consumers": {"c": {"frame_no": 9}}}) == []
+    items = spark.createDataFrame(rows, LANDING)
+    for previous, start in ((None, 1), (spark.createDataFrame(starts, LAST_FRAMES), 0)):
+        scope = consumer_scope(compact(items, previous)).filter("topic = 'a'").first()
+        assert (scope.start_seq, scope.watermark) == (start, 3)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,10 @@ so both storages follow one protocol:
    ``faults/part-<first:012d>-<last:012d>.jsonl`` (if a crash before step 2 left one of that
    name, the new one holds the union of both); all are loaded at start;
 2. the segment ``part-<first:012d>-<last:012d>.parquet`` is written, whole; its footer metadata
-   carries the resume position after its last frame (frame id, frame_no, cursor map);
+   carries the resume position after its last frame (frame id, frame_no, cursor map) and the
+   frame id in force just before its first frame (``before_frame_id``: a new session's start,
+   or the previous frame's id). compact takes a consumer's start from its first segment's
+   ``before_frame_id``, so a record lost from the very first frame is still in scope;
 3. only then is ``state.json`` (wid, last id, frame_no, cursors, index progress) replaced,
    whole.
 
@@ -180,6 +183,7 @@ class Landing:
         last_frame_no: int,
         last_frame_id: str,
         cursors: dict[str, int],
+        before_frame_id: str | None = None,
     ) -> str:
         """Write one segment, whole; its name. Refused unless this sink still holds the lock."""
         footer = {
@@ -188,6 +192,8 @@ class Landing:
             "last_frame_id": last_frame_id,
             "cursors": cursors,
         }
+        if before_frame_id is not None:
+            footer["before_frame_id"] = before_frame_id
         table = rows_table(rows).replace_schema_metadata({META_KEY: orjson.dumps(footer)})
         name = segment_name(first_frame_no, last_frame_no)
         self._check_lock()

@@ -62,6 +62,7 @@ class Spool:
         self.frame_no, self.last_id = self.state.frame_no, self.state.last_id
         self._rows: list[tuple] = []
         self._first_frame_no: int | None = None
+        self._before_id = self.last_id  # the frame id in force before the buffer's first frame
         self._buffered_at = 0.0
 
     def start_session(self, wid: str, start: dict[str, int]) -> None:
@@ -90,6 +91,7 @@ class Spool:
         )
         if self._first_frame_no is None:
             self._first_frame_no, self._buffered_at = ctx.frame_no, time.monotonic()
+            self._before_id = self.last_id
         self._rows.extend(landed.rows)
         ids = cursor_codec.decode(frame.id)
         if ids is None and landed.cursor is not None:
@@ -141,7 +143,7 @@ class Spool:
             await asyncio.to_thread(self.landing.write_faults, new, first, last)
         cursors = dict(self.cursors)
         await asyncio.to_thread(
-            self.landing.write_segment, rows, first, last, self.last_id, cursors
+            self.landing.write_segment, rows, first, last, self.last_id, cursors, self._before_id
         )
         self.stats.segments += 1
         self.stats.rows += len(rows)
