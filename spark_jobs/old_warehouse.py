@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
-from spark_jobs.common import store
+from spark_jobs.common import local_rows, store
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, LEDGER
 from spark_jobs.layout import Layout
 from watch_service.storage import Storage
@@ -180,7 +180,8 @@ class OldWarehouse:
         if rows is None:
             return None
         writers = last_writers(self.manifests, self.order)
-        by_partition = self.spark.createDataFrame(
+        by_partition = local_rows.frame(
+            self.spark,
             [(t, d, r) for (t, d), r in writers.items()],
             StructType(
                 [

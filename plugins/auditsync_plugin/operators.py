@@ -52,7 +52,7 @@ def has_data(path: str) -> bool:
 def read_dataset(spark, name: str, path: str):
     """A dataset as written; its schema from ``spark_jobs.common.schemas`` when it is empty,
     where Parquet has nothing to infer one from."""
-    from spark_jobs.common import schemas
+    from spark_jobs.common import local_rows, schemas
 
     if has_data(path):
         return spark.read.parquet(path)
@@ -62,7 +62,7 @@ def read_dataset(spark, name: str, path: str):
         "remaining": schemas.DETAIL,
         "audit_log": schemas.AUDIT_LOG,
     }
-    return spark.createDataFrame([], known[name])
+    return local_rows.empty(spark, known[name])
 
 
 def default_docs_url() -> str:

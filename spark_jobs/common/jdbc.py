@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.common import local_rows
 from spark_jobs.common.schemas import GAPS, SOURCE_RECORDS, conform
 
 DRIVER = "org.postgresql.Driver"
@@ -127,7 +128,7 @@ def read_records_in(
 ) -> DataFrame:
     """The ``records`` inside ``windows`` only, partitioned by seq, as ``SOURCE_RECORDS``."""
     if not windows:
-        return spark.createDataFrame([], SOURCE_RECORDS)
+        return local_rows.empty(spark, SOURCE_RECORDS)
     sql = RECORDS_SQL + windows_where(windows, "seq", "seq")
     return conform(read_partitioned(spark, target, sql, "seq", num_partitions), SOURCE_RECORDS)
 
@@ -135,6 +136,6 @@ def read_records_in(
 def read_gaps_in(spark: SparkSession, target: JdbcTarget, windows: list[Window]) -> DataFrame:
     """The ``gaps`` rows meeting ``windows``, as ``GAPS``."""
     if not windows:
-        return spark.createDataFrame([], GAPS)
+        return local_rows.empty(spark, GAPS)
     sql = GAPS_SQL + windows_where(windows, "gap_from", "gap_to")
     return conform(read_partitioned(spark, target, sql, "gap_from", 1), GAPS)

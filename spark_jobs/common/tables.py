@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from spark_jobs.common import local_rows
 from spark_jobs.common.jdbc import jdbc_target
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
 from spark_jobs.layout import NAMESPACE, Layout
@@ -171,7 +172,7 @@ def pinned(spark: SparkSession, layout: Layout, name: str) -> DataFrame:
     the DataFrame, whose ``unpersist`` then misses it (one leaked entry per run, measured)."""
     snapshot = current_snapshot(spark, layout, name)
     if snapshot is None:
-        return spark.createDataFrame([], SCHEMAS[name][0])
+        return local_rows.empty(spark, SCHEMAS[name][0])
     return read(spark, layout, name, snapshot)
 
 
@@ -192,7 +193,7 @@ def runs_rows(
 ) -> DataFrame:
     """These runs' rows of a run-partitioned table; ``pin``: read through ``pinned``."""
     if not run_ids:
-        return spark.createDataFrame([], SCHEMAS[name][0])
+        return local_rows.empty(spark, SCHEMAS[name][0])
     rows = pinned(spark, layout, name) if pin else read(spark, layout, name)
     return rows.filter(F.col(run_column(name)).isin(*run_ids))
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import progress, step_cache, store, tables
+from spark_jobs.common import local_rows, progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
@@ -118,7 +118,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         rows = spark.read.schema(LANDING).parquet(
             *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
         )
-        previous = spark.createDataFrame(
+        previous = local_rows.frame(
+            spark,
             [
                 (c, v["frame_no"], v.get("frame_id"))
                 for c, v in state["consumers"].items()

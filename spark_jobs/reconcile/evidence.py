@@ -17,12 +17,18 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.common import jdbc, tables
+from spark_jobs.common import jdbc, local_rows, tables
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import rewind
 from spark_jobs.reconcile.late import seq_runs
 from watch_service.store import runs
+
+# Each committed run and its order: the last batch it read.
+RUN_ORDER = StructType(
+    [StructField("run_id", StringType(), True), StructField("order", LongType(), True)]
+)
 
 
 @dataclasses.dataclass
@@ -35,7 +41,7 @@ class Rewinds:
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
         rows = [(t, a, b) for t, rs in self.ranges.items() for a, b in rs]
-        return spark.createDataFrame(rows, rewind.RANGES) if rows else None
+        return local_rows.frame(spark, rows, rewind.RANGES) if rows else None
 
 
 def find(
@@ -73,9 +79,7 @@ def earlier_verdicts(
     spark: SparkSession, layout: Layout, run_order: dict[str, tuple[int, Any]]
 ) -> DataFrame:
     """The committed runs' detail rows with ``order``, the run's last batch (newest wins)."""
-    order = spark.createDataFrame(
-        [(r, b) for r, (b, _) in run_order.items()], "run_id string, order long"
-    )
+    order = local_rows.frame(spark, [(r, b) for r, (b, _) in run_order.items()], RUN_ORDER)
     return tables.runs_rows(spark, layout, "detail", sorted(run_order)).join(
         F.broadcast(order), on="run_id", how="inner"
     )
@@ -98,7 +102,7 @@ def _compare(
     changed: list[tuple[str, int, int]],
     run_order: dict[str, tuple[int, Any]],
 ) -> list[tuple[str, int, int]]:
-    spans = spark.createDataFrame(changed, rewind.RANGES)
+    spans = local_rows.frame(spark, changed, rewind.RANGES)
     topics = sorted({t for t, _, _ in changed})
     earlier = (
         earlier_verdicts(spark, layout, run_order)

@@ -30,8 +30,9 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
-from spark_jobs.common import jdbc, progress, step_cache, store, tables
+from spark_jobs.common import jdbc, local_rows, progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
@@ -58,9 +59,18 @@ from spark_jobs.reconcile.transforms import reconcile, summarize
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
-DELTAS = "consumer string, topic string, status string, count long, revised long"
-HELD = "consumer string, topic string, range_from long, range_to long"
-DUE = "consumer string, topic string, seq long"
+
+
+def _schema(*fields: tuple[str, DataType]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in fields])
+
+
+_STR, _LONG = StringType(), LongType()
+DELTAS = _schema(
+    ("consumer", _STR), ("topic", _STR), ("status", _STR), ("count", _LONG), ("revised", _LONG)
+)
+HELD = _schema(("consumer", _STR), ("topic", _STR), ("range_from", _LONG), ("range_to", _LONG))
+DUE = _schema(("consumer", _STR), ("topic", _STR), ("seq", _LONG))
 
 
 def build_parser():
@@ -95,13 +105,13 @@ def held_locally(
     progress_rows: list | None = None,
 ) -> Held:
     """Scope, heads (read by ``heads_of``), signalled ranges and rewound frames."""
-    prior = None if progress_rows is None else spark.createDataFrame(progress_rows, PROGRESS)
+    prior = None if progress_rows is None else local_rows.frame(spark, progress_rows, PROGRESS)
     uncapped = consumer_scope(deliveries, prior).collect()
     heads = heads_of(sorted({r["topic"] for r in uncapped}))
     rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
-    scope = spark.createDataFrame([tuple(r.values()) for r in rows], SCOPE)
+    scope = local_rows.frame(spark, [tuple(r.values()) for r in rows], SCOPE)
     signalled_rows = signalled_ranges(deliveries).collect()
-    signalled = spark.createDataFrame(signalled_rows, SIGNALLED)
+    signalled = local_rows.frame(spark, signalled_rows, SIGNALLED)
     rewound_rows = rewound_frames(deliveries).collect()
     return Held(scope, rows, heads, signalled, signalled_rows, rewound_rows)
 
@@ -235,7 +245,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     due_rows = []
     if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
         due_rows = phantoms_due(_ledger(spark, layout, committed), scope).collect()
-    due = spark.createDataFrame(due_rows, DUE) if due_rows else None
+    due = local_rows.frame(spark, due_rows, DUE) if due_rows else None
     rewind_seconds = rewind_timer.seconds
     judged_deliveries = deliveries
     if due is not None:
@@ -275,11 +285,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         ledger_rows = ledger_rows.unionByName(revised_ledger)
         deltas.append(revised)
     if found.reported:
-        deltas.append(spark.createDataFrame(_rewound_rows(scope_rows, found), DELTAS))
+        deltas.append(local_rows.frame(spark, _rewound_rows(scope_rows, found), DELTAS))
     held = [] if args.full else rewind.held(progress_rows, found.ranges)
     judged_late, spans = late, late_runs
     if held:
-        judged_late = held_copies(spark.createDataFrame(held, HELD), late)
+        judged_late = held_copies(local_rows.frame(spark, held, HELD), late)
         spans = late_runs + [(t, a - 1, b) for _, t, a, b in held]
     has_late = bool(held or late_runs)
     if has_late:
