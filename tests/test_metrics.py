@@ -65,7 +65,20 @@ async def exposed(service, http, tmp_path_factory) -> dict[str, dict[str, list]]
     assert fields(await stream.frame())["event"] == "record"
     async with http.get(f"{service.url}/v0/topics/{unique('missing')}") as r:
         assert r.status == 404
-    during = await scrape(http, service.url)
+    during, written = await scrape(http, service.url), 2
+    # The delivery lag is observed when the tailer pushes to the streams of its live set. A
+    # stream joins it once drained, which can come after the append above (the stream then
+    # read those records itself): append one more while none was pushed, up to 20.
+    for n in range(3, 23):
+        lag = families(during)["auditsync_delivery_lag_seconds"]
+        if value(lag, "auditsync_delivery_lag_seconds_count") >= 1:
+            break
+        async with http.post(
+            f"{service.url}/v0/topics/{topic}/records", json={"records": [{"data": n}]}
+        ) as r:
+            assert r.status == 200
+        assert fields(await stream.frame())["event"] == "record"
+        during, written = await scrape(http, service.url), n
     stream.close()
 
     landing = tmp_path_factory.mktemp("sink-metrics")
@@ -73,11 +86,16 @@ async def exposed(service, http, tmp_path_factory) -> dict[str, dict[str, list]]
     async with running(cfg) as run, serving(cfg.consumer, run.sink.stats, "127.0.0.1", 0) as port:
 
         def landed() -> bool:
-            return state(cfg).get("cursors", {}).get(topic) == 2
+            return state(cfg).get("cursors", {}).get(topic) == written
 
-        await wait_for(landed, timeout=20, what="the sink to land both records")
+        await wait_for(landed, timeout=20, what="the sink to land every record")
         sink_text = await scrape(http, f"http://127.0.0.1:{port}")
-    return {"service": families(during), "sink": families(sink_text), "topic": topic}
+    return {
+        "service": families(during),
+        "sink": families(sink_text),
+        "topic": topic,
+        "written": written,
+    }
 
 
 def test_service_exposition(exposed) -> None:
@@ -103,8 +121,11 @@ def test_service_exposition(exposed) -> None:
 
 def test_sink_exposition(exposed) -> None:
     m, topic = exposed["sink"], exposed["topic"]
-    assert value(m["auditsync_sink_records"], "auditsync_sink_records_total") == 2
-    assert value(m["auditsync_sink_cursor_seq"], "auditsync_sink_cursor_seq", topic=topic) == 2
+    written = exposed["written"]
+    assert value(m["auditsync_sink_records"], "auditsync_sink_records_total") == written
+    assert (
+        value(m["auditsync_sink_cursor_seq"], "auditsync_sink_cursor_seq", topic=topic) == written
+    )
     assert value(m["auditsync_sink_lag_records"], "auditsync_sink_lag_records", topic=topic) == 0
     assert value(m["auditsync_sink_reconnects"], "auditsync_sink_reconnects_total") == 0
 

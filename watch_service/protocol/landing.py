@@ -13,7 +13,10 @@ superseded by the records of those seqs landed after it (a higher ``frame_no``).
 Segment files are Parquet with exactly these columns, in this order, named
 ``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` under ``<landing>/<consumer>/``,
 beside the sink's resume state ``state.json`` (its per-topic ``cursors``, read by the Airflow
-sensor and the UI).
+sensor and the UI). A segment's Parquet metadata key ``auditsync.sink`` (:data:`FOOTER_KEY`)
+holds the sink's footer, JSON: ``first_frame_no``, ``last_frame_no``, ``last_frame_id`` and
+``cursors`` (the resume position after the last frame) and ``before_frame_id``, the frame id in
+force just before the first frame (compact takes a consumer's start from its first segment's).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import hashlib
 
 STATE_FILE = "state.json"
+FOOTER_KEY = b"auditsync.sink"
+FOOTER_BEFORE = "before_frame_id"
 
 KIND_RECORD = "record"
 KIND_TOMBSTONE = "tombstone"

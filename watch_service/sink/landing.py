@@ -31,7 +31,13 @@ import orjson
 import pyarrow as pa
 
 from watch_service.protocol.errors import AuditsyncError
-from watch_service.protocol.landing import COLUMNS, NOT_NULL, STATE_FILE
+from watch_service.protocol.landing import (
+    COLUMNS,
+    FOOTER_BEFORE,
+    FOOTER_KEY,
+    NOT_NULL,
+    STATE_FILE,
+)
 from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import INDEX_COLUMNS, index_ops
@@ -39,7 +45,7 @@ from watch_service.storage import Storage
 from watch_service.store.search_index import IndexOp
 
 FAULTS_DIR = "faults"
-META_KEY = b"auditsync.sink"
+META_KEY = FOOTER_KEY
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 _FAULTS_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
@@ -193,7 +199,7 @@ class Landing:
             "cursors": cursors,
         }
         if before_frame_id is not None:
-            footer["before_frame_id"] = before_frame_id
+            footer[FOOTER_BEFORE] = before_frame_id
         table = rows_table(rows).replace_schema_metadata({META_KEY: orjson.dumps(footer)})
         name = segment_name(first_frame_no, last_frame_no)
         self._check_lock()
