@@ -43,11 +43,12 @@ load), and the load average at the start and at the end. Pass times are not part
 Spark runs with 2 shuffle partitions (``local[2]``, 40 records a run). Loopback only. It stops
 its own PostgreSQL and Spark, also on SIGTERM.
 
-Measured here: no complete 200-run yet. 48 runs with a pass every 16 (``--runs 48
---maintain-every 16 --retention-runs 16``, load 7-14): the bound held before every pass, a run's
-CPU stayed at 9.7-14.1 s from run 9 to run 48 (median of the first 10 15.3 s, of the last 10
-10.1 s), and each pass took the data files back down (190 -> 37, 229 -> 69, 260 -> 101). Before
-``common/step_cache``, a run's CPU grew from 24 s to 56-62 s within 29 runs (the README).
+Measured here (``--runs 200``, load 2.3-10, 2026-11-26): the bound held before all four passes
+(the audit log at 400-404 of a bound of 400-404, deliveries at 92-97 of 100-101); each pass
+took the data files of all tables from 597-692 back to 105-197 in 15-22 s; a run's CPU, median
+per 50-run block, went 11.0, 8.4, 8.0, 7.1 s and its wall time 27.6, 9.5, 9.3, 8.6 s (the first
+block beside the test suite). Before ``common/step_cache``, a run's CPU grew from 24 s to
+56-62 s within 29 runs (the README).
 
 ``python bench/iceberg_maintenance.py [--runs 200] [--maintain-every 50] [--records 40]
 [--retention-runs 96] [--quick]`` (``--quick``: 4 runs, a pass every 2, 2-3 minutes).
