@@ -27,8 +27,10 @@ Incrementally, ``progress`` (PostgreSQL ``reconcile_windows``) holds per (consum
 watermark never below ``lo``. The deliveries are then only the batches not yet reconciled.
 
 Signalled ranges: a delivered ``tombstone`` signals ``[gap_from, gap_to]``; a delivered
-``topic-deleted`` signals ``[cursor_before + 1, head_seq]`` (everything after the cursor it had
-up to the head at deletion; nothing when ``cursor_before`` is unknown). Overlapping and
+``topic-deleted`` signals ``[gap_from, head_seq]``, everything after the cursor the consumer had
+up to the head at deletion. The sink writes that ``gap_from`` from its own cursor, which frames
+it received but lost still moved; for a landing without it, ``cursor_before + 1`` (the previous
+landed frame's cursor), and nothing when that is unknown too. Overlapping and
 adjacent ranges are merged, so each seq falls in at most one range. A ``rewound`` frame is no
 signalled loss: it says the source lost ``[gap_from, gap_to]`` and that the stream sends what
 the source writes for those seqs again, so a seq of it the source holds now and the consumer
@@ -154,10 +156,12 @@ def signalled_ranges(deliveries: DataFrame) -> DataFrame:
         F.col("gap_from").alias("range_from"),
         F.col("gap_to").alias("range_to"),
     )
+    # The sink writes the range a deletion signals (gap_from: after its cursor before the
+    # frame); older landings did not, and the previous landed frame's cursor stands in.
     deleted = d.filter(_kind(KIND_TOPIC_DELETED)).select(
         "consumer",
         "topic",
-        (F.col("cursor_before") + 1).alias("range_from"),
+        F.coalesce(F.col("gap_from"), F.col("cursor_before") + 1).alias("range_from"),
         F.col("head_seq").alias("range_to"),
     )
     ranges = (

@@ -99,7 +99,10 @@ def test_tombstone_caught_up_topic_deleted_rows():
     assert (row["kind"], row["cursor"], row["head_seq"]) == ("caught-up", 3, 3)
     deleted = {"topic": "a", "head_seq": 3, "reason": "deleted"}
     (row,) = as_dicts(frame_rows("topic-deleted", deleted, ctx(), {}).rows)
-    assert (row["kind"], row["reason"]) == ("topic-deleted", "deleted")
+    assert (row["kind"], row["reason"], row["gap_from"]) == ("topic-deleted", "deleted", None)
+    # The range it signals starts after the sink's cursor before it, which lost frames moved.
+    (row,) = as_dicts(frame_rows("topic-deleted", deleted, ctx(), {"a": 1}).rows)
+    assert (row["gap_from"], row["gap_to"], row["head_seq"]) == (2, 3, 3)
 
 
 def test_opaque_id_falls_back_to_frame_positions():

@@ -119,12 +119,18 @@ class Stream:
         )
         return self
 
-    def topic_deleted(self, topic: str, head: int) -> Stream:
-        self._frame(
-            topic,
-            max(head, self.cursors.get(topic, 0)),
-            [{"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}],
-        )
+    def topic_deleted(self, topic: str, head: int, sink_cursor: bool = False) -> Stream:
+        """``sink_cursor``: the row carries the range as the sink writes it (``gap_from``, after
+        its cursor before the frame); without, as older sinks wrote it."""
+        item: dict[str, Any] = {"kind": KIND_TOPIC_DELETED, "reason": "deleted", "head_seq": head}
+        if sink_cursor:
+            item |= {"gap_from": self.cursors.get(topic, 0) + 1, "gap_to": head}
+        self._frame(topic, max(head, self.cursors.get(topic, 0)), [item])
+        return self
+
+    def lose_frame(self, frame_no: int) -> Stream:
+        """Drop a frame's rows, as a sink that received it and lost it (cursors still moved)."""
+        self.rows = [r for r in self.rows if r[COLUMN_NAMES.index("frame_no")] != frame_no]
         return self
 
 

@@ -87,7 +87,17 @@ def streams() -> list[Stream]:
         .records("ranges", [9, 10])
         .records("ranges", list(range(11, 21)))
     )
-    return [perfect, faulty, late, tail, trimmer, filt, deleted, unsignalled, tomb]
+    # Lost the frame of 2 just before the deletion: its range starts after the sink's cursor
+    # (2), which the lost frame moved, not after the last landed frame's (1).
+    lost = (
+        Stream("lost", {"gone": 0})
+        .records("gone", [1])
+        .records("gone", [2])
+        .topic_deleted("gone", 4, sink_cursor=True)
+        .records("gone", [5, 6])
+        .lose_frame(2)
+    )
+    return [perfect, faulty, late, tail, trimmer, filt, deleted, unsignalled, tomb, lost]
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +188,13 @@ def test_deleted_and_recreated_topic(world):
     assert seqs(world, "deleted", "gone", st.TOMBSTONED) == [3, 4]
     assert seqs(world, "deleted", "gone", st.DELIVERED) == [5, 6]
     assert seqs(world, "unsignalled", "gone", st.SILENT_GAP) == [3, 4]
+
+
+def test_a_frame_lost_just_before_a_deletion_is_a_silent_gap(world):
+    assert seqs(world, "lost", "gone", st.TRIMMED_AFTER_DELIVERY) == [1]
+    assert seqs(world, "lost", "gone", st.SILENT_GAP) == [2]
+    assert seqs(world, "lost", "gone", st.TOMBSTONED) == [3, 4]
+    assert seqs(world, "lost", "gone", st.DELIVERED) == [5, 6]
 
 
 def test_exactly_one_status_per_seq_and_summary_adds_up(world):

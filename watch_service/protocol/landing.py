@@ -52,8 +52,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("data", "string"),  # record: compact JSON text
     ("data_sha256", "string"),  # record: payload_hash(data)
     ("reason", "string"),  # tombstone / rewound / topic-deleted
-    ("gap_from", "int64"),  # tombstone / rewound: first seq of the range
-    ("gap_to", "int64"),  # tombstone / rewound: last seq of the range (inclusive)
+    # tombstone / rewound: the range's first seq; topic-deleted: the sink's cursor before + 1
+    ("gap_from", "int64"),
+    ("gap_to", "int64"),  # tombstone / rewound / topic-deleted: last seq of the range (inclusive)
     ("head_seq", "int64"),  # every kind that reports one
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)

@@ -144,9 +144,25 @@ def frame_rows(
         )
     elif kind == KIND_REWOUND:
         return _rewound_row(payload, ctx, topic, from_id)
-    elif kind in (KIND_CAUGHT_UP, KIND_TOPIC_DELETED):
+    elif kind == KIND_CAUGHT_UP:
         cursor = from_id if from_id is not None else head
         row = _row(ctx, kind, topic, cursor, reason=payload.get("reason"), head_seq=head)
+    elif kind == KIND_TOPIC_DELETED:
+        # The range it signals starts after the topic's cursor before it, as the service sent
+        # it: frames this sink received but did not land (lost) still moved that cursor, so
+        # the previous *landed* frame's id could start the range too early.
+        cursor = from_id if from_id is not None else head
+        before = cursors.get(topic)
+        row = _row(
+            ctx,
+            kind,
+            topic,
+            cursor,
+            reason=payload.get("reason"),
+            head_seq=head,
+            gap_from=None if before is None else before + 1,
+            gap_to=head,
+        )
     else:
         raise FrameError(f"frame {ctx.frame_no}: {kind!r} is not a data frame kind")
     return Landed(topic, [row], cursor=cursor, head_seq=head)
