@@ -130,41 +130,32 @@ def frame_rows(
     from_id = ids.get(topic) if ids else None
     if kind == KIND_RECORD:
         return _record_rows(payload, ctx, topic, from_id, cursors.get(topic), fate)
-    if kind == KIND_TOMBSTONE:
-        cursor = from_id if from_id is not None else payload.get("gap_to")
-        row = _row(
-            ctx,
-            kind,
-            topic,
-            cursor,
-            reason=payload.get("reason"),
-            gap_from=payload.get("gap_from"),
-            gap_to=payload.get("gap_to"),
-            head_seq=head,
-        )
-    elif kind == KIND_REWOUND:
+    if kind == KIND_REWOUND:
         return _rewound_row(payload, ctx, topic, from_id)
-    elif kind == KIND_CAUGHT_UP:
-        cursor = from_id if from_id is not None else head
-        row = _row(ctx, kind, topic, cursor, reason=payload.get("reason"), head_seq=head)
+    if kind == KIND_TOMBSTONE:
+        gap_from, gap_to = payload.get("gap_from"), payload.get("gap_to")
+        fallback = gap_to  # an opaque id: the cursor is where the frame's range ends
     elif kind == KIND_TOPIC_DELETED:
         # The range it signals starts after the topic's cursor before it, as the service sent
         # it: frames this sink received but did not land (lost) still moved that cursor, so
         # the previous *landed* frame's id could start the range too early.
-        cursor = from_id if from_id is not None else head
         before = cursors.get(topic)
-        row = _row(
-            ctx,
-            kind,
-            topic,
-            cursor,
-            reason=payload.get("reason"),
-            head_seq=head,
-            gap_from=None if before is None else before + 1,
-            gap_to=head,
-        )
+        gap_from, gap_to, fallback = None if before is None else before + 1, head, head
+    elif kind == KIND_CAUGHT_UP:
+        gap_from, gap_to, fallback = None, None, head
     else:
         raise FrameError(f"frame {ctx.frame_no}: {kind!r} is not a data frame kind")
+    cursor = from_id if from_id is not None else fallback
+    row = _row(
+        ctx,
+        kind,
+        topic,
+        cursor,
+        reason=payload.get("reason"),
+        gap_from=gap_from,
+        gap_to=gap_to,
+        head_seq=head,
+    )
     return Landed(topic, [row], cursor=cursor, head_seq=head)
 
 
