@@ -28,7 +28,7 @@ from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
-from watch_service.protocol.landing import FOOTER_BEFORE, FOOTER_KEY
+from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.storage import Storage
 
 SEGMENT_RE = re.compile(r"([^/]+)/part-(\d{12})-(\d{12})\.parquet")
@@ -75,9 +75,8 @@ def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list
         if seg.consumer in seen:
             continue
         seen.add(seg.consumer)
-        meta = landing.parquet_schema(seg.name).metadata or {}
-        before = json.loads(meta[FOOTER_KEY]).get(FOOTER_BEFORE) if FOOTER_KEY in meta else None
-        if before is not None:
+        found = footer(landing.parquet_schema(seg.name).metadata) or {}
+        if (before := found.get(FOOTER_BEFORE)) is not None:
             rows.append((seg.consumer, seg.first - 1, before))
     return rows
 

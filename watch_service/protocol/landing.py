@@ -22,10 +22,19 @@ force just before the first frame (compact takes a consumer's start from its fir
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 
 STATE_FILE = "state.json"
 FOOTER_KEY = b"auditsync.sink"
 FOOTER_BEFORE = "before_frame_id"
+
+
+def footer(metadata: Mapping[bytes, bytes] | None) -> dict | None:
+    """A segment's sink footer from its Parquet schema metadata; None when it has none."""
+    raw = (metadata or {}).get(FOOTER_KEY)
+    return None if raw is None else json.loads(raw)
+
 
 KIND_RECORD = "record"
 KIND_TOMBSTONE = "tombstone"

@@ -38,6 +38,7 @@ from watch_service.protocol.landing import (
     NOT_NULL,
     STATE_FILE,
 )
+from watch_service.protocol.landing import footer as landing_footer
 from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import INDEX_COLUMNS, index_ops
@@ -45,7 +46,6 @@ from watch_service.storage import Storage
 from watch_service.store.search_index import IndexOp
 
 FAULTS_DIR = "faults"
-META_KEY = FOOTER_KEY
 _SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 _FAULTS_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
@@ -200,7 +200,7 @@ class Landing:
         }
         if before_frame_id is not None:
             footer[FOOTER_BEFORE] = before_frame_id
-        table = rows_table(rows).replace_schema_metadata({META_KEY: orjson.dumps(footer)})
+        table = rows_table(rows).replace_schema_metadata({FOOTER_KEY: orjson.dumps(footer)})
         name = segment_name(first_frame_no, last_frame_no)
         self._check_lock()
         if self.store.exists(name):
@@ -219,10 +219,10 @@ class Landing:
             raise LandingError(str(exc)) from None
 
     def segment_footer(self, name: str) -> dict:
-        meta = self.store.parquet_schema(name).metadata or {}
-        if META_KEY not in meta:
+        found = landing_footer(self.store.parquet_schema(name).metadata)
+        if found is None:
             raise LandingError(f"{self.uri}/{name}: segment has no sink footer")
-        return orjson.loads(meta[META_KEY])
+        return found
 
     def segment_index_ops(self, name: str) -> list[IndexOp]:
         """What the search index does for a segment's rows (``rows.index_ops``)."""
