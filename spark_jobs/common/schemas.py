@@ -27,6 +27,11 @@ def _fields(*pairs: tuple[str, DataType], nullable: bool = True) -> list[StructF
     return [StructField(name, kind, nullable) for name, kind in pairs]
 
 
+def struct(*pairs: tuple[str, DataType]) -> StructType:
+    """A schema of nullable ``(name, type)`` columns (the steps' small driver-side frames)."""
+    return StructType(_fields(*pairs))
+
+
 LANDING = StructType(
     [StructField(name, _TYPES[kind], name not in NOT_NULL) for name, kind in COLUMNS]
 )

@@ -17,18 +17,17 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType
 
 from spark_jobs.common import jdbc, local_rows, tables
+from spark_jobs.common.schemas import struct
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import rewind
 from spark_jobs.reconcile.late import seq_runs
 from watch_service.store import runs
 
 # Each committed run and its order: the last batch it read.
-RUN_ORDER = StructType(
-    [StructField("run_id", StringType(), True), StructField("order", LongType(), True)]
-)
+RUN_ORDER = struct(("run_id", StringType()), ("order", LongType()))
 
 
 @dataclasses.dataclass

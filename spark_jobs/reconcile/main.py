@@ -30,12 +30,12 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType
 
 from spark_jobs.common import jdbc, local_rows, progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.reconcile import evidence, rewind
@@ -59,18 +59,12 @@ from spark_jobs.reconcile.transforms import reconcile, summarize
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
-
-
-def _schema(*fields: tuple[str, DataType]) -> StructType:
-    return StructType([StructField(name, kind, True) for name, kind in fields])
-
-
 _STR, _LONG = StringType(), LongType()
-DELTAS = _schema(
+DELTAS = struct(
     ("consumer", _STR), ("topic", _STR), ("status", _STR), ("count", _LONG), ("revised", _LONG)
 )
-HELD = _schema(("consumer", _STR), ("topic", _STR), ("range_from", _LONG), ("range_to", _LONG))
-DUE = _schema(("consumer", _STR), ("topic", _STR), ("seq", _LONG))
+HELD = struct(("consumer", _STR), ("topic", _STR), ("range_from", _LONG), ("range_to", _LONG))
+DUE = struct(("consumer", _STR), ("topic", _STR), ("seq", _LONG))
 
 
 def build_parser():
