@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from watch_service.settings import Settings
+from watch_service.sink.faults import FaultPolicy
 from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
@@ -46,17 +47,19 @@ if str(ROOT / "plugins") not in sys.path:
 BIN = Path(sys.executable).parent
 CONSUMER = "primary"
 CONNECT_CONN = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
-FAULTS = ["--fault-drop-fraction", "0.03", "--fault-corrupt", "2", "--fault-seed", "11"]
+FAULT_POLICY = FaultPolicy(drop_fraction=0.03, corrupt=2, seed=11)
+FAULTS = [
+    *("--fault-drop-fraction", str(FAULT_POLICY.drop_fraction)),
+    *("--fault-corrupt", str(FAULT_POLICY.corrupt)),
+    *("--fault-seed", str(FAULT_POLICY.seed)),
+]
 
 
 def first_record_dropped(prefix: str) -> str:
     """A unique topic name whose seq 1 the sink drops under ``FAULTS``. Subscribed first, its
     seq 1 is the first item of the consumer's very first frame: the loss only the segment
     footer's session start (``before_frame_id``) keeps in reconcile's scope."""
-    from watch_service.sink.faults import FaultPolicy
-
-    policy = FaultPolicy(float(FAULTS[1]), int(FAULTS[3]), int(FAULTS[5]))
-    while not policy.drops(name := unique(prefix), 1):
+    while not FAULT_POLICY.drops(name := unique(prefix), 1):
         pass
     return name
 
