@@ -12,7 +12,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
 from auditsync_plugin import deadlines, notifiers, step_args
 from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
-from auditsync_plugin.retries import RETRY_ARGS
+from auditsync_plugin.retries import retry_args
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
@@ -26,6 +26,7 @@ SPARK_SUBMIT = os.environ.get(
 SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
 ALERTS = notifiers.AlertSettings.from_env(os.environ)
 _, DEADLINE = deadlines.verify_deadline(SCHEDULE, os.environ.get("AUDITSYNC_VERIFY_DEADLINE_S"))
+RETRY_ARGS = retry_args(os.environ)  # AUDITSYNC_RETRY_DELAY_S: the first retry's delay
 
 # The pipeline's run id is a function of the data interval, so re-running a run (or clearing
 # a task) rewrites the same outputs instead of adding new ones.
@@ -106,7 +107,8 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
 
 Operations: transient faults (refused connections, a PostgreSQL failover, Spark Connect
-restarting) retry with exponential backoff; verdicts never retry. Alerts (off unless
+restarting) retry with exponential backoff, up to 3 times, the first after
+`AUDITSYNC_RETRY_DELAY_S` (default 30 s); verdicts never retry. Alerts (off unless
 `AUDITSYNC_ALERT_EMAIL` / `AUDITSYNC_ALERT_WEBHOOK` is set) go out once per run and kind when a
 run finds defects, verify fails, the sinks lag past the sensor's timeout, or a data interval is
 not verified within `AUDITSYNC_VERIFY_DEADLINE_S` (default 3 × the schedule) of its end.

@@ -11,7 +11,8 @@ would only repeat.
 :func:`classify` is the pure rule (it reads exception types and attributes, imports neither
 psycopg nor grpc); :class:`TransientFaultPolicy` hands its answer to Airflow's retry-policy
 hook (``retry_policy``, evaluated in the task's process); :data:`RETRY_ARGS` is what a DAG's
-``default_args`` take.
+``default_args`` take, and :func:`retry_args` the same with the first retry's delay an operator
+set (``AUDITSYNC_RETRY_DELAY_S``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -69,6 +70,7 @@ MAX_CHAIN = 16
 
 RETRIES = 3
 RETRY_DELAY = timedelta(seconds=30)
+RETRY_DELAY_ENV = "AUDITSYNC_RETRY_DELAY_S"
 MAX_RETRY_DELAY = timedelta(minutes=10)
 
 
@@ -196,3 +198,23 @@ RETRY_ARGS: dict[str, Any] = {
     "max_retry_delay": MAX_RETRY_DELAY,
     "retry_policy": TransientFaultPolicy(),
 }
+
+
+def retry_args(environ: Mapping[str, str]) -> dict[str, Any]:
+    """:data:`RETRY_ARGS` with the delay before the first retry from ``AUDITSYNC_RETRY_DELAY_S``
+    (seconds, default 30; each later retry waits twice as long, up to ``MAX_RETRY_DELAY``).
+    A value that is not a number of seconds in [0, 600] is refused with its name and value:
+    the DAG does not load, and Airflow shows why."""
+    raw = environ.get(RETRY_DELAY_ENV, "").strip()
+    if not raw:
+        return dict(RETRY_ARGS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{RETRY_DELAY_ENV}: expected seconds, got {raw!r}") from None
+    if not 0 <= seconds <= MAX_RETRY_DELAY.total_seconds():
+        raise ValueError(
+            f"{RETRY_DELAY_ENV}: must be between 0 and {MAX_RETRY_DELAY.total_seconds():g}, "
+            f"got {raw!r}"
+        )
+    return {**RETRY_ARGS, "retry_delay": timedelta(seconds=seconds)}

@@ -17,7 +17,7 @@ import pytest
 from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from auditsync_plugin.retries import RETRY_ARGS, TransientFaultPolicy, classify
+from auditsync_plugin.retries import RETRY_ARGS, TransientFaultPolicy, classify, retry_args
 from spark_jobs.common.session import connect_retry_policy
 
 from ..support import free_port
@@ -204,3 +204,22 @@ def test_a_verdict_is_never_retried_a_fault_inside_verify_is():
     assert RETRY_ARGS["retries"] == 3 and RETRY_ARGS["retry_exponential_backoff"] == 2.0
     assert RETRY_ARGS["retry_delay"] == timedelta(seconds=30)
     assert RETRY_ARGS["max_retry_delay"] == timedelta(minutes=10)
+
+
+def test_the_first_retry_delay_is_an_operators_setting():
+    assert retry_args({}) == RETRY_ARGS
+    assert retry_args({"AUDITSYNC_RETRY_DELAY_S": " "}) == RETRY_ARGS
+    assert retry_args({"AUDITSYNC_RETRY_DELAY_S": "2.5"}) == {
+        **RETRY_ARGS,
+        "retry_delay": timedelta(seconds=2.5),
+    }
+    assert retry_args({"AUDITSYNC_RETRY_DELAY_S": "0"})["retry_delay"] == timedelta(0)
+    for bad, why in (
+        ("soon", "expected seconds, got 'soon'"),
+        ("-1", "must be between 0 and 600, got '-1'"),
+        ("601", "must be between 0 and 600, got '601'"),
+        ("nan", "must be between 0 and 600, got 'nan'"),
+    ):
+        with pytest.raises(ValueError) as err:
+            retry_args({"AUDITSYNC_RETRY_DELAY_S": bad})
+        assert str(err.value) == f"AUDITSYNC_RETRY_DELAY_S: {why}"

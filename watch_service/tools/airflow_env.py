@@ -77,6 +77,8 @@ OVERRIDES = {
     "AUDITSYNC_ALERT_WEBHOOK": "Slack / Teams incoming-webhook URL for alerts; unset: none",
     "AUDITSYNC_VERIFY_DEADLINE_S": "alert when a data interval is not verified this long after "
     "it ended (default 3 x the schedule)",
+    "AUDITSYNC_RETRY_DELAY_S": "seconds before a step's first retry after a transient fault "
+    "(default 30; each later retry waits twice as long, at most 600)",
 }
 SMTP_CONN_ID = "auditsync_smtp"
 WEBHOOK_CONN_ID = "auditsync_alert_webhook"
@@ -89,7 +91,7 @@ PASSED_THROUGH = (
     "AUDITSYNC_ALERT_FROM",
     "AUDITSYNC_ALERT_SMTP_CONN",
     "AUDITSYNC_VERIFY_DEADLINE_S",
-    "AUDITSYNC_AWS_CONN_ID",
+    "AUDITSYNC_RETRY_DELAY_S",
 )
 
 
