@@ -39,17 +39,18 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*flags, "pyspark-shell"]))
 
 
-# Modules that share the fault run of tests/airflow/conftest.py (`airflow dags test`): under
-# pytest-xdist they run on one worker, so that run is made once. The phantom runs
-# (test_phantom.py) need the Airflow home and landing zone but not the fault run: a unit of their
-# own, which builds those again on its worker (about 2 minutes) rather than queue 10 more behind
-# the fault run. Every other module is a unit of its own; a worker's session fixtures
+# Modules that share the Airflow home, the landing zone and the Spark Connect server of
+# tests/airflow/conftest.py, and the fault run (`airflow dags test`): under pytest-xdist they run
+# on one worker, so those are built and that run is made once. The phantom runs (test_phantom.py)
+# need all but the fault run; as a unit of their own they built the home, the landing (with its
+# retention DAG run) and a server again on another worker: CPU the suite's two cores lack. Every other module is a unit of its own; a worker's session fixtures
 # (PostgreSQL, the Spark session, the S3 server) serve every unit it runs.
 SHARED_UNITS = {
     "airflow fault run": (
         "tests/airflow/test_e2e.py",
         "tests/airflow/test_alerts_e2e.py",
         "tests/airflow/test_ui_browser.py",
+        "tests/airflow/test_phantom.py",
     ),
 }
 # Modules whose module-scoped world is built once per storage (``places.STORAGES``): each
@@ -58,7 +59,6 @@ BY_STORAGE = ("tests/spark/test_crash.py", "tests/spark/test_incremental.py")
 # The longest units start first (measured), so no long one is left for the end.
 LONG_UNITS = (
     "tests/airflow/test_live_schedule.py",
-    "tests/airflow/test_phantom.py",
     "airflow fault run",
     "tests/e2e/test_four_machines.py",
     "tests/spark/test_crash.py[s3]",

@@ -8,8 +8,9 @@ existed, a defect no backfill repairs, so verify fails the run. Its data interva
 
 Both fail verify the same way and give the same verdicts, summary, detail and audit log (the
 cluster gives the local results); each failure alerts once per channel; the Reconciliation
-page's rows show the run failed with its one defect left. The fault run's tests do not need
-these runs, so under ``pytest -n`` they are a unit of their own (``tests/conftest.py``)."""
+page's rows show the run failed with its one defect left. Under ``pytest -n`` they run on the
+worker of the fault run's unit, sharing its Airflow home, landing and server
+(``tests/conftest.py``)."""
 
 from __future__ import annotations
 
