@@ -43,8 +43,9 @@ def pytest_configure(config) -> None:
 # tests/airflow/conftest.py, and the fault run (`airflow dags test`): under pytest-xdist they run
 # on one worker, so those are built and that run is made once. The phantom runs (test_phantom.py)
 # need all but the fault run; as a unit of their own they built the home, the landing (with its
-# retention DAG run) and a server again on another worker: CPU the suite's two cores lack. Every other module is a unit of its own; a worker's session fixtures
-# (PostgreSQL, the Spark session, the S3 server) serve every unit it runs.
+# retention DAG run) and a server again on another worker: CPU the suite's two cores lack.
+# Every other module is a unit of its own; a worker's session fixtures (PostgreSQL, the Spark
+# session, the S3 server) serve every unit it runs.
 SHARED_UNITS = {
     "airflow fault run": (
         "tests/airflow/test_e2e.py",
