@@ -146,16 +146,7 @@ def frame_rows(
     else:
         raise FrameError(f"frame {ctx.frame_no}: {kind!r} is not a data frame kind")
     cursor = from_id if from_id is not None else fallback
-    row = _row(
-        ctx,
-        kind,
-        topic,
-        cursor,
-        reason=payload.get("reason"),
-        gap_from=gap_from,
-        gap_to=gap_to,
-        head_seq=head,
-    )
+    row = _range_row(ctx, kind, topic, cursor, payload, gap_from, gap_to, head)
     return Landed(topic, [row], cursor=cursor, head_seq=head)
 
 
@@ -171,9 +162,25 @@ def _rewound_row(payload: dict, ctx: FrameContext, topic: str, from_id: int | No
     ):
         raise FrameError(f"rewound frame {ctx.frame_no}: head_seq, gap_from, gap_to not integers")
     cursor = from_id if from_id is not None else head
-    row = _row(
+    row = _range_row(ctx, KIND_REWOUND, topic, cursor, payload, gap_from, gap_to, head)
+    return Landed(topic, [row], cursor=cursor, head_seq=head, rewound=(gap_from, gap_to))
+
+
+def _range_row(
+    ctx: FrameContext,
+    kind: str,
+    topic: str,
+    cursor: int | None,
+    payload: dict,
+    gap_from: int | None,
+    gap_to: int | None,
+    head: int | None,
+) -> Row:
+    """The row of a frame that signals a range (tombstone, topic deleted, caught up, rewound):
+    its kind, cursor, range and head, and the reason the frame gives."""
+    return _row(
         ctx,
-        KIND_REWOUND,
+        kind,
         topic,
         cursor,
         reason=payload.get("reason"),
@@ -181,7 +188,6 @@ def _rewound_row(payload: dict, ctx: FrameContext, topic: str, from_id: int | No
         gap_to=gap_to,
         head_seq=head,
     )
-    return Landed(topic, [row], cursor=cursor, head_seq=head, rewound=(gap_from, gap_to))
 
 
 def index_ops(rows: Iterable[Sequence]) -> list[IndexOp]:
