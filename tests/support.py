@@ -113,7 +113,7 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 
 # A test JVM: C1-only JIT (about half the CPU of a short one), and the serial collector (heaps
 # of 1 GB at most on two cores: 166 against 174 CPU-s with G1 for the modules named below).
-C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # What every Spark JVM the tests start (their sessions, the Spark Connect servers, the steps)
 # runs with, through SPARK_CONF_DIR: on tiny tables compiling is the cost, not running (C1-only
 # stays cheaper even for the long-lived sessions: 175 CPU-s against 224 with tiered JIT for the
@@ -121,8 +121,8 @@ C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # shared session always had, for the Spark Connect servers and spark-submits too: with Spark's
 # 200, a DAG run's backfill_audit_log took 15.6 s, with 2 it takes 0.9 s.
 SPARK_DEFAULTS = (
-    f"spark.driver.extraJavaOptions {C1_ONLY}\n"
-    f"spark.executor.extraJavaOptions {C1_ONLY}\n"
+    f"spark.driver.extraJavaOptions {TEST_JVM_OPTIONS}\n"
+    f"spark.executor.extraJavaOptions {TEST_JVM_OPTIONS}\n"
     "spark.sql.codegen.wholeStage false\n"
     "spark.ui.enabled false\n"
     "spark.sql.shuffle.partitions 2\n"

@@ -34,17 +34,18 @@ from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig
 from watch_service.store import topics as store
 
-from ..support import C1_ONLY, unique
+from ..support import TEST_JVM_OPTIONS, unique
 from .builders import Stream
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-# Tiny inputs: C1-only JIT and no codegen/AQE halve a cold session's CPU.
+# Tiny inputs: the test JVM options (C1-only JIT, serial GC) and no codegen/AQE halve a cold
+# session's CPU.
 SMALL_RUN = [
     x
     for kv in (
-        f"spark.driver.extraJavaOptions={C1_ONLY}",
+        f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}",
         "spark.sql.shuffle.partitions=2",
         "spark.sql.adaptive.enabled=false",
         "spark.sql.codegen.wholeStage=false",
