@@ -119,7 +119,9 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # stays cheaper even for the long-lived sessions: 175 CPU-s against 224 with tiered JIT for the
 # rewind, pipeline and ranges modules). Two shuffle partitions and no adaptive execution, as the
 # shared session always had, for the Spark Connect servers and spark-submits too: with Spark's
-# 200, a DAG run's backfill_audit_log took 15.6 s, with 2 it takes 0.9 s.
+# 200, a DAG run's backfill_audit_log took 15.6 s, with 2 it takes 0.9 s. Expressions are
+# interpreted, not compiled (codegen's factory mode): the rewind, pipeline and ranges modules took
+# 160 CPU-s against 184 and 196 with generated code.
 SPARK_DEFAULTS = (
     f"spark.driver.extraJavaOptions {TEST_JVM_OPTIONS}\n"
     f"spark.executor.extraJavaOptions {TEST_JVM_OPTIONS}\n"
@@ -127,6 +129,7 @@ SPARK_DEFAULTS = (
     "spark.ui.enabled false\n"
     "spark.sql.shuffle.partitions 2\n"
     "spark.sql.adaptive.enabled false\n"
+    "spark.sql.codegen.factoryMode NO_CODEGEN\n"
 )
 
 
