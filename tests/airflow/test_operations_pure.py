@@ -257,3 +257,36 @@ def test_no_deadline_under_dags_test():
     alert = deadlines.dag_deadline(week, {}, ["/venv/bin/airflow", "scheduler"])
     assert alert is not None and alert.interval == week
     assert alert.callback.path == "auditsync_plugin.notifiers.deadline_missed"
+
+
+# -- every Airflow setting is one Airflow reads -------------------------------------------------
+def airflow_options(env: dict[str, str]) -> dict[str, tuple[str, str]]:
+    return {
+        name: tuple(name.removeprefix("AIRFLOW__").lower().split("__", 1))  # type: ignore[misc]
+        for name in env
+        if name.startswith("AIRFLOW__")
+    }
+
+
+def test_every_airflow_setting_names_an_option_airflow_reads(tmp_path: Path):
+    """Airflow ignores a setting under an old section without a word: the DAG processor's parse
+    interval was set as ``AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL``, which Airflow 3 no
+    longer reads (it moved to ``[dag_processor]``). Each ``AIRFLOW__SECTION__KEY`` the local setup
+    and the compose file set is an option of this Airflow's configuration."""
+    import yaml
+    from airflow.configuration import conf
+
+    known = conf.configuration_description
+    compose = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text())
+    envs = {"airflow_env": airflow_env(Settings(local_dir=tmp_path), {})}
+    for name, service in compose["services"].items():
+        if isinstance(service.get("environment"), dict):
+            envs[name] = service["environment"]
+    unknown = {
+        (where, name)
+        for where, env in envs.items()
+        for name, (section, key) in airflow_options(env).items()
+        if key not in known.get(section, {}).get("options", {})
+    }
+    assert unknown == set()
+    assert airflow_options(envs["airflow_env"])["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"]

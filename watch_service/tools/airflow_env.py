@@ -217,7 +217,7 @@ def airflow_env(
             "AUDITSYNC_AIRFLOW_USERS", DEFAULT_USERS
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         # A worker's calls to the Execution API time out after 5 s by default; on a loaded
         # two-core machine a task's start call took longer, and the try failed before it ran.
