@@ -30,6 +30,8 @@ import itertools
 import json
 import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -160,16 +162,23 @@ def live(pg_url, watch_service, tmp_path_factory):
         finally:
             with contextlib.suppress(AssertionError):
                 writers.stop()
-            for name in (
-                "scheduler",
-                "triggerer",
-                "dag-processor",
-                "api-server",
-                "sink",
-                "migrate",
-            ):
-                if name in procs and procs[name].poll() is None:
-                    stop(procs[name])
+            # SIGTERM to all first, then wait for each: they shut down at the same time (one
+            # after the other, the daemons' exits took about 30 s).
+            running = [
+                procs[name]
+                for name in ("scheduler", "triggerer", "dag-processor", "api-server", "sink")
+                if name in procs and procs[name].poll() is None
+            ]
+            for proc in running:
+                proc.send_signal(signal.SIGTERM)
+            for proc in running:
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if "migrate" in procs and procs["migrate"].poll() is None:
+                stop(procs["migrate"])
             meta.close()
             state = spark_connect_server.read_state(connect_settings)
             if state is not None:
