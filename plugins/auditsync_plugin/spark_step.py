@@ -62,14 +62,17 @@ class SparkStepOperator(SparkSubmitOperator):
         if step not in JOBS:
             raise ValueError(f"unknown Spark step {step!r}; expected one of {JOBS}")
         driver_error = None
-        if "jars" not in kwargs and "packages" not in kwargs:
+        # The pinned jars, placed at execute time for the connection's master (see
+        # ``session.submit_options``); a task given its own jars or packages keeps them.
+        self._places_jars = "jars" not in kwargs and "packages" not in kwargs
+        if self._places_jars:
             from spark_jobs.common.session import JdbcDriverMissing, submit_options
 
             try:
                 options = submit_options()
                 kwargs["jars"] = options["jars"]
                 kwargs["conf"] = {**options["conf"], **(kwargs.get("conf") or {})}
-            except JdbcDriverMissing as exc:  # reported when a spark-submit would need it
+            except (JdbcDriverMissing, ValueError) as exc:  # reported when a submit needs it
                 driver_error = str(exc)
         super().__init__(**kwargs)
         self._driver_error = driver_error
@@ -84,7 +87,29 @@ class SparkStepOperator(SparkSubmitOperator):
             )
         if self._driver_error:
             raise AirflowException(self._driver_error)
+        if self._places_jars:
+            self.place_jars()
         return super().execute(context)
+
+    def place_jars(self) -> None:
+        """Put the pinned jars where the master's executors load them from: on the driver's
+        class path for a local master, from ``AUDITSYNC_SPARK_WORKER_JARS`` on the workers when
+        set, else sent with the application."""
+        from spark_jobs.common.session import submit_options
+
+        master = self._get_hook()._connection["master"]
+        try:
+            options = submit_options(master=master)
+        except ValueError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.jars = options["jars"]
+        self.driver_class_path = options["driver_class_path"]
+        self.conf = {**options["conf"], **(self.conf or {})}  # the task's own settings win
+        self.log.info(
+            "Spark master %s: jars %s",
+            master,
+            "sent with the application" if self.jars else "on the driver's and workers' paths",
+        )
 
     def run_connected(self, module: Any, remote: str) -> dict[str, Any]:
         """The step in this process, as a client of the Spark Connect server at ``remote``:

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JAR_ENV = "AUDITSYNC_JDBC_JAR"
+WORKER_JARS_ENV = "AUDITSYNC_SPARK_WORKER_JARS"
+# Set by spark-submit for the Python application it runs (the JVM is already up).
+SUBMIT_GATEWAY_ENV = "PYSPARK_GATEWAY_PORT"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 # Dates in the audit log's partitions are UTC days (semantics). Adaptive execution may size a
@@ -110,13 +113,50 @@ def submit_flags(environ: Mapping[str, str] | None = None, master: str | None = 
 
 
 class SubmitOptions(TypedDict):
-    jars: str
+    jars: str | None
+    driver_class_path: str | None
     conf: dict[str, str]
 
 
-def submit_options(environ: Mapping[str, str] | None = None) -> SubmitOptions:
-    """The same, as Airflow's ``SparkSubmitOperator`` keywords."""
-    return {"jars": ",".join(classpath(environ)), "conf": dict(STATIC_CONF)}
+def worker_jars(environ: Mapping[str, str] | None = None) -> str | None:
+    """``AUDITSYNC_SPARK_WORKER_JARS``: the folder where every Spark worker holds the pinned jars
+    (the compose image's ``/opt/auditsync/.local/jars``), or None when the workers have none."""
+    env = os.environ if environ is None else environ
+    folder = env.get(WORKER_JARS_ENV, "").strip()
+    if not folder:
+        return None
+    if not folder.startswith("/"):
+        raise ValueError(
+            f"{WORKER_JARS_ENV}={folder!r}: an absolute path on the Spark workers is expected"
+        )
+    return folder.rstrip("/") or "/"
+
+
+def submit_options(
+    environ: Mapping[str, str] | None = None, master: str | None = None
+) -> SubmitOptions:
+    """The same, as Airflow's ``SparkSubmitOperator`` keywords, for ``master`` (the
+    ``spark_default`` connection's; None: not known yet).
+
+    The jars are sent with an application (``--jars``) only when its executors have no copy of
+    their own: each executor of each application fetches all 660 MB of them from the driver
+    (about 5 s on a loaded two-core machine, for each Spark step of each run). A local master's
+    executors run in the driver's JVM, so the jars go on the driver's class path; with
+    ``AUDITSYNC_SPARK_WORKER_JARS`` the executors load them from that folder on their worker
+    (and an ``AUDITSYNC_JDBC_JAR`` from its own path there)."""
+    paths = classpath(environ)
+    conf = dict(STATIC_CONF)
+    if is_local(master):
+        return {"jars": None, "driver_class_path": os.pathsep.join(paths), "conf": conf}
+    folder = worker_jars(environ)
+    if folder is None:
+        return {"jars": ",".join(paths), "driver_class_path": None, "conf": conf}
+    # An AUDITSYNC_JDBC_JAR is taken to be at the same path on the workers (one image).
+    pinned = {str(jars.jars_dir(environ) / jar.file_name) for jar in jars.SPARK_JARS}
+    explicit = set(paths) - pinned
+    on_workers = [p if p in explicit else f"{folder}/{Path(p).name}" for p in paths]
+    conf["spark.executor.extraClassPath"] = ":".join(on_workers)
+    return {"jars": None, "driver_class_path": os.pathsep.join(paths), "conf": conf}
 
 
 def build_session(
@@ -137,7 +177,11 @@ def build_session(
     else:
         if master:
             builder = builder.master(master)
-        settings = {**BASE_CONF, **jvm_conf(master=master), **(conf or {})}
+        # Under spark-submit its JVM runs this process and already has the jars where its
+        # master's executors load them (``submit_options``); naming them again (``spark.jars``)
+        # would send every executor a copy.
+        launched = SUBMIT_GATEWAY_ENV in os.environ
+        settings = {**BASE_CONF, **({} if launched else jvm_conf(master=master)), **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -435,7 +435,10 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
     topic = next(iter(landing.topics))
     phantom_seq = landing.topics[topic] + 7
     write_phantom(root / CONSUMER, topic, phantom_seq)
-    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+    from spark_jobs.common.jars import jars_dir
+
+    base = tmp_path_factory.mktemp("spark-cluster")
+    with standalone_cluster(base) as cluster:
         run = dags_test(
             airflow_home,
             PHANTOM_DATE,
@@ -450,11 +453,14 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
                 # Ten short JVMs (a driver and an executor per step), with the tests' Spark
                 # defaults: C1-only JIT roughly halves the CPU they spend compiling.
                 "SPARK_CONF_DIR": str(spark_conf_dir()),
+                # The worker holds the pinned jars (it runs here): nothing is sent to it.
+                "AUDITSYNC_SPARK_WORKER_JARS": str(jars_dir()),
             },
             spark_connect=False,
             timeout=1500,  # five spark-submits to a one-core cluster: 11 min at load 9-14
         )
         run.facts["cluster"] = (cluster.url, cluster.completed_apps())
+        run.facts["executor_jars"] = sorted(p.name for p in (base / "work").rglob("*.jar"))
     run.facts["phantom"] = (topic, phantom_seq)
     run.facts["summary"] = pg_rows(pg_url, SUMMARY_SQL, run.run_id)
     return run

@@ -143,3 +143,49 @@ def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):
     monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
     op = SparkStepOperator(task_id="t", step="compact", application="x.py")
     assert op.jars.split(",")[-1] == str(jar) and op.packages is None
+
+
+def test_the_jars_go_where_the_masters_executors_load_them(tmp_path, monkeypatch):
+    """Sent with the application (``--jars``), the pinned jars (660 MB) were fetched by every
+    executor of every spark-submit. A local master's executors run in the driver's JVM: the
+    jars go on its class path. A cluster's workers that hold the jars
+    (``AUDITSYNC_SPARK_WORKER_JARS``) load them from there. Only otherwise are they sent."""
+    from auditsync_plugin.spark_step import SparkStepOperator
+    from spark_jobs.common.session import WORKER_JARS_ENV, classpath, submit_options
+
+    monkeypatch.delenv(WORKER_JARS_ENV, raising=False)
+    monkeypatch.delenv("AUDITSYNC_JDBC_JAR", raising=False)
+    paths = classpath()
+    local = submit_options(master="local[2]")
+    assert (local["jars"], local["driver_class_path"]) == (None, os.pathsep.join(paths))
+    assert "spark.executor.extraClassPath" not in local["conf"]
+    sent = submit_options(master="spark://spark-master:7077")
+    assert (sent["jars"], sent["driver_class_path"]) == (",".join(paths), None)
+    jar = tmp_path / "my-postgresql.jar"
+    jar.write_bytes(b"PK")
+    env = {
+        **os.environ,
+        WORKER_JARS_ENV: "/opt/auditsync/.local/jars/",
+        "AUDITSYNC_JDBC_JAR": str(jar),
+    }
+    held = submit_options(env, master="spark://spark-master:7077")
+    assert held["jars"] is None
+    assert held["driver_class_path"] == os.pathsep.join(classpath(env))
+    on_workers = held["conf"]["spark.executor.extraClassPath"].split(":")
+    assert on_workers == [
+        str(jar) if p == str(jar) else f"/opt/auditsync/.local/jars/{Path(p).name}"
+        for p in classpath(env)
+    ]
+    assert str(jar) in on_workers and len(on_workers) == len(paths)
+    for bad in ("jars", "./jars", "~/jars"):
+        with pytest.raises(ValueError, match=f"^{WORKER_JARS_ENV}="):
+            submit_options({**os.environ, WORKER_JARS_ENV: bad}, master="spark://m:7077")
+    # The operator places them at execute time, for its connection's master.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    op = SparkStepOperator(
+        task_id="t", step="compact", application="x.py", conf={"spark.task.maxFailures": "2"}
+    )
+    assert op.jars == ",".join(paths)  # parsing knows no master
+    op.place_jars()
+    assert (op.jars, op.driver_class_path) == (None, os.pathsep.join(paths))
+    assert op.conf["spark.task.maxFailures"] == "2"

@@ -109,6 +109,11 @@ def test_the_cluster_gives_the_spark_connect_results(phantom_run, phantom_connec
     assert f"--master {url}" in phantom_run.output
     # Every Spark job of the run was an application of the standalone master.
     assert len(apps) == 5, apps  # compact, reconcile, 2 × backfill, verify
+    # The worker holds the pinned jars (AUDITSYNC_SPARK_WORKER_JARS): its executors loaded
+    # them from there, none fetched a copy from its driver.
+    assert phantom_run.facts["executor_jars"] == []
+    assert "on the driver's and workers' paths" in phantom_run.output
+    assert "--jars" not in phantom_run.output.split("Spark-Submit cmd", 1)[1].splitlines()[0]
     assert "Spark-Submit cmd" not in phantom_connect_run.output
     # Same run id (same data interval): the Spark Connect run replaced the cluster run's rows
     # with identical ones.

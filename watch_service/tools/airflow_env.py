@@ -63,6 +63,8 @@ OVERRIDES = {
     "AUDITSYNC_SPARK_CONNECT": "spark_connect_default connection (sc://host:port); unset: "
     "every Spark step is a spark-submit through spark_default",
     "AUDITSYNC_JDBC_JAR": "the PostgreSQL JDBC driver jar, passed through unchanged",
+    "AUDITSYNC_SPARK_WORKER_JARS": "absolute folder where every Spark worker holds the pinned "
+    "jars: a spark-submit's executors load them from there instead of fetching 660 MB each",
     "AUDITSYNC_AIRFLOW_HOST": f"Airflow API server address (default {DEFAULT_AIRFLOW_HOST})",
     "AUDITSYNC_AIRFLOW_PORT": f"Airflow API server port (default {DEFAULT_AIRFLOW_PORT}); the "
     "UI, the execution API the task runner calls and the links in alerts all follow it",
@@ -87,6 +89,7 @@ PASSED_THROUGH = (
     "AUDITSYNC_SCHEDULE",
     "AUDITSYNC_SENSOR_TIMEOUT_S",
     "AUDITSYNC_JDBC_JAR",
+    "AUDITSYNC_SPARK_WORKER_JARS",
     "AUDITSYNC_ALERT_EMAIL",
     "AUDITSYNC_ALERT_FROM",
     "AUDITSYNC_ALERT_SMTP_CONN",
