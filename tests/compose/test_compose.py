@@ -188,6 +188,9 @@ def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("@airflow-db:5432/airflow")
         watch = json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"])
         assert (watch["host"], watch["port"]) == ("watch", 8400)
+        # The workers run the image that fetched the jars there: spark-submits send none.
+        assert env["AUDITSYNC_SPARK_WORKER_JARS"] == "/opt/auditsync/.local/jars"
+        assert services["spark-worker-1"]["image"] == services[name]["image"]
 
 
 def test_alerts_are_off_by_default_and_reach_every_airflow_service(services):
