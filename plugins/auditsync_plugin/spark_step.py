@@ -95,7 +95,7 @@ class SparkStepOperator(SparkSubmitOperator):
         """Put the pinned jars where the master's executors load them from: on the driver's
         class path for a local master, from ``AUDITSYNC_SPARK_WORKER_JARS`` on the workers when
         set, else sent with the application."""
-        from spark_jobs.common.session import submit_options
+        from spark_jobs.common.session import JARS_PLACED_ENV, submit_options
 
         master = self._get_hook()._connection["master"]
         try:
@@ -105,6 +105,7 @@ class SparkStepOperator(SparkSubmitOperator):
         self.jars = options["jars"]
         self.driver_class_path = options["driver_class_path"]
         self.conf = {**options["conf"], **(self.conf or {})}  # the task's own settings win
+        self.env_vars = {**(self.env_vars or {}), JARS_PLACED_ENV: "1"}
         self.log.info(
             "Spark master %s: jars %s",
             master,

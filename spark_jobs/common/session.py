@@ -37,6 +37,8 @@ JAR_ENV = "AUDITSYNC_JDBC_JAR"
 WORKER_JARS_ENV = "AUDITSYNC_SPARK_WORKER_JARS"
 # Set by spark-submit for the Python application it runs (the JVM is already up).
 SUBMIT_GATEWAY_ENV = "PYSPARK_GATEWAY_PORT"
+# Set by the DAG's spark-submit steps: the jars are on the submit's command line.
+JARS_PLACED_ENV = "AUDITSYNC_SPARK_JARS_PLACED"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 # Dates in the audit log's partitions are UTC days (semantics). Adaptive execution may size a
@@ -177,11 +179,12 @@ def build_session(
     else:
         if master:
             builder = builder.master(master)
-        # Under spark-submit its JVM runs this process and already has the jars where its
-        # master's executors load them (``submit_options``); naming them again (``spark.jars``)
-        # would send every executor a copy.
-        launched = SUBMIT_GATEWAY_ENV in os.environ
-        settings = {**BASE_CONF, **({} if launched else jvm_conf(master=master)), **(conf or {})}
+        # A spark-submit that placed the jars (``submit_options``, as the DAG's steps do) runs
+        # this process in a JVM that already has them where its master's executors load them:
+        # naming them again (``spark.jars``) would send every executor a copy. A spark-submit
+        # by hand, without the flags, still gets them here.
+        placed = SUBMIT_GATEWAY_ENV in os.environ and os.environ.get(JARS_PLACED_ENV) == "1"
+        settings = {**BASE_CONF, **({} if placed else jvm_conf(master=master)), **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

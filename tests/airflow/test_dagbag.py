@@ -189,3 +189,5 @@ def test_the_jars_go_where_the_masters_executors_load_them(tmp_path, monkeypatch
     op.place_jars()
     assert (op.jars, op.driver_class_path) == (None, os.pathsep.join(paths))
     assert op.conf["spark.task.maxFailures"] == "2"
+    # The job's session then names no jars of its own (a spark-submit by hand still does).
+    assert op.env_vars == {"AUDITSYNC_SPARK_JARS_PLACED": "1"}
