@@ -97,19 +97,16 @@ def jvm_conf(environ: Mapping[str, str] | None = None, master: str | None = None
 
 
 def submit_flags(environ: Mapping[str, str] | None = None, master: str | None = None) -> list[str]:
-    """``spark-submit`` flags that put the jars on the classpath and load the extensions.
-
-    A local master's executors run in the driver's JVM, so the jars go on the driver's class
-    path. Given as ``--jars`` they would be shipped to those executors like to remote ones: each
-    JVM copied all 660 MB of them (the AWS SDK bundle is 640 MB) into a ``userFiles`` folder of
-    its own, about 2 s of a session's start, and left the copy behind when killed. Any other
-    master's executors are sent the jars with the application (``--jars``)."""
-    paths = classpath(environ)
-    if is_local(master):
-        flags = ["--driver-class-path", os.pathsep.join(paths)]
-    else:
-        flags = ["--jars", ",".join(paths)]
-    for key, value in STATIC_CONF.items():
+    """``spark-submit`` flags that put the jars where ``master``'s executors load them and load
+    the extensions: ``submit_options`` as a command line (the Spark Connect server, the tests'
+    sessions)."""
+    options = submit_options(environ, master)
+    flags = []
+    if options["driver_class_path"]:
+        flags += ["--driver-class-path", options["driver_class_path"]]
+    if options["jars"]:
+        flags += ["--jars", options["jars"]]
+    for key, value in options["conf"].items():
         flags += ["--conf", f"{key}={value}"]
     return flags
 
@@ -128,7 +125,9 @@ def worker_jars(environ: Mapping[str, str] | None = None) -> str | None:
     if not folder:
         return None
     if not folder.startswith("/"):
-        raise ValueError(
+        from watch_service.settings import SettingsError
+
+        raise SettingsError(
             f"{WORKER_JARS_ENV}={folder!r}: an absolute path on the Spark workers is expected"
         )
     return folder.rstrip("/") or "/"
@@ -137,15 +136,16 @@ def worker_jars(environ: Mapping[str, str] | None = None) -> str | None:
 def submit_options(
     environ: Mapping[str, str] | None = None, master: str | None = None
 ) -> SubmitOptions:
-    """The same, as Airflow's ``SparkSubmitOperator`` keywords, for ``master`` (the
-    ``spark_default`` connection's; None: not known yet).
+    """Where the jars go for ``master`` (None: not known yet), as Airflow's
+    ``SparkSubmitOperator`` keywords; ``submit_flags`` gives them as a command line.
 
-    The jars are sent with an application (``--jars``) only when its executors have no copy of
-    their own: each executor of each application fetches all 660 MB of them from the driver
-    (about 5 s on a loaded two-core machine, for each Spark step of each run). A local master's
-    executors run in the driver's JVM, so the jars go on the driver's class path; with
-    ``AUDITSYNC_SPARK_WORKER_JARS`` the executors load them from that folder on their worker
-    (and an ``AUDITSYNC_JDBC_JAR`` from its own path there)."""
+    They are sent with an application (``--jars``) only when its executors have no copy of their
+    own: each executor of each application fetches all 660 MB from the driver (about 5 s on a
+    loaded two-core machine, for each Spark step of each run). A local master's executors run in
+    the driver's JVM, so the jars go on its class path (as ``--jars`` each JVM also copied them
+    into a ``userFiles`` folder of its own, about 2 s of a session's start, left behind when
+    killed). With ``AUDITSYNC_SPARK_WORKER_JARS`` the executors load them from that folder on
+    their worker (and an ``AUDITSYNC_JDBC_JAR`` from its own path there)."""
     paths = classpath(environ)
     conf = dict(STATIC_CONF)
     if is_local(master):

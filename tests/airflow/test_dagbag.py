@@ -191,3 +191,22 @@ def test_the_jars_go_where_the_masters_executors_load_them(tmp_path, monkeypatch
     assert op.conf["spark.task.maxFailures"] == "2"
     # The job's session then names no jars of its own (a spark-submit by hand still does).
     assert op.env_vars == {"AUDITSYNC_SPARK_JARS_PLACED": "1"}
+
+
+def test_a_spark_connect_server_refuses_a_relative_worker_jars_folder(monkeypatch, capsys):
+    """The Spark Connect server takes its jar flags from the same placement: a malformed
+    ``AUDITSYNC_SPARK_WORKER_JARS`` is one line naming it and exit 2, before any JVM starts."""
+    from spark_jobs.common.session import WORKER_JARS_ENV, submit_flags
+    from watch_service.tools import spark_connect
+
+    monkeypatch.setenv(WORKER_JARS_ENV, "jars")
+    assert spark_connect.main(["serve", "--master", "spark://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"auditsync spark-connect: {WORKER_JARS_ENV}='jars': an absolute path on the Spark "
+        "workers is expected\n"
+    )
+    monkeypatch.setenv(WORKER_JARS_ENV, "/opt/jars")
+    flags = submit_flags(master="spark://127.0.0.1:9")
+    assert "--jars" not in flags and "--driver-class-path" in flags
+    assert any(f.startswith("spark.executor.extraClassPath=/opt/jars/") for f in flags)

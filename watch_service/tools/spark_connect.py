@@ -238,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.action == "serve":
-        cmd = command(args.port, args.master, args.host, args.driver_memory)
+        try:  # a missing jar or a malformed jar setting: one line, exit 2
+            cmd = command(args.port, args.master, args.host, args.driver_memory)
+        except (SettingsError, AuditsyncError) as exc:
+            print(f"auditsync spark-connect: {exc}", file=sys.stderr)
+            return 2
         os.execvpe(cmd[0], cmd, server_env(loopback=args.host == "127.0.0.1"))
     try:
         settings = settings_mod.load()
