@@ -30,8 +30,6 @@ import itertools
 import json
 import os
 import re
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -47,7 +45,7 @@ from watch_service.tools.airflow_env import airflow_env
 
 from ..sink.harness import SinkProcess
 from ..sink.harness import rows as landed_rows
-from ..support import free_port, stop, unique
+from ..support import free_port, stop_all, unique
 from .conftest import BIN, AirflowHome, http_json, pg_rows, wait_until
 from .live import (
     DagRun,
@@ -162,23 +160,8 @@ def live(pg_url, watch_service, tmp_path_factory):
         finally:
             with contextlib.suppress(AssertionError):
                 writers.stop()
-            # SIGTERM to all first, then wait for each: they shut down at the same time (one
-            # after the other, the daemons' exits took about 30 s).
-            running = [
-                procs[name]
-                for name in ("scheduler", "triggerer", "dag-processor", "api-server", "sink")
-                if name in procs and procs[name].poll() is None
-            ]
-            for proc in running:
-                proc.send_signal(signal.SIGTERM)
-            for proc in running:
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if "migrate" in procs and procs["migrate"].poll() is None:
-                stop(procs["migrate"])
+            names = ("scheduler", "triggerer", "dag-processor", "api-server", "sink", "migrate")
+            stop_all([procs[name] for name in names if name in procs])
             meta.close()
             state = spark_connect_server.read_state(connect_settings)
             if state is not None:
