@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from watch_service.settings import Settings
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
+from watch_service.tools.local import use_port_block
 
 from .support import InProcessService, free_port, unique
 
@@ -28,6 +29,7 @@ def pytest_configure(config) -> None:
     A driver JVM is started once per process and jars cannot join its classpath later, so
     whichever test starts Spark first (the GX operator in tests/airflow, or the spark layer's
     shared session) must start it with the driver, or later JDBC reads fail to find it.
+    Under pytest-xdist it also gives the worker its own block of ports (``use_port_block``).
     """
     from spark_jobs.common.session import submit_flags
 
@@ -37,6 +39,12 @@ def pytest_configure(config) -> None:
 
     flags = submit_flags(master="local[2]")  # every JVM the tests launch runs a local master
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*flags, "pyspark-shell"]))
+
+    # Each pytest-xdist worker picks ports from a block of its own, so two workers starting
+    # servers at once never pick the same port.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw"):
+        use_port_block(int(worker[2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
 
 
 # Modules that share the Airflow home, the landing zone and the Spark Connect server of

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from watch_service.tools import local
 from watch_service.tools.local import ServiceProcess, free_port, serve_command, wait_for_port
 
 
@@ -43,3 +44,44 @@ def test_wait_for_port_sees_a_listener_and_a_dead_child() -> None:
     dead.wait()
     with pytest.raises(RuntimeError, match="exited with 0"):
         wait_for_port(free_port(), timeout=5, proc=dead, what="child")
+
+
+@pytest.fixture
+def own_ports(monkeypatch):
+    """free_port's walk as this test leaves it is undone afterwards (the worker's block stays)."""
+    monkeypatch.setattr(local, "_ports_block", local._ports_block)
+    monkeypatch.setattr(local, "_ports_next", local._ports_next)
+
+
+@pytest.mark.unit
+def test_free_ports_lie_below_the_ephemeral_range_and_do_not_repeat(own_ports) -> None:
+    ephemeral_low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    local._ports_block = None  # the whole range
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == 200
+    assert all(local.PORTS_FLOOR <= p < ephemeral_low for p in ports)
+
+
+@pytest.mark.unit
+def test_free_port_passes_over_a_port_in_use(own_ports) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        local._ports_block, local._ports_next = (port, port + 64), port
+        got = free_port()
+        assert port < got < port + 64
+
+
+@pytest.mark.unit
+def test_port_blocks_split_the_range_without_overlap(own_ports) -> None:
+    drawn = []
+    for index in range(3):
+        local.use_port_block(index, 3)
+        low, high = local._ports_block
+        ports = {free_port() for _ in range(20)}
+        assert all(low <= p < high for p in ports)
+        drawn.append(ports)
+    assert not (drawn[0] & drawn[1] or drawn[1] & drawn[2] or drawn[0] & drawn[2])
+    with pytest.raises(ValueError, match="no port block 3 of 3"):
+        local.use_port_block(3, 3)

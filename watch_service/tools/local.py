@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,13 +22,67 @@ from typing import IO
 
 from watch_service.settings import PROJECT_ROOT
 
+# free_port's ports lie below the kernel's ephemeral range (``ip_local_port_range``, 32768 and up
+# by default). A port that bind(0) hands out comes from that range, and between the moment it is
+# chosen and the moment the server started on it binds it, the kernel may give the same port to
+# any outgoing connection as its source port: with Spark, PostgreSQL clients and HTTP clients busy
+# on the machine it did (a test cluster's postmaster found "Address already in use"). Below the
+# range no outgoing connection takes a port.
+PORTS_FLOOR = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_ports_lock = threading.Lock()
+_ports_block: tuple[int, int] | None = None  # [low, high) this process draws from
+_ports_next: int | None = None
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def use_port_block(index: int, count: int) -> None:
+    """Draw this process's ports from the ``index``-th of ``count`` equal slices of free_port's
+    range, so processes that pick ports at once (the test workers) never pick the same one."""
+    global _ports_block, _ports_next
+    low, high = PORTS_FLOOR, _ephemeral_low()
+    if not 0 <= index < count or high - low < count:
+        raise ValueError(f"no port block {index} of {count} in [{low}, {high})")
+    size = (high - low) // count
+    with _ports_lock:
+        _ports_block = (low + index * size, low + (index + 1) * size)
+        _ports_next = None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nothing is bound to right now, below the ephemeral range (see
+    PORTS_FLOOR). Each process walks its block (the whole range unless use_port_block narrowed
+    it) upwards from a random start, so a port it just handed out is not handed out again before
+    the walk comes round, and two processes walking at once rarely meet."""
+    global _ports_next
+    with _ports_lock:
+        low, high = _ports_block or (PORTS_FLOOR, _ephemeral_low())
+        if high - low < 64:  # a kernel configured with (nearly) no room below its range
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return int(s.getsockname()[1])
+        if _ports_next is None or not low <= _ports_next < high:
+            _ports_next = random.randrange(low, high)
+        for _ in range(high - low):
+            port, _ports_next = _ports_next, low + (_ports_next + 1 - low) % (high - low)
+            if _bindable(port):
+                return port
+    raise OSError(f"no free TCP port on 127.0.0.1 in [{low}, {high})")
 
 
 def wait_for_port(

@@ -21,6 +21,7 @@ from pathlib import Path
 from spark_jobs.common import jars
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import S3Config
+from watch_service.tools.local import free_port
 
 START_TIMEOUT_S = 60.0
 ACCESS_KEY = "auditsync"
@@ -29,12 +30,6 @@ SECRET_KEY = "auditsync-local-secret"  # a loopback-only server
 
 class ObjectStoreError(AuditsyncError):
     """The server could not start; the message says why and where its log is."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -48,7 +43,7 @@ class ObjectStore:
 
     def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = Path(root)
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
