@@ -36,6 +36,9 @@ class Jar:
     version: str
     sha256: str
     classifier: str = ""
+    # A class only this jar holds, loaded without touching another jar's classes: what a JVM
+    # is asked for to learn whether it has the jar (``session.check_worker_jars``).
+    probe: str = ""
 
     @property
     def file_name(self) -> str:
@@ -53,24 +56,28 @@ ICEBERG = Jar(
     "iceberg-spark-runtime-4.1_2.13",
     "1.11.0",
     "d6ea6c5d099288daeb7d5a92061bd3d7d8f296492632b42378e5f2f0e3066242",
+    probe="org.apache.iceberg.Table",
 )
 HADOOP_AWS = Jar(
     "org.apache.hadoop",
     "hadoop-aws",
     "3.4.2",
     "d2d24e6b715b5656b9d238bf13b6682a07e2004dd36aad74a73aeb854319f4d9",
+    probe="org.apache.hadoop.fs.s3a.Constants",
 )
 AWS_SDK = Jar(
     "software.amazon.awssdk",
     "bundle",
     "2.29.52",
     "62638f33045690c6bc5e496b54b0b2e89a9ad38cbedacdf6e017fea6bc85f55c",
+    probe="software.amazon.awssdk.services.s3.S3Client",
 )
 POSTGRESQL = Jar(
     "org.postgresql",
     "postgresql",
     "42.7.4",
     "188976721ead8e8627eb6d8389d500dccc0c9bebd885268a3047180274a6031e",
+    probe="org.postgresql.Driver",
 )
 S3PROXY = Jar(
     "org.gaul",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from spark_jobs.common import jars
 from spark_jobs.common.jars import JarsMissing
+from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -191,7 +192,58 @@ def build_session(
     if remote:
         connect: Any = spark  # a Spark Connect session: its ``client`` is not the classic one's
         connect.client.set_retry_policies([connect_retry_policy()])
+    else:
+        check_worker_jars(spark)
     return spark
+
+
+class WorkerJarsMissing(AuditsyncError):
+    """An executor cannot load a pinned jar from the folder ``AUDITSYNC_SPARK_WORKER_JARS``
+    names on its worker."""
+
+
+def check_worker_jars(spark: SparkSession, environ: Mapping[str, str] | None = None) -> None:
+    """When a cluster's executors load the pinned jars from their workers' disks
+    (``AUDITSYNC_SPARK_WORKER_JARS``, on ``spark.executor.extraClassPath``), ask them before the
+    step's work whether they can: a worker without them would otherwise fail the step's first
+    Iceberg or JDBC task with a ClassNotFoundException far from the setting that caused it.
+    One task per core loads each jar's ``probe`` class (``try_reflect``: NULL where it is
+    missing) and names its executor's host; ``WorkerJarsMissing`` says which jars which
+    executors lack, and a line says which hosts passed. A local master, or jars sent with the
+    application, skip it."""
+    folder = worker_jars(environ)
+    conf = spark.sparkContext.getConf()
+    extra = conf.get("spark.executor.extraClassPath", "") or ""
+    if folder is None or is_local(conf.get("spark.master", "local")) or folder not in extra:
+        return
+    pinned = [j for j in jars.SPARK_JARS if j.probe]
+    host = "try_reflect('java.net.InetAddress', 'getLocalHost') AS host"
+    loads = [
+        f"try_reflect('java.lang.Class', 'forName', '{j.probe}') AS j{i}"
+        for i, j in enumerate(pinned)
+    ]
+    tasks = max(2, spark.sparkContext.defaultParallelism)
+    rows = spark.range(0, tasks, 1, tasks).selectExpr(host, *loads).distinct().collect()
+    hosts = sorted({row["host"] for row in rows})
+    lacking = {
+        h: [
+            j.file_name
+            for i, j in enumerate(pinned)
+            if any(row["host"] == h and row[f"j{i}"] is None for row in rows)
+        ]
+        for h in hosts
+    }
+    missing = {h: names for h, names in lacking.items() if names}
+    if not missing:
+        print(f"[session] executors on {', '.join(hosts)} load the pinned jars from {folder}")
+        return
+    where = "; ".join(f"{h}: {', '.join(names)}" for h, names in missing.items())
+    raise WorkerJarsMissing(
+        f"{WORKER_JARS_ENV}={folder}: Spark executors cannot load pinned jars from that "
+        f"folder on their workers ({where}). Put the jars there on every worker (`make "
+        f"setup` fetches them into .local/jars), or unset {WORKER_JARS_ENV} to send them "
+        "with each application."
+    )
 
 
 # The Spark Connect client's own retry of an unreachable server backs off 50 ms × 4ⁿ up to a

@@ -14,12 +14,14 @@ worker of the fault run's unit, sharing its Airflow home, landing and server
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from auditsync_plugin.ui import runs as ui_runs
 from spark_jobs import readers
+from spark_jobs.common.jars import jars_dir
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
 from spark_jobs.layout import Layout
 
@@ -112,6 +114,13 @@ def test_the_cluster_gives_the_spark_connect_results(phantom_run, phantom_connec
     # The worker holds the pinned jars (AUDITSYNC_SPARK_WORKER_JARS): its executors loaded
     # them from there, none fetched a copy from its driver.
     assert phantom_run.facts["executor_jars"] == []
+    # Each step's session asked the executors first whether they load them (a worker without
+    # them stops the step there: tests/spark/test_worker_jars.py).
+    said = re.compile(
+        rf"\[session\] executors on \S+ load the pinned jars from {re.escape(str(jars_dir()))} "
+    )
+    logged = [x for x in phantom_run.output.splitlines() if "SparkSubmitHook" in x]
+    assert sum(bool(said.search(x)) for x in logged) == 5, logged
     assert "on the driver's and workers' paths" in phantom_run.output
     assert "--jars" not in phantom_run.output.split("Spark-Submit cmd", 1)[1].splitlines()[0]
     assert "Spark-Submit cmd" not in phantom_connect_run.output
