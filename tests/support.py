@@ -154,14 +154,16 @@ def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
 
 def stop_all(procs: list[subprocess.Popen], timeout: float = 60.0) -> list[int]:
     """``stop`` for several at once: SIGTERM to each, then wait for each, so they shut down
-    side by side (a live Airflow's daemons took about 30 s one after the other)."""
+    side by side (a live Airflow's daemons took about 30 s one after the other); SIGKILL to
+    those still running ``timeout`` seconds after the SIGTERMs."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
     statuses = []
     for proc in procs:
         try:
-            statuses.append(proc.wait(timeout))
+            statuses.append(proc.wait(max(0.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             proc.kill()
             statuses.append(proc.wait())
