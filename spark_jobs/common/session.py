@@ -217,7 +217,7 @@ def check_worker_jars(spark: SparkSession, environ: Mapping[str, str] | None = N
     if folder is None or is_local(conf.get("spark.master", "local")) or folder not in extra:
         return
     pinned = [j for j in jars.SPARK_JARS if j.probe]
-    host = "try_reflect('java.net.InetAddress', 'getLocalHost') AS host"
+    host = "coalesce(try_reflect('java.net.InetAddress', 'getLocalHost'), 'an executor') AS host"
     loads = [
         f"try_reflect('java.lang.Class', 'forName', '{j.probe}') AS j{i}"
         for i, j in enumerate(pinned)

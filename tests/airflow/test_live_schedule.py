@@ -163,12 +163,14 @@ def live(pg_url, watch_service, tmp_path_factory):
                 writers.stop()
             # Airflow 3.3's DAG processor once logged "Exiting gracefully upon receiving signal
             # 15" and went on parsing for 89 s, until the SIGKILL: it is signalled first and
-            # gets 5 s more once the others (the scheduler waits for its running task) stopped.
+            # gets 5 s more once the others stopped. The scheduler waits for its running task,
+            # which reports to the API server: that one stops after it (at once, a stopping
+            # task retried the execution API for 40 s).
             processor = procs.get("dag-processor")
             if processor is not None and processor.poll() is None:
                 processor.send_signal(signal.SIGTERM)
-            names = ("scheduler", "triggerer", "api-server", "sink", "migrate")
-            stop_all([procs[name] for name in names if name in procs])
+            for names in (("scheduler", "triggerer"), ("api-server", "sink", "migrate")):
+                stop_all([procs[name] for name in names if name in procs])
             if processor is not None:
                 stop_all([processor], timeout=5)
             meta.close()
