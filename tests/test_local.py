@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -85,3 +86,16 @@ def test_port_blocks_split_the_range_without_overlap(own_ports) -> None:
     assert not (drawn[0] & drawn[1] or drawn[1] & drawn[2] or drawn[0] & drawn[2])
     with pytest.raises(ValueError, match="no port block 3 of 3"):
         local.use_port_block(3, 3)
+
+
+@pytest.mark.unit
+def test_a_test_worker_draws_ports_from_its_own_block() -> None:
+    """tests/conftest.py gives each pytest-xdist worker its block; a plain run has the range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        assert local._ports_block is None
+        return
+    count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    size = (local._ephemeral_low() - local.PORTS_FLOOR) // count
+    low = local.PORTS_FLOOR + int(worker.removeprefix("gw")) * size
+    assert local._ports_block == (low, low + size)
