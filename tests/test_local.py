@@ -99,3 +99,25 @@ def test_a_test_worker_draws_ports_from_its_own_block() -> None:
     size = (local._ephemeral_low() - local.PORTS_FLOOR) // count
     low = local.PORTS_FLOOR + int(worker.removeprefix("gw")) * size
     assert local._ports_block == (low, low + size)
+
+
+@pytest.mark.unit
+def test_a_forked_child_walks_from_a_start_of_its_own(own_ports, monkeypatch) -> None:
+    """A child forked mid-walk would otherwise hand out the very ports its parent hands out
+    next."""
+    low = free_port()
+    local._ports_block, local._ports_next = (low, low + 64), low
+    monkeypatch.setattr(local.random, "randrange", lambda a, b: a + 32)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one port, written to the pipe, then gone
+        try:
+            os.write(write, str(free_port()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = int(pipe.read())
+    os.waitpid(pid, 0)
+    assert low + 32 <= child < low + 64  # its own start, not the parent's next port
+    assert free_port() < low + 32  # the parent's walk goes on where it was

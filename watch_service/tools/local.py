@@ -33,6 +33,7 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _ports_lock = threading.Lock()
 _ports_block: tuple[int, int] | None = None  # [low, high) this process draws from
 _ports_next: int | None = None
+_ports_pid = 0  # the process whose walk _ports_next is: a forked child starts a walk of its own
 
 
 def _ephemeral_low() -> int:
@@ -69,15 +70,15 @@ def free_port() -> int:
     PORTS_FLOOR). Each process walks its block (the whole range unless use_port_block narrowed
     it) upwards from a random start, so a port it just handed out is not handed out again before
     the walk comes round, and two processes walking at once rarely meet."""
-    global _ports_next
+    global _ports_next, _ports_pid
     with _ports_lock:
         low, high = _ports_block or (PORTS_FLOOR, _ephemeral_low())
         if high - low < 64:  # a kernel configured with (nearly) no room below its range
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 return int(s.getsockname()[1])
-        if _ports_next is None or not low <= _ports_next < high:
-            _ports_next = random.randrange(low, high)
+        if _ports_next is None or not low <= _ports_next < high or _ports_pid != os.getpid():
+            _ports_next, _ports_pid = random.randrange(low, high), os.getpid()
         for _ in range(high - low):
             port, _ports_next = _ports_next, low + (_ports_next + 1 - low) % (high - low)
             if _bindable(port):
