@@ -90,11 +90,15 @@ def is_local(master: str | None) -> bool:
 
 
 def jvm_conf(environ: Mapping[str, str] | None = None, master: str | None = None) -> dict[str, str]:
-    """The settings that give a JVM this process launches the jars (see ``submit_flags``)."""
-    paths = classpath(environ)
-    if is_local(master):
-        return {"spark.driver.extraClassPath": os.pathsep.join(paths), **STATIC_CONF}
-    return {"spark.jars": ",".join(paths), **STATIC_CONF}
+    """``submit_options`` as the settings of a JVM this process launches (``build_session``
+    outside spark-submit): one rule for where the jars go, whoever starts the JVM."""
+    options = submit_options(environ, master)
+    conf = dict(options["conf"])
+    if options["driver_class_path"]:
+        conf["spark.driver.extraClassPath"] = options["driver_class_path"]
+    if options["jars"]:
+        conf["spark.jars"] = options["jars"]
+    return conf
 
 
 def submit_flags(environ: Mapping[str, str] | None = None, master: str | None = None) -> list[str]:
@@ -208,36 +212,38 @@ def check_worker_jars(spark: SparkSession, environ: Mapping[str, str] | None = N
     step's work whether they can: a worker without them would otherwise fail the step's first
     Iceberg or JDBC task with a ClassNotFoundException far from the setting that caused it.
     One task per core loads each jar's ``probe`` class (``try_reflect``: NULL where it is
-    missing) and names its executor's host; ``WorkerJarsMissing`` says which jars which
-    executors lack, and a line says which hosts passed. A local master, or jars sent with the
-    application, skip it."""
+    missing) and names its executor's host, gathered per host; ``WorkerJarsMissing`` says which
+    jars which executors lack, and a line says which hosts passed. A local master, or jars sent
+    with the application, skip it."""
     folder = worker_jars(environ)
     conf = spark.sparkContext.getConf()
     extra = conf.get("spark.executor.extraClassPath", "") or ""
     if folder is None or is_local(conf.get("spark.master", "local")) or folder not in extra:
         return
-    pinned = [j for j in jars.SPARK_JARS if j.probe]
+    from pyspark.sql import functions as F
+
     host = "coalesce(try_reflect('java.net.InetAddress', 'getLocalHost'), 'an executor') AS host"
-    loads = [
-        f"try_reflect('java.lang.Class', 'forName', '{j.probe}') AS j{i}"
-        for i, j in enumerate(pinned)
+    lost = [
+        f"try_reflect('java.lang.Class', 'forName', '{j.probe}') IS NULL AS j{i}"
+        for i, j in enumerate(jars.SPARK_JARS)
     ]
     tasks = max(2, spark.sparkContext.defaultParallelism)
-    rows = spark.range(0, tasks, 1, tasks).selectExpr(host, *loads).distinct().collect()
-    hosts = sorted({row["host"] for row in rows})
-    lacking = {
-        h: [
-            j.file_name
-            for i, j in enumerate(pinned)
-            if any(row["host"] == h and row[f"j{i}"] is None for row in rows)
-        ]
-        for h in hosts
-    }
-    missing = {h: names for h, names in lacking.items() if names}
-    if not missing:
-        print(f"[session] executors on {', '.join(hosts)} load the pinned jars from {folder}")
+    per_host = sorted(
+        spark.range(0, tasks, 1, tasks)
+        .selectExpr(host, *lost)
+        .groupBy("host")
+        .agg(*(F.bool_or(f"j{i}").alias(f"j{i}") for i in range(len(jars.SPARK_JARS))))
+        .collect()
+    )
+    where = "; ".join(
+        f"{row['host']}: {', '.join(names)}"
+        for row in per_host
+        if (names := [j.file_name for i, j in enumerate(jars.SPARK_JARS) if row[f"j{i}"]])
+    )
+    if not where:
+        hosts = ", ".join(row["host"] for row in per_host)
+        print(f"[session] executors on {hosts} load the pinned jars from {folder}", flush=True)
         return
-    where = "; ".join(f"{h}: {', '.join(names)}" for h, names in missing.items())
     raise WorkerJarsMissing(
         f"{WORKER_JARS_ENV}={folder}: Spark executors cannot load pinned jars from that "
         f"folder on their workers ({where}). Put the jars there on every worker (`make "
