@@ -8,6 +8,7 @@ One home for what used to be written in each of them, so a change to how the ser
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -36,6 +37,7 @@ _ports_next: int | None = None
 _ports_pid = 0  # the process whose walk _ports_next is: a forked child starts a walk of its own
 
 
+@functools.cache  # a kernel setting: read once, not on every pick
 def _ephemeral_low() -> int:
     try:
         return int(_EPHEMERAL_RANGE.read_text().split()[0])

@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "serve":
         try:  # a missing jar or a malformed jar setting: one line, exit 2
             cmd = command(args.port, args.master, args.host, args.driver_memory)
-        except (SettingsError, AuditsyncError) as exc:
+        except AuditsyncError as exc:  # SettingsError and JarsMissing are
             print(f"auditsync spark-connect: {exc}", file=sys.stderr)
             return 2
         os.execvpe(cmd[0], cmd, server_env(loopback=args.host == "127.0.0.1"))
