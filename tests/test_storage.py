@@ -5,13 +5,13 @@ Parquet."""
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
+import urllib.error
+import urllib.request
 
 import pyarrow as pa
 import pytest
 
-from watch_service.protocol import sigv4
 from watch_service.storage import (
     TMP_PREFIX,
     Location,
@@ -21,7 +21,8 @@ from watch_service.storage import (
     hadoop_conf,
 )
 
-from .support import ON_BOTH_STORAGES, ON_S3
+from .conftest import TEST_BUCKET
+from .support import ON_BOTH_STORAGES, ON_S3, unique
 
 SUPPORTED = (
     "use a local path, file:///absolute/path or s3://bucket/prefix (supported schemes: file, s3)"
@@ -129,33 +130,72 @@ def test_s3_settings_come_from_the_standard_aws_variables():
 
 
 @pytest.mark.unit
-def test_a_get_is_signed_as_aws_documents_it():
-    """AWS's published Signature Version 4 example (GET Object with a Range header)."""
-    headers = sigv4.sign(
-        "GET",
-        "examplebucket.s3.amazonaws.com",
-        "/test.txt",
-        {"Range": "bytes=0-9"},
-        "AKIAIOSFODNN7EXAMPLE",
-        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-        "us-east-1",
-        dt.datetime(2013, 5, 24, tzinfo=dt.UTC),
+def test_without_keys_each_client_walks_the_default_chain_or_the_named_profile(
+    tmp_path, monkeypatch
+):
+    """No keys: s3a gets the AWS SDK's default chain, pyarrow and pyiceberg get no keys (the
+    AWS C++ SDK's own chain). A named profile: s3a reads it by name (then the chain), and the
+    clients that take no profile name get the profile's keys, resolved by botocore."""
+    bare = S3Config("http://127.0.0.1:9")
+    assert bare.hadoop_conf()["fs.s3a.aws.credentials.provider"] == (
+        "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
     )
-    assert headers["authorization"] == (
-        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
-        "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
-        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+    assert "fs.s3a.access.key" not in bare.hadoop_conf() and bare.keys() is None
+    assert not {"s3.access-key-id", "s3.secret-access-key"} & set(bare.pyiceberg_properties())
+    assert "AWS_PROFILE" not in bare.environ()
+
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[ops]\naws_access_key_id = PK\naws_secret_access_key = PS\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent"))
+    named = S3Config("http://127.0.0.1:9", profile="ops")
+    conf = named.hadoop_conf()
+    assert conf["fs.s3a.aws.credentials.provider"] == (
+        "org.apache.hadoop.fs.s3a.auth.ProfileAWSCredentialsProvider,"
+        "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
     )
-    assert headers["x-amz-date"] == "20130524T000000Z"
-    assert sigv4.object_url("http://127.0.0.1:9000", "r", "bars", "a b/c~d.json") == (
-        "http://127.0.0.1:9000/bars/a%20b/c~d.json",
-        "127.0.0.1:9000",
-        "/bars/a%20b/c~d.json",
-    )
-    assert sigv4.object_url(None, "eu-west-3", "bars", "k")[0] == (
-        "https://s3.eu-west-3.amazonaws.com/bars/k"
-    )
+    assert conf["fs.s3a.auth.profile.name"] == "ops" and "fs.s3a.access.key" not in conf
+    assert named.keys() == ("PK", "PS", None)
+    props = named.pyiceberg_properties()
+    assert (props["s3.access-key-id"], props["s3.secret-access-key"]) == ("PK", "PS")
+    assert named.environ()["AWS_PROFILE"] == "ops"
+    # explicit keys win over a profile
+    assert S3Config(access_key="ak", secret_key="sk", profile="ops").keys() == ("ak", "sk", None)
+    with pytest.raises(StorageError, match=r"^AWS profile 'nope': "):
+        S3Config(profile="nope").keys()
     assert "sk" not in repr(S3Config("http://e", "ak", "sk", "tok"))
+
+
+@pytest.mark.s3
+def test_the_tests_s3_server_refuses_unsigned_requests(object_store):
+    """The S3 server the suite runs on answers an unsigned GET, HEAD or LIST with 403
+    AccessDenied, as AWS does for a private bucket: a client that forgot to sign fails here."""
+    store = Storage.at(f"s3://{TEST_BUCKET}/{unique('unsigned')}", object_store.config)
+    store.write_bytes("c1/state.json", b"{}")
+    assert store.read_bytes("c1/state.json") == b"{}"  # signed: served
+    base = f"{object_store.endpoint}/{TEST_BUCKET}"
+    unsigned = [
+        ("GET", f"{base}/{store.location.path}/c1/state.json"),
+        ("HEAD", f"{base}/{store.location.path}/c1/state.json"),
+        ("GET", f"{base}?list-type=2&prefix={store.location.path}/"),
+        ("GET", base),
+        ("PUT", f"{base}/{store.location.path}/c1/other.json"),
+    ]
+    answers = []
+    for method, url in unsigned:
+        request = urllib.request.Request(url, method=method, data=b"x" if method == "PUT" else None)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        body = refused.value.read()
+        answers.append((method, refused.value.code, b"<Code>AccessDenied</Code>" in body))
+    assert answers == [
+        ("GET", 403, True),
+        ("HEAD", 403, False),  # a HEAD answer has no body
+        ("GET", 403, True),
+        ("GET", 403, True),
+        ("PUT", 403, True),
+    ]
+    assert store.files("c1") == [("state.json", 2)]
 
 
 @ON_BOTH_STORAGES

@@ -7,12 +7,15 @@ Everything else takes a :class:`Location` (what the user wrote, parsed once) and
 (``gs://``, ``abfss://``, a typo such as ``s3:/x``) is refused with :class:`StorageError`,
 never taken for a relative path.
 
-S3-compatible stores are addressed path-style. Credentials and the endpoint come from the
-standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``) or are given explicitly
-(:class:`S3Config`, e.g. from an Airflow ``aws`` connection). The same settings are translated
-here for each client that reaches the store: pyarrow (the sink, the plugin), Hadoop's s3a (the
-Spark steps) and pyiceberg (the CLI and the UI reading Iceberg tables without a JVM).
+S3-compatible stores are addressed path-style. The endpoint and region come from the standard
+AWS variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``) or are given explicitly (:class:`S3Config`,
+e.g. from an Airflow ``aws`` connection). Credentials are explicit keys when some are given,
+else a named profile, else the AWS default credential chain, which every client walks itself:
+the environment (``AWS_ACCESS_KEY_ID``…), the shared config and credentials files with
+``AWS_PROFILE``, web identity (IRSA), container and instance metadata, and SSO. Each client that
+reaches the store is a maintained one, configured here: pyarrow's S3 filesystem (the sink, the
+plugin), botocore (a whole object in one GET), Hadoop's s3a (the Spark steps) and pyiceberg
+(the CLI and the UI reading Iceberg tables without a JVM). Nothing here signs a request.
 
 Writes are whole objects: on a local disk a temp file, fsync and rename (atomic and durable);
 on object storage one PUT (atomic by the store's contract). Nothing here renames to commit
@@ -22,19 +25,17 @@ disks only) puts the folders of an old warehouse layout aside once they are conv
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import datetime as dt
 import fcntl
+import functools
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from watch_service.protocol import sigv4
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 TMP_PREFIX = ".tmp-"
 DEFAULT_REGION = "us-east-1"
 GET_TIMEOUT_S = 30.0
+# s3a's providers: explicit keys, a named profile, and the SDK's default chain (environment,
+# web identity, profiles with SSO and roles, container and instance metadata).
+S3A_SIMPLE = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+S3A_TEMPORARY = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+S3A_PROFILE = "org.apache.hadoop.fs.s3a.auth.ProfileAWSCredentialsProvider"
+S3A_DEFAULT_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 
 
 class StorageError(AuditsyncError):
@@ -144,14 +151,18 @@ class Location:
 
 @dataclasses.dataclass(frozen=True)
 class S3Config:
-    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself. The secret
-    and the session token stay out of ``repr`` (a logged configuration shows neither)."""
+    """How to reach an S3-compatible store. ``endpoint`` None means AWS itself. Credentials:
+    ``access_key`` and ``secret_key`` when both are given, else the named ``profile`` of the
+    shared config and credentials files, else the AWS default credential chain (which reads
+    ``AWS_PROFILE`` itself). The secret and the session token stay out of ``repr`` (a logged
+    configuration shows neither)."""
 
     endpoint: str | None = None
     access_key: str | None = None
     secret_key: str | None = dataclasses.field(default=None, repr=False)
     session_token: str | None = dataclasses.field(default=None, repr=False)
     region: str = DEFAULT_REGION
+    profile: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> S3Config:
@@ -175,8 +186,35 @@ class S3Config:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_SESSION_TOKEN": self.session_token,
             "AWS_REGION": self.region,
+            "AWS_PROFILE": self.profile,
         }
         return {k: v for k, v in pairs.items() if v}
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.access_key and self.secret_key)
+
+    def profile_keys(self) -> tuple[str, str, str | None]:
+        """The named profile's credentials now (botocore resolves it: static keys, a role,
+        SSO, a credential process), for a client that takes keys but no profile name."""
+        import botocore.exceptions
+        import botocore.session
+
+        try:
+            found = botocore.session.Session(profile=self.profile).get_credentials()
+        except botocore.exceptions.BotoCoreError as exc:
+            raise StorageError(f"AWS profile {self.profile!r}: {exc}") from None
+        if found is None:
+            raise StorageError(f"AWS profile {self.profile!r}: it holds no credentials")
+        keys = found.get_frozen_credentials()
+        return keys.access_key, keys.secret_key, keys.token
+
+    def keys(self) -> tuple[str, str, str | None] | None:
+        """Keys for a client that takes no profile name: the explicit ones, the named
+        profile's, or None for the client's own default chain."""
+        if self.access_key and self.secret_key:
+            return self.access_key, self.secret_key, self.session_token
+        return self.profile_keys() if self.profile else None
 
     @property
     def secure(self) -> bool:
@@ -197,24 +235,25 @@ class S3Config:
             conf["fs.s3a.secret.key"] = self.secret_key
             if self.session_token:
                 conf["fs.s3a.session.token"] = self.session_token
-                conf["fs.s3a.aws.credentials.provider"] = (
-                    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-                )
+                conf["fs.s3a.aws.credentials.provider"] = S3A_TEMPORARY
             else:
-                conf["fs.s3a.aws.credentials.provider"] = (
-                    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-                )
+                conf["fs.s3a.aws.credentials.provider"] = S3A_SIMPLE
+        elif self.profile:
+            conf["fs.s3a.auth.profile.name"] = self.profile
+            conf["fs.s3a.aws.credentials.provider"] = f"{S3A_PROFILE},{S3A_DEFAULT_CHAIN}"
+        else:
+            conf["fs.s3a.aws.credentials.provider"] = S3A_DEFAULT_CHAIN
         return conf
 
     def pyiceberg_properties(self) -> dict[str, str]:
         props = {"s3.region": self.region, "s3.force-virtual-addressing": "false"}
         if self.endpoint:
             props["s3.endpoint"] = self.endpoint
-        if self.access_key and self.secret_key:
-            props["s3.access-key-id"] = self.access_key
-            props["s3.secret-access-key"] = self.secret_key
-        if self.session_token:
-            props["s3.session-token"] = self.session_token
+        keys = self.keys()  # None: pyarrow's default chain, as for ``filesystem``
+        if keys is not None:
+            props["s3.access-key-id"], props["s3.secret-access-key"] = keys[0], keys[1]
+            if keys[2]:
+                props["s3.session-token"] = keys[2]
         return props
 
     def filesystem(self) -> pafs.FileSystem:
@@ -230,12 +269,9 @@ class S3Config:
             parsed = urllib.parse.urlsplit(self.endpoint)
             options["endpoint_override"] = parsed.netloc
             options["scheme"] = parsed.scheme
-        if self.access_key and self.secret_key:
-            options.update(
-                access_key=self.access_key,
-                secret_key=self.secret_key,
-                session_token=self.session_token,
-            )
+        keys = self.keys()  # None: the AWS C++ SDK's default chain
+        if keys is not None:
+            options.update(access_key=keys[0], secret_key=keys[1], session_token=keys[2])
         return pafs.S3FileSystem(**options)
 
 
@@ -327,8 +363,8 @@ class Storage:
 
     def read_bytes(self, rel: str) -> bytes | None:
         """The object's bytes, one whole version of it; None when there is none. On S3 one
-        signed GET (``protocol.sigv4``): pyarrow's HEAD + ranged GET could mix two versions of
-        an object replaced in between, such as a ``state.json`` a live sink rewrites."""
+        GetObject through botocore: pyarrow's HEAD + ranged GET could mix two versions of an
+        object replaced in between, such as a ``state.json`` a live sink rewrites."""
         if not self.location.is_local:
             return _s3_get(self.s3, self.location.join(rel) if rel else self.location)
         try:
@@ -361,13 +397,8 @@ class Storage:
 
     def delete(self, rel: str) -> None:
         """Delete one file; nothing when it is not there."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.delete_file(self.path(rel))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if not _not_found(exc):
-                raise
 
     def remove_temp_files(self, rel: str = "") -> list[str]:
         """Delete the temp files a crash left in a local folder (they never became visible
@@ -464,26 +495,52 @@ class LocalLock:
             self._fd = None
 
 
+@functools.lru_cache(maxsize=16)
+def _s3_client(s3: S3Config) -> Any:
+    """A botocore S3 client for these settings (clients are thread-safe and costly to make:
+    one per configuration). Checksums only where S3 requires them, as for s3a, so that
+    S3-compatible stores that predate the 2025 checksum defaults answer too."""
+    import botocore.config
+    import botocore.session
+
+    session = botocore.session.Session(profile=None if s3.has_keys else s3.profile)
+    config = botocore.config.Config(
+        s3={"addressing_style": "path"},
+        connect_timeout=GET_TIMEOUT_S,
+        read_timeout=GET_TIMEOUT_S,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    explicit: dict[str, str | None] = {}
+    if s3.has_keys:
+        explicit = {
+            "aws_access_key_id": s3.access_key,
+            "aws_secret_access_key": s3.secret_key,
+            "aws_session_token": s3.session_token,
+        }
+    return session.create_client(
+        "s3", region_name=s3.region, endpoint_url=s3.endpoint, config=config, **explicit
+    )
+
+
 def _s3_get(s3: S3Config, location: Location) -> bytes | None:
-    """One GET of the object at ``location``; None on 404."""
-    url, host, path = sigv4.object_url(s3.endpoint, s3.region, location.bucket, location.path)
-    headers = {"x-amz-security-token": s3.session_token} if s3.session_token else {}
-    if s3.access_key and s3.secret_key:
-        now = dt.datetime.now(dt.UTC)
-        headers = sigv4.sign(
-            "GET", host, path, headers, s3.access_key, s3.secret_key, s3.region, now
-        )
-    request = urllib.request.Request(url, headers=headers, method="GET")
+    """One GetObject of the object at ``location``; None when S3 says ``NoSuchKey``."""
+    import botocore.exceptions
+
+    client = _s3_client(s3)
     try:
-        with urllib.request.urlopen(request, timeout=GET_TIMEOUT_S) as response:
-            return bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        body = exc.read()[:300].decode(errors="replace").replace("\n", " ")
-        raise OSError(f"GET {location.uri}: HTTP {exc.code} {exc.reason}: {body}") from None
-    except urllib.error.URLError as exc:
-        raise OSError(f"GET {location.uri}: {exc.reason}") from None
+        response = client.get_object(Bucket=location.bucket, Key=location.path)
+        with response["Body"] as body:
+            return bytes(body.read())
+    except client.exceptions.NoSuchKey:
+        return None
+    except botocore.exceptions.ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise OSError(
+            f"GET {location.uri}: {error.get('Code', '?')}: {error.get('Message', '')}"
+        ) from None
+    except botocore.exceptions.BotoCoreError as exc:
+        raise OSError(f"GET {location.uri}: {exc}") from None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -492,8 +549,3 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _not_found(exc: OSError) -> bool:
-    text = str(exc)
-    return "NoSuchKey" in text or "Path does not exist" in text or "404" in text

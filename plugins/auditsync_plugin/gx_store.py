@@ -2,11 +2,11 @@
 the Data Docs site live at a location (a path, ``file://…`` or ``s3://bucket/prefix``), so the
 worker that runs the checkpoint and the API server that serves the pages need not share a disk.
 
-GX 1.24 ships no S3 backend (its ``TupleS3StoreBackend`` is gone, and boto3 is not among our
-dependencies); this one is the GX ``TupleStoreBackend`` contract over :class:`Storage`: every
-object written whole (one PUT on S3), listed by prefix, read with one GET. Credentials are the
-landing zone's (``landing_store.landing_storage``: an ``aws`` connection or the ``AWS_*``
-variables). GX instantiates it from a store configuration naming this module and class.
+GX 1.24 ships no S3 backend (its ``TupleS3StoreBackend`` is gone); this one is the GX
+``TupleStoreBackend`` contract over :class:`Storage`: every object written whole (one PUT on
+S3), listed by prefix, read with one GET. Credentials are the landing zone's
+(``landing_store.landing_storage``: an ``aws`` connection, else the AWS default chain). GX
+instantiates it from a store configuration naming this module and class.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@ or ``s3://bucket/prefix``, named by ``watch_service.storage``) and, for S3, the 
 
 Credentials come from an Airflow connection of type ``aws`` when one is named (the
 ``aws_conn_id`` argument, else the ``AUDITSYNC_AWS_CONN_ID`` setting): its fields are the
-amazon provider's (login = access key id, password = secret access key, extra ``endpoint_url``
-or ``service_config.s3.endpoint_url``, ``region_name``, ``aws_session_token``), read here
-without installing that provider. With no connection named, the standard ``AWS_*`` variables
-of the process are used. :func:`s3_config` is the pure translation; :func:`landing_storage`
-the only lookup.
+amazon provider's (login = access key id, password = secret access key, extra ``profile_name``,
+``endpoint_url`` or ``service_config.s3.endpoint_url``, ``region_name``,
+``aws_session_token``), read here without installing that provider. A connection without keys
+uses its ``profile_name`` from the worker's shared config and credentials files, else the AWS
+default credential chain. With no connection named, the process's own settings are used
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``, and the default chain: ``AWS_*`` keys, ``AWS_PROFILE``,
+web identity, container or instance metadata). :func:`s3_config` is the pure translation;
+:func:`landing_storage` the only lookup.
 """
 
 from __future__ import annotations
@@ -42,12 +45,18 @@ def s3_config(
         raise StorageError(
             f"connection {conn_id!r}: extra endpoint_url={endpoint!r}: expected http(s)://host[:port]"
         )
+    profile = extra.get("profile_name")
+    if profile is not None and not (isinstance(profile, str) and profile.strip()):
+        raise StorageError(
+            f"connection {conn_id!r}: extra profile_name={profile!r}: expected a profile's name"
+        )
     return S3Config(
         endpoint=endpoint or None,
         access_key=login or None,
         secret_key=password or None,
         session_token=extra.get("aws_session_token") or None,
         region=extra.get("region_name") or DEFAULT_REGION,
+        profile=profile.strip() if profile else None,
     )
 
 

@@ -26,6 +26,12 @@ def test_an_aws_connection_becomes_s3_settings():
     assert s3_config("c", "AK", "SK", nested).endpoint == "https://s3.example"
     token = {"aws_session_token": "T"}
     assert s3_config("c", None, "", token) == S3Config(session_token="T", region="us-east-1")
+    named = {"profile_name": "ops", "region_name": "eu-west-3"}
+    assert s3_config("c", None, None, named) == S3Config(region="eu-west-3", profile="ops")
+    with pytest.raises(
+        StorageError, match=r"^connection 'c': extra profile_name='': expected a profile's name$"
+    ):
+        s3_config("c", None, None, {"profile_name": ""})
     with pytest.raises(
         StorageError,
         match=r"^connection 'c': extra endpoint_url='minio:9000': expected http\(s\)://host",

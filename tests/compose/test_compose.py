@@ -152,6 +152,9 @@ def test_nothing_is_shared_but_postgresql_and_the_object_store(compose, services
     assert "objectstore" in services and "objects" in compose["volumes"]
     store = services["objectstore"]
     assert "s3proxy-4.1.0-jar-with-dependencies.jar" in command(store)
+    # nothing in its folder readable by others: S3Proxy then serves no unsigned request
+    private = "umask 077 && mkdir -p /objects/auditsync && chmod -R go-rwx /objects &&"
+    assert private in command(store)
     assert "objects:/objects" in store["volumes"]
     assert "--landing s3://auditsync/landing" in command(services["sink"])
     for name in ("sink", "spark-worker-1", "spark-worker-2", "spark-connect", *AIRFLOW_SERVICES):

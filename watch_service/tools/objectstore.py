@@ -5,6 +5,13 @@ The tests, the demo and ``auditsync objectstore`` use it; compose runs the same 
 object-store service. It is a real implementation of the S3 REST API (SigV4, path-style,
 multipart uploads, listings with delimiters), not a mock: pyarrow, Hadoop's s3a and pyiceberg
 talk to it exactly as to any S3 endpoint.
+
+It refuses unsigned requests. S3Proxy answers a request without a signature as an anonymous
+one, allowed where the bucket or object is public-read (gaul/s3proxy issue 236), and its
+filesystem backends read "public-read" from the POSIX permissions: others may read the bucket
+folder or the object's file. So the buckets are folders of mode 0700 and the server runs with
+umask 077 (every object it writes is 0600): an unsigned GET, HEAD or LIST is ``AccessDenied``
+(403), as on AWS. A client that forgets to sign fails here as it would in production.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from watch_service.tools.local import free_port
 START_TIMEOUT_S = 60.0
 ACCESS_KEY = "auditsync"
 SECRET_KEY = "auditsync-local-secret"  # a loopback-only server
+PRIVATE_UMASK = 0o077  # nothing is public-read, so S3Proxy serves no anonymous request
 
 
 class ObjectStoreError(AuditsyncError):
@@ -76,6 +84,7 @@ class ObjectStore:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         for bucket in buckets:
             (self.root / "data" / bucket).mkdir(exist_ok=True)
+            (self.root / "data" / bucket).chmod(0o700)
         conf = self.root / "s3proxy.conf"
         conf.write_text(self.properties())
         java = shutil.which("java") or "java"
@@ -86,6 +95,7 @@ class ObjectStore:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                umask=PRIVATE_UMASK,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _accepts(self.port):
