@@ -65,6 +65,41 @@ STATIC_CONF = {
     "spark.ui.retainedTasks": "20000",
 }
 
+# What a JVM started for one run or one step (the runner's session, a DAG step's spark-submit)
+# runs with on a local master, where the driver's JVM is the executor too: C1-only JIT (a
+# short JVM's time goes to compiling, not running, the small plans a run makes by the dozen),
+# the serial collector (a heap of a few GB, no collector threads competing for the cores; the
+# tests' JVMs measured both, tests/support.py) and one shuffle partition per core (Spark's
+# 200 made each small shuffle 200 tasks, or 200 files per map task; adaptive execution still
+# coalesces below that). A long-lived JVM (the Spark Connect server, ``long_lived``) keeps the
+# tiered JIT: its compiled code serves every later run. Measured with bench/pipeline.py (README,
+# "Performance"). A ``--conf`` of the same key wins.
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def local_conf(master: str | None, long_lived: bool = False) -> dict[str, str]:
+    """The settings above for ``master`` (none for a cluster master, or when not known)."""
+    cores = local_cores(master)
+    if cores is None:
+        return {}
+    conf = {"spark.sql.shuffle.partitions": str(cores)}
+    if not long_lived:
+        conf["spark.driver.extraJavaOptions"] = SHORT_JVM_OPTIONS
+    return conf
+
+
+def local_cores(master: str | None) -> int | None:
+    """The cores of a local master (``local``: 1, ``local[N]`` / ``local[N,F]``: N, ``local[*]``:
+    this machine's), or None for any other master."""
+    if not is_local(master):
+        return None
+    assert master is not None
+    inside = master[len("local[") : -1].split(",")[0].strip() if master != "local" else "1"
+    if inside == "*":
+        return os.cpu_count() or 1
+    return int(inside) if inside.isdigit() and int(inside) > 0 else 1
+
+
 # Kept for the callers that report a missing driver: every pinned jar is reported alike now.
 JdbcDriverMissing = JarsMissing
 
@@ -101,11 +136,13 @@ def jvm_conf(environ: Mapping[str, str] | None = None, master: str | None = None
     return conf
 
 
-def submit_flags(environ: Mapping[str, str] | None = None, master: str | None = None) -> list[str]:
+def submit_flags(
+    environ: Mapping[str, str] | None = None, master: str | None = None, long_lived: bool = False
+) -> list[str]:
     """``spark-submit`` flags that put the jars where ``master``'s executors load them and load
     the extensions: ``submit_options`` as a command line (the Spark Connect server, the tests'
     sessions)."""
-    options = submit_options(environ, master)
+    options = submit_options(environ, master, long_lived)
     flags = []
     if options["driver_class_path"]:
         flags += ["--driver-class-path", options["driver_class_path"]]
@@ -139,7 +176,7 @@ def worker_jars(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def submit_options(
-    environ: Mapping[str, str] | None = None, master: str | None = None
+    environ: Mapping[str, str] | None = None, master: str | None = None, long_lived: bool = False
 ) -> SubmitOptions:
     """Where the jars go for ``master`` (None: not known yet), as Airflow's
     ``SparkSubmitOperator`` keywords; ``submit_flags`` gives them as a command line.
@@ -150,9 +187,10 @@ def submit_options(
     the driver's JVM, so the jars go on its class path (as ``--jars`` each JVM also copied them
     into a ``userFiles`` folder of its own, about 2 s of a session's start, left behind when
     killed). With ``AUDITSYNC_SPARK_WORKER_JARS`` the executors load them from that folder on
-    their worker (and an ``AUDITSYNC_JDBC_JAR`` from its own path there)."""
+    their worker (and an ``AUDITSYNC_JDBC_JAR`` from its own path there). A local master's JVM
+    also gets ``local_conf`` (``long_lived``: a Spark Connect server)."""
     paths = classpath(environ)
-    conf = dict(STATIC_CONF)
+    conf = {**STATIC_CONF, **local_conf(master, long_lived)}
     if is_local(master):
         return {"jars": None, "driver_class_path": os.pathsep.join(paths), "conf": conf}
     folder = worker_jars(environ)

@@ -478,6 +478,9 @@ def test_the_spark_connect_server_command(tmp_path: Path, monkeypatch):
     assert confs["spark.connect.grpc.binding.port"] == "15099"
     assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"  # loopback by default
     assert confs["spark.sql.session.timeZone"] == "UTC"
+    # One shuffle partition per local core; a long-lived server keeps the tiered JIT.
+    assert confs["spark.sql.shuffle.partitions"] == "2"
+    assert "spark.driver.extraJavaOptions" not in confs
 
 
 def test_airflow_env_names_the_spark_connect_server(tmp_path: Path):

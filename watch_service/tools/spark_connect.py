@@ -80,7 +80,7 @@ def command(
         master,
         "--driver-memory",
         driver_memory,
-        *submit_flags(master=master),
+        *submit_flags(master=master, long_lived=True),
         *[x for key, value in conf.items() for x in ("--conf", f"{key}={value}")],
         "--name",
         "auditsync-spark-connect",
