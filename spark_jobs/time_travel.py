@@ -238,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    from spark_jobs import tlog_command
+
+    tlog_command.add_parsers(sub)
     return parser
 
 
@@ -255,6 +258,10 @@ def show(args: argparse.Namespace, database_url: str) -> Page:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.action != "show":
+        from spark_jobs import tlog_command
+
+        return tlog_command.run(args)
     if args.limit < 1:
         print("auditsync audit-log: --limit must be at least 1", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ an earlier state cannot make a run sign over what was signed before.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.tlog import merkle, note, tiles
@@ -25,6 +25,7 @@ from watch_service.storage import Storage
 
 FOLDER = "tlog"
 LATEST = "checkpoint"
+CHUNK = 64 * tiles.WIDTH  # entries held in memory at once while growing
 
 
 class TlogError(AuditsyncError):
@@ -101,35 +102,63 @@ class TopicLog:
 
     # -- growing -------------------------------------------------------------------------
 
-    def append(self, signer: note.Signer, entries: Sequence[bytes]) -> tuple[note.Checkpoint, str]:
-        """Add ``entries`` after the latest checkpoint, write the tiles that change, then sign
-        and store the new checkpoint; returns it and its signed text."""
+    def append(
+        self,
+        signer: note.Signer,
+        entries: Iterable[bytes],
+        run_id: str | None = None,
+        chunk: int = CHUNK,
+    ) -> tuple[note.Checkpoint, str]:
+        """Add ``entries`` after the latest checkpoint, write the tiles that change (a chunk
+        at a time: full tiles as they fill, the partial right edge at the end), then sign and
+        store the new checkpoint (also as ``runs/<run_id>``); returns it and its signed text."""
         if str(signer.verifier) != str(self.verifier):
             raise TlogError("the signing key is not the key of the verifier key given")
         found = self.latest()
         old = found[0] if found else note.Checkpoint(self.origin, 0, merkle.EMPTY_ROOT)
-        if not entries and found:
-            return found
         src = self.hashes(old)
         edge = {t.level: _tile(src, t.level, t.n) for t in tiles.edge_tiles(old.size)}
-        old_entries: list[bytes] = []
+        tail: list[bytes] = []  # the entries of the partial level-0 tile
         if old.size % tiles.WIDTH:
             n = old.size >> tiles.HEIGHT
-            old_entries = self.entries(old.size, n)
-            if [merkle.leaf_hash(e) for e in old_entries] != edge[0]:
-                raise TlogError(f"the entries of {self.topic} do not match tile/0 {n}")
-        try:
-            growth = tiles.grow(old.size, edge, old_entries, entries, merkle.leaf_hash)
-        except tiles.TileError as exc:
-            raise TlogError(f"{self.topic}: {exc}") from None
-        for path, data in growth.tiles.items():
-            self._write_once(path, data)
-        size = old.size + len(entries)
+            tail = self.entries(old.size, n)
+            if [merkle.leaf_hash(e) for e in tail] != edge[0]:
+                raise TlogError(f"the entries of {self.topic} do not match its tile/0 {n}")
+        size, partial = old.size, {}
+        for part in _chunks(entries, chunk):
+            try:
+                growth = tiles.grow(size, edge, tail, part, merkle.leaf_hash)
+            except tiles.TileError as exc:
+                raise TlogError(f"{self.topic}: {exc}") from None
+            size += len(part)
+            for path, data in growth.tiles.items():
+                if tiles.parse_tile_path(path).width == tiles.WIDTH:
+                    self._write_once(path, data)
+                else:
+                    partial[path] = data
+            edge = tiles.edge_after(edge, growth, size)
+            kept = size % tiles.WIDTH
+            tail = (tail + part)[len(tail) + len(part) - kept :] if kept else []
+        if found and size == old.size:
+            return self._record_run(found[1], run_id, found[0])
+        edge_paths = [t.path for t in tiles.edge_tiles(size)]
+        if size % tiles.WIDTH:
+            edge_paths.append(tiles.Tile(-1, size >> tiles.HEIGHT, size % tiles.WIDTH).path)
+        for path in edge_paths:
+            if path in partial:  # else a level this append did not reach: stored already
+                self._write_once(path, partial[path])
         new_src = tiles.TileHashes(size, self.read)
         checkpoint = note.Checkpoint(self.origin, size, merkle.tree_hash(new_src, size))
         signed = signer.sign(checkpoint.text())
         self._write_once(f"checkpoints/{size}", signed.encode())
         self.storage.write_bytes(LATEST, signed.encode())
+        return self._record_run(signed, run_id, checkpoint)
+
+    def _record_run(
+        self, signed: str, run_id: str | None, checkpoint: note.Checkpoint
+    ) -> tuple[note.Checkpoint, str]:
+        if run_id is not None:
+            self._write_once(f"runs/{run_id}", signed.encode())
         return checkpoint, signed
 
     def _write_once(self, path: str, data: bytes) -> None:
@@ -141,6 +170,17 @@ class TopicLog:
                 f"{self.storage.uri(path)} already holds other bytes: the stored log was "
                 f"edited, or the audit log no longer extends it"
             )
+
+
+def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    chunk: list[bytes] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _tile(src: tiles.TileHashes, level: int, n: int) -> list[bytes]:

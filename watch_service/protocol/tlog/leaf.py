@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from watch_service.protocol.errors import AuditsyncError
+from watch_service.protocol.tombstones import Tombstone, consumer_reason
 
 VERSION = "auditsync.audit-log/v1"
 RECORD, TOMBSTONE = "record", "tombstone"
@@ -97,3 +98,37 @@ def fields(leaf: bytes) -> dict[str, str]:
         key, _, value = line.partition(" ")
         out[key] = value
     return out
+
+
+def reason_at(seq: int, gaps: Sequence[Tombstone]) -> str | None:
+    """Why the source gave up ``seq`` (its gaps rows' reasons, as a consumer sees them), or
+    None when no gap holds it."""
+    reasons = [g.reason for g in gaps if g.gap_from <= seq <= g.gap_to]
+    return consumer_reason(reasons) if reasons else None
+
+
+def entries(
+    topic: str, first_seq: int, rows: Iterable[Mapping[str, Any]], gaps: Sequence[Tombstone]
+) -> Iterator[bytes]:
+    """The leaves of seqs ``first_seq``, ``first_seq + 1``, …: a row's record leaf, else a
+    tombstone leaf for a seq inside ``gaps``; they stop before the first seq that is neither
+    (not judged yet, or a gap nobody signalled: the tree covers only what is final). ``rows``
+    come in seq order."""
+    seq = first_seq
+    for row in rows:
+        at = int(row["seq"])
+        if at < seq:
+            if at == seq - 1 and seq > first_seq:
+                raise LeafError(f"seq {at} of {topic} appears twice in the audit log")
+            continue
+        while seq < at:
+            reason = reason_at(seq, gaps)
+            if reason is None:
+                return
+            yield tombstone(topic, seq, reason)
+            seq += 1
+        yield record(row)
+        seq += 1
+    while (reason := reason_at(seq, gaps)) is not None:
+        yield tombstone(topic, seq, reason)
+        seq += 1

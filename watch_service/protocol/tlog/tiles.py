@@ -169,6 +169,15 @@ def grow(
     return Growth(out)
 
 
+def edge_after(edge: dict[int, list[bytes]], growth: Growth, size: int) -> dict[int, list[bytes]]:
+    """The right edge of the tree of ``size`` leaves ``growth`` made from one whose edge was
+    ``edge``: a level it did not touch keeps its partial tile."""
+    return {
+        t.level: split_hashes(growth.tiles[t.path], t) if t.path in growth.tiles else edge[t.level]
+        for t in edge_tiles(size)
+    }
+
+
 class TileHashes:
     """Complete-subtree hashes of a tree of ``size`` leaves, read from its tiles through
     ``read(path) -> bytes`` (cached per tile). Given the tree's signed ``root``, every tile is

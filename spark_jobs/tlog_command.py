@@ -1,0 +1,387 @@
+"""The audit log as a verifiable log: publishing a topic's tree after a run, and the commands
+
+    auditsync audit-log key                    print the verifier key to publish
+    auditsync audit-log keygen --name NAME     print a new signing key (dev: nothing is stored)
+    auditsync audit-log publish --work W [--topic T] [--run RUN_ID]
+    auditsync audit-log prove   --work W --topic T --seq N [--as-of RUN_ID]
+    auditsync audit-log verify  --work W --topic T [--from RUN_A] [--to RUN_B]
+
+:func:`publish` is what a run calls once its verify passed: per topic, the audit-log rows after
+the last checkpoint become leaves (``protocol.tlog.leaf``; a seq the source gave up is a
+tombstone leaf, the first seq that is neither ends the tree for now), their tiles are written
+and the checkpoint signed (``spark_jobs.tlog_store``). ``verify`` recomputes the leaves from
+the audit log and compares them with the signed tree's tiles: it prints one line naming the
+first seq that differs and exits 1, or one line of what it checked. Keys come from settings
+(``AUDITSYNC_LOG_SIGNING_KEY`` or ``AUDITSYNC_LOG_SIGNING_KEY_FILE``; ``AUDITSYNC_LOG_VERIFIER_KEY``
+or ``--verifier-key`` to prove and verify without the signing key); none is ever generated
+unasked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs import readers
+from spark_jobs.layout import Layout
+from spark_jobs.tlog_store import TlogError, TopicLog
+from watch_service.protocol.errors import AuditsyncError
+from watch_service.protocol.tlog import leaf, merkle, note, proof, tiles
+from watch_service.protocol.tombstones import Tombstone
+from watch_service.storage import Storage
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from watch_service.settings import Settings
+
+WINDOW = 65_536  # seqs read from the audit log per scan
+
+
+class VerifyFailure(AuditsyncError):
+    """The audit log differs from the signed log at ``seq``."""
+
+    def __init__(self, topic: str, seq: int, why: str) -> None:
+        super().__init__(f"{topic}: seq {seq} differs from the signed log: {why}")
+        self.seq = seq
+
+
+# -- keys ----------------------------------------------------------------------------------------
+def signer_of(settings: Settings) -> note.Signer:
+    if settings.log_signing_key_file is not None:
+        where = f"AUDITSYNC_LOG_SIGNING_KEY_FILE ({settings.log_signing_key_file})"
+        try:
+            text = settings.log_signing_key_file.read_text()
+        except OSError as exc:
+            raise TlogError(f"{where}: cannot read it: {exc.strerror}") from None
+    elif settings.log_signing_key is not None:
+        where, text = "AUDITSYNC_LOG_SIGNING_KEY", settings.log_signing_key
+    else:
+        raise TlogError(
+            "no signing key: set AUDITSYNC_LOG_SIGNING_KEY or AUDITSYNC_LOG_SIGNING_KEY_FILE "
+            "(`auditsync audit-log keygen --name NAME` prints a new one)"
+        )
+    try:
+        return note.Signer.parse(text)
+    except note.NoteError as exc:
+        raise TlogError(f"{where}: {exc}") from None
+
+
+def verifier_of(settings: Settings, given: str | None = None) -> note.Verifier:
+    text = given or settings.log_verifier_key
+    if text is None:
+        return signer_of(settings).verifier
+    try:
+        return note.Verifier.parse(text)
+    except note.NoteError as exc:
+        raise TlogError(
+            f"{'--verifier-key' if given else 'AUDITSYNC_LOG_VERIFIER_KEY'}: {exc}"
+        ) from None
+
+
+# -- the audit log, a window of seqs at a time ---------------------------------------------------
+def rows_from(
+    table: Table,
+    snapshot: int | None,
+    topic: str,
+    after: int,
+    gaps: Sequence[Tombstone],
+    upto: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """``topic``'s rows with seq > ``after`` (up to ``upto``) in seq order, one window per scan;
+    an empty window ends them unless a gap holds its start (the leaves jump the gap)."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThan, LessThanOrEqual
+
+    if snapshot is None:
+        return
+    lo = after
+    while upto is None or lo < upto:
+        hi = lo + WINDOW if upto is None else min(lo + WINDOW, upto)
+        wanted = And(
+            EqualTo("topic", topic),  # type: ignore[call-arg, arg-type]
+            And(GreaterThan("seq", lo), LessThanOrEqual("seq", hi)),  # type: ignore[call-arg, arg-type]
+        )
+        rows = readers.scan(table, snapshot, wanted).sort_by([("seq", "ascending")]).to_pylist()
+        yield from rows
+        if not rows and upto is None:
+            covering = [g.gap_to for g in gaps if g.gap_from <= lo + 1 <= g.gap_to]
+            if not covering:
+                return
+            hi = max(max(covering), hi)
+        lo = hi
+
+
+def _current(table: Table, snapshot_id: int | None) -> int | None:
+    if snapshot_id is not None:
+        return snapshot_id
+    current = table.current_snapshot()
+    return None if current is None else current.snapshot_id
+
+
+def _gaps(database_url: str, topic: str) -> list[Tombstone]:
+    import psycopg
+
+    from watch_service.store.gap_reads import topic_gaps
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        return topic_gaps(conn, topic)
+
+
+# -- publish -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Published:
+    topic: str
+    old_size: int
+    checkpoint: note.Checkpoint
+    signed: str
+
+
+def publish(
+    work: str,
+    database_url: str,
+    signer: note.Signer,
+    *,
+    run_id: str | None = None,
+    snapshot_id: int | None = None,
+    topics: Sequence[str] | None = None,
+    gaps: Mapping[str, Sequence[Tombstone]] | None = None,
+) -> list[Published]:
+    """Grow each topic's log by the audit-log rows (at ``snapshot_id``, default now) after its
+    last checkpoint, and sign the new checkpoint (kept as ``runs/<run_id>`` too). ``gaps``
+    (default: read from PostgreSQL) give the tombstone leaves' reasons. Its cost follows the
+    new leaves: one scan per window of new seqs, the tiles they change, two small reads."""
+    from spark_jobs import time_travel
+
+    layout = Layout("", work, "")
+    table = time_travel.load(layout, database_url)
+    snapshot = _current(table, snapshot_id)
+    storage = Storage(layout.warehouse)
+    out = []
+    for topic in topics if topics is not None else time_travel.topics(table, snapshot):
+        log = TopicLog.at(storage, topic, signer.verifier)
+        found = log.latest()
+        old = found[0].size if found else 0
+        held = gaps[topic] if gaps is not None and topic in gaps else _gaps(database_url, topic)
+        rows = rows_from(table, snapshot, topic, old, held)
+        cp, signed = log.append(signer, leaf.entries(topic, old + 1, rows, held), run_id=run_id)
+        out.append(Published(topic, old, cp, signed))
+    return out
+
+
+# -- prove and verify ----------------------------------------------------------------------------
+def checkpoint_of(log: TopicLog, run_id: str | None) -> tuple[note.Checkpoint, str]:
+    signed = log.storage.read_bytes(f"runs/{run_id}") if run_id else None
+    if run_id and signed is None:
+        raise TlogError(f"no checkpoint of {log.topic} was signed by run {run_id!r}")
+    text = signed.decode() if signed else log.signed()
+    if text is None:
+        raise TlogError(f"{log.topic} has no signed checkpoint yet: no run has published it")
+    return log.open(text), text
+
+
+def prove(log: TopicLog, seq: int, run_id: str | None = None) -> proof.Proof:
+    """The tlog-proof of ``seq`` (entry ``seq - 1``), its leaf bytes as the proof's extra."""
+    cp, signed = checkpoint_of(log, run_id)
+    if not 1 <= seq <= cp.size:
+        raise TlogError(f"seq {seq} of {log.topic} is not in its signed log (seqs 1..{cp.size})")
+    src = log.hashes(cp)
+    index = seq - 1
+    entry = log.entries(cp.size, index >> tiles.HEIGHT)[index % tiles.WIDTH]
+    if merkle.leaf_hash(entry) != log.leaf_hashes(src, index, seq)[0]:
+        raise TlogError(f"the stored entry of seq {seq} does not match its tile")
+    return proof.Proof(index, tuple(merkle.inclusion_proof(src, index, cp.size)), signed, entry)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    topic: str
+    start: int  # seqs start + 1 .. checkpoint.size were recomputed
+    checkpoint: note.Checkpoint
+    since: note.Checkpoint | None
+
+    def line(self) -> str:
+        root = note.Checkpoint.text(self.checkpoint).split("\n")[2]
+        out = (
+            f"{self.topic}: seqs {self.start + 1}..{self.checkpoint.size} of the audit log match "
+            f"the signed log (size {self.checkpoint.size}, root {root})"
+        )
+        if self.since is not None:
+            out += f", which extends the signed log of size {self.since.size}"
+        return out
+
+
+class _Expected:
+    """The signed leaves, a level-0 tile (and its bundle, when needed) at a time."""
+
+    def __init__(self, log: TopicLog, src: tiles.TileHashes, size: int) -> None:
+        self.log, self.src, self.size = log, src, size
+        self.n: int | None = None
+        self.hashes: list[bytes] = []
+        self.bundle: list[bytes] | None = None
+
+    def hash(self, seq: int) -> bytes:
+        n = (seq - 1) >> tiles.HEIGHT
+        if n != self.n:
+            first = n << tiles.HEIGHT
+            self.n = n
+            self.hashes = self.log.leaf_hashes(self.src, first, min(first + tiles.WIDTH, self.size))
+            self.bundle = None
+        return self.hashes[(seq - 1) % tiles.WIDTH]
+
+    def entry(self, seq: int) -> bytes:
+        self.hash(seq)
+        if self.bundle is None:
+            self.bundle = self.log.entries(self.size, (seq - 1) >> tiles.HEIGHT)
+        return self.bundle[(seq - 1) % tiles.WIDTH]
+
+
+def _no_row(topic: str, seq: int, signed: _Expected) -> None:
+    """A seq the audit log has no row of must be a signed tombstone."""
+    entry = signed.entry(seq)
+    if merkle.leaf_hash(entry) != signed.hash(seq):
+        raise TlogError(f"the stored entry of {topic} seq {seq} does not match its tile")
+    try:
+        kind = leaf.fields(entry)
+    except leaf.LeafError:
+        kind = {}
+    if kind.get("kind") != leaf.TOMBSTONE:
+        raise VerifyFailure(
+            topic, seq, "the audit log has no row of it; the signed log holds a record"
+        )
+    if entry != leaf.tombstone(topic, seq, kind.get("reason", "")):
+        raise VerifyFailure(topic, seq, "the signed tombstone is not of this seq")
+
+
+def verify(
+    log: TopicLog,
+    table: Table,
+    snapshot: int | None,
+    from_run: str | None = None,
+    to_run: str | None = None,
+) -> Verified:
+    """Recompute the leaves the signed log of ``to_run`` (default: the latest) holds after
+    ``from_run``'s (default: all) from the audit log at ``snapshot``, and check the consistency
+    of the two checkpoints. Raises :class:`VerifyFailure` at the first seq that differs."""
+    cp, _ = checkpoint_of(log, to_run)
+    src = log.hashes(cp)
+    since = None
+    if from_run is not None:
+        since, _ = checkpoint_of(log, from_run)
+        try:
+            p = merkle.consistency_proof(src, since.size, cp.size)
+            merkle.verify_consistency(since.size, cp.size, since.root, cp.root, p)
+        except merkle.ProofError:
+            raise TlogError(
+                f"{log.topic}: the signed log of size {cp.size} does not extend the signed log "
+                f"of size {since.size} (run {from_run})"
+            ) from None
+    start = since.size if since else 0
+    signed = _Expected(log, src, cp.size)
+    seq, last = start + 1, None
+    for row in rows_from(table, snapshot, log.topic, start, [], upto=cp.size):
+        at = int(row["seq"])
+        if at == last:
+            raise VerifyFailure(log.topic, at, "the audit log holds it twice")
+        while seq < at:
+            _no_row(log.topic, seq, signed)
+            seq += 1
+        try:
+            found = merkle.leaf_hash(leaf.record(row))
+        except leaf.LeafError as exc:
+            raise VerifyFailure(log.topic, at, str(exc).split(": ", 1)[-1]) from None
+        if found != signed.hash(at):
+            raise VerifyFailure(log.topic, at, "the audit log's row is not the row that was signed")
+        last, seq = at, at + 1
+    while seq <= cp.size:
+        _no_row(log.topic, seq, signed)
+        seq += 1
+    return Verified(log.topic, start, cp, since)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parsers(sub: Any) -> None:
+    """The subcommands of ``auditsync audit-log`` this module runs."""
+    sub.add_parser("key", help="print the verifier key of the signing key (to publish)")
+    gen = sub.add_parser("keygen", help="print a new signing key (nothing is stored)")
+    gen.add_argument("--name", required=True, help="the key's name, e.g. example.com/auditsync")
+    for name, text in (
+        ("publish", "grow each topic's signed log by the audit log's new rows"),
+        ("prove", "print a C2SP tlog-proof of one seq"),
+        (
+            "verify",
+            "recompute a topic's log from the audit log and check it against the signed one",
+        ),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--work", required=True, help="the warehouse: a path, file:// or s3://")
+        if name != "publish":
+            cmd.add_argument("--topic", required=True)
+            cmd.add_argument("--verifier-key", default=None, help="default: the signing key's")
+        else:
+            cmd.add_argument("--topic", action="append", default=None, help="default: all")
+            cmd.add_argument("--run", default=None, help="record the checkpoint as this run's")
+        if name != "prove":
+            cmd.add_argument(
+                "--database-url",
+                default=None,
+                help="default: DATABASE_URL, else the embedded cluster",
+            )
+    prove_cmd = sub.choices["prove"]
+    prove_cmd.add_argument("--seq", type=int, required=True)
+    prove_cmd.add_argument("--as-of", default=None, metavar="RUN_ID", help="that run's checkpoint")
+    verify_cmd = sub.choices["verify"]
+    verify_cmd.add_argument("--from", dest="from_run", default=None, metavar="RUN_A")
+    verify_cmd.add_argument("--to", dest="to_run", default=None, metavar="RUN_B")
+
+
+def run(args: argparse.Namespace) -> int:
+    """One subcommand; a failed verification prints its one line and exits 1, anything that
+    cannot be done prints why and exits 2."""
+    import psycopg
+
+    from spark_jobs import time_travel
+    from spark_jobs.runner import _database_url
+    from watch_service import settings as settings_mod
+
+    try:
+        settings = settings_mod.load()
+        if args.action == "keygen":
+            signer = note.Signer.generate(args.name)
+            print(signer)
+            print(f"verifier key: {signer.verifier}", file=sys.stderr)
+        elif args.action == "key":
+            print(verifier_of(settings))
+        elif args.action == "publish":
+            signer = signer_of(settings)
+            for p in publish(
+                args.work,
+                _database_url(args.database_url),
+                signer,
+                run_id=args.run,
+                topics=args.topic,
+            ):
+                print(f"{p.topic}: {p.checkpoint.size} leaves (+{p.checkpoint.size - p.old_size})")
+        elif args.action == "prove":
+            storage = Storage(Layout("", args.work, "").warehouse)
+            log = TopicLog.at(storage, args.topic, verifier_of(settings, args.verifier_key))
+            sys.stdout.write(prove(log, args.seq, args.as_of).text())
+        else:
+            layout = Layout("", args.work, "")
+            log = TopicLog.at(
+                Storage(layout.warehouse), args.topic, verifier_of(settings, args.verifier_key)
+            )
+            table = time_travel.load(layout, _database_url(args.database_url))
+            print(verify(log, table, _current(table, None), args.from_run, args.to_run).line())
+    except VerifyFailure as exc:
+        print(f"auditsync audit-log verify: {exc}", file=sys.stderr)
+        return 1
+    except (AuditsyncError, note.NoteError) as exc:
+        print(f"auditsync audit-log: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        print(f"auditsync audit-log: cannot use the database: {exc}".rstrip(), file=sys.stderr)
+        return 2
+    return 0
