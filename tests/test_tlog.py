@@ -277,3 +277,27 @@ def test_leaf_bytes_are_exactly_as_documented() -> None:
     }
     with pytest.raises(leaf.LeafError, match="seq 7: data_sha256 is not the SHA-256 of its data"):
         leaf.record({**row, "data": '{"a":2}'})
+
+
+def test_entries_are_rows_and_tombstones_until_the_first_seq_that_is_neither() -> None:
+    from watch_service.protocol.tombstones import Tombstone
+
+    def row(seq: int) -> dict:
+        data = f'{{"n":{seq}}}'
+        return {"topic": "t", "seq": seq, "ts": seq, "data": data, "origin": "backfill"}
+
+    gaps = [Tombstone("cap", 3, 4), Tombstone("deleted", 4, 5)]
+    got = list(leaf.entries("t", 2, [row(1), row(2), row(6), row(8)], gaps))
+    assert got == [
+        leaf.record(row(2)),
+        leaf.tombstone("t", 3, "cap"),
+        leaf.tombstone("t", 4, "mixed"),  # two reasons
+        leaf.tombstone("t", 5, "recreated"),  # deleted, as a consumer sees it
+        leaf.record(row(6)),
+    ]  # 7: neither a row nor a gap; the tree stops before it
+    assert list(leaf.entries("t", 1, [], [Tombstone("ttl", 1, 2)])) == [
+        leaf.tombstone("t", 1, "ttl"),
+        leaf.tombstone("t", 2, "ttl"),
+    ]
+    with pytest.raises(leaf.LeafError, match="seq 2 of t appears twice in the audit log"):
+        list(leaf.entries("t", 1, [row(1), row(2), row(2)], []))
