@@ -342,9 +342,12 @@ def run(args: argparse.Namespace) -> int:
     cannot be done prints why and exits 2."""
     import psycopg
 
-    from spark_jobs import time_travel
-    from spark_jobs.runner import _database_url
     from watch_service import settings as settings_mod
+
+    def database_url() -> str:
+        from spark_jobs.runner import _database_url
+
+        return _database_url(args.database_url)
 
     try:
         settings = settings_mod.load()
@@ -358,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
             signer = signer_of(settings)
             for p in publish(
                 args.work,
-                _database_url(args.database_url),
+                database_url(),
                 signer,
                 run_id=args.run,
                 topics=args.topic,
@@ -373,7 +376,9 @@ def run(args: argparse.Namespace) -> int:
             log = TopicLog.at(
                 Storage(layout.warehouse), args.topic, verifier_of(settings, args.verifier_key)
             )
-            table = time_travel.load(layout, _database_url(args.database_url))
+            from spark_jobs import time_travel
+
+            table = time_travel.load(layout, database_url())
             print(verify(log, table, _current(table, None), args.from_run, args.to_run).line())
     except VerifyFailure as exc:
         print(f"auditsync audit-log verify: {exc}", file=sys.stderr)
