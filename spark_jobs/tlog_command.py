@@ -121,15 +121,6 @@ def _current(table: Table, snapshot_id: int | None) -> int | None:
     return None if current is None else current.snapshot_id
 
 
-def _gaps(database_url: str, topic: str) -> list[Tombstone]:
-    import psycopg
-
-    from watch_service.store.gap_reads import topic_gaps
-
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        return topic_gaps(conn, topic)
-
-
 # -- publish -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Published:
@@ -153,21 +144,26 @@ def publish(
     last checkpoint, and sign the new checkpoint (kept as ``runs/<run_id>`` too). ``gaps``
     (default: read from PostgreSQL) give the tombstone leaves' reasons. Its cost follows the
     new leaves: one scan per window of new seqs, the tiles they change, two small reads."""
+    import psycopg
+
     from spark_jobs import time_travel
+    from watch_service.store.gap_reads import topic_gaps
 
     layout = Layout("", work, "")
     table = time_travel.load(layout, database_url)
     snapshot = _current(table, snapshot_id)
     storage = Storage(layout.warehouse)
     out = []
-    for topic in topics if topics is not None else time_travel.topics(table, snapshot):
-        log = TopicLog.at(storage, topic, signer.verifier)
-        found = log.latest()
-        old = found[0].size if found else 0
-        held = gaps[topic] if gaps is not None and topic in gaps else _gaps(database_url, topic)
-        rows = rows_from(table, snapshot, topic, old, held)
-        cp, signed = log.append(signer, leaf.entries(topic, old + 1, rows, held), run_id=run_id)
-        out.append(Published(topic, old, cp, signed))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for topic in topics if topics is not None else time_travel.topics(table, snapshot):
+            log = TopicLog.at(storage, topic, signer.verifier)
+            found = log.latest()
+            old = found[0].size if found else 0
+            held = gaps[topic] if gaps is not None and topic in gaps else topic_gaps(conn, topic)
+            rows = rows_from(table, snapshot, topic, old, held)
+            entries = leaf.entries(topic, old + 1, rows, held)
+            cp, signed = log.append(signer, entries, run_id=run_id)
+            out.append(Published(topic, old, cp, signed))
     return out
 
 
