@@ -4,9 +4,11 @@ from Python (pyiceberg through ``spark_jobs.readers``, no JVM), shared by the co
     auditsync audit-log show --topic T --work LOCATION [--as-of RUN_ID|TIMESTAMP]
                              [--after SEQ] [--limit N] [--json] [--database-url URL]
 
-and the Airflow plugin's audit-log page. ``--as-of RUN_ID`` reads the snapshot the run
-recorded (``pipeline_runs.snapshots['audit_log']``; a run that did not write the audit log
-left it as it was when the run finished); ``--as-of 2026-11-26T08:00:00Z`` the snapshot
+and the Airflow plugin's audit-log page (the same command's ``key``, ``keygen``, ``publish``,
+``prove`` and ``verify``, the audit log's signed transparency log, are
+``spark_jobs.tlog_command``). ``--as-of RUN_ID`` reads the snapshot the run recorded
+(``pipeline_runs.snapshots['audit_log']``; a run that did not write the audit log left it as it
+was when the run finished); ``--as-of 2026-11-26T08:00:00Z`` the snapshot
 current then; no ``--as-of``, the table now. Rows come in seq order, one topic, a page at a
 time (``--after`` the last seq seen). Anything that cannot be read is a ``TimeTravelError``
 (or the storage module's ``StorageError``: an ``AuditsyncError``) whose message says why in one
@@ -238,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    from spark_jobs import tlog_command
+
+    tlog_command.add_parsers(sub)
     return parser
 
 
@@ -255,6 +260,10 @@ def show(args: argparse.Namespace, database_url: str) -> Page:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.action != "show":
+        from spark_jobs import tlog_command
+
+        return tlog_command.run(args)
     if args.limit < 1:
         print("auditsync audit-log: --limit must be at least 1", file=sys.stderr)
         return 2

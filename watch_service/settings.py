@@ -81,6 +81,12 @@ class Settings:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keepalive_timeout_s: float = 75.0
+    # The audit log's transparency log (spark_jobs.tlog_command): the operator's Ed25519 note
+    # key (PRIVATE+KEY+<name>+<id>+<key>), given inline or in a file, never both; the verifier
+    # key alone (<name>+<id>+<key>) is enough to prove and verify.
+    log_signing_key: str | None = dataclasses.field(default=None, repr=False)
+    log_signing_key_file: Path | None = None
+    log_verifier_key: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -124,6 +130,9 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_HEADER_TIMEOUT_S": ("header_timeout_s", float),
     "AUDITSYNC_BODY_TIMEOUT_S": ("body_timeout_s", float),
     "AUDITSYNC_KEEPALIVE_TIMEOUT_S": ("keepalive_timeout_s", float),
+    "AUDITSYNC_LOG_SIGNING_KEY": ("log_signing_key", str),
+    "AUDITSYNC_LOG_SIGNING_KEY_FILE": ("log_signing_key_file", Path),
+    "AUDITSYNC_LOG_VERIFIER_KEY": ("log_verifier_key", str),
 }
 
 _POSITIVE = {
@@ -241,6 +250,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     if (values.get("grpc_tls_cert") is None) != (values.get("grpc_tls_key") is None):
         raise SettingsError(
             "AUDITSYNC_GRPC_TLS_CERT and AUDITSYNC_GRPC_TLS_KEY: set both (TLS on) or neither"
+        )
+    if values.get("log_signing_key") and values.get("log_signing_key_file"):
+        raise SettingsError(
+            "AUDITSYNC_LOG_SIGNING_KEY and AUDITSYNC_LOG_SIGNING_KEY_FILE: set one, not both"
         )
     if "local_dir" in values:
         values["local_dir"] = Path(values["local_dir"]).resolve()

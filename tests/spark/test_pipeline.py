@@ -36,6 +36,7 @@ from watch_service.store import topics as store
 
 from ..support import TEST_JVM_OPTIONS, unique
 from .builders import Stream
+from .tlog_checks import check_the_signed_log
 
 pytestmark = pytest.mark.spark
 
@@ -172,7 +173,7 @@ def _pipeline(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(900)  # two cold Spark sessions; generous for a loaded 2-core machine
-def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
+def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsys):
     a, b = unique("pa"), unique("pb")
     data = asyncio.run(_make_source(pg_url, a, b))
     _landing(tmp_path / "landing", a, b, data)
@@ -249,3 +250,6 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path):
         == audit[cols].astype(str).sort_values(["topic", "seq"]).values.tolist()
     )
     assert _search(pg_url, a) == search
+
+    # The audit log that run left, signed, proved and verified (and then tampered with).
+    check_the_signed_log(monkeypatch, capsys, pg_url, tmp_path / "work", a, b)

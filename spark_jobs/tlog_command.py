@@ -1,0 +1,278 @@
+"""The audit log as a verifiable log: publishing a topic's tree after a run, and the commands
+
+    auditsync audit-log key                    print the verifier key to publish
+    auditsync audit-log keygen --name NAME     print a new signing key (dev: nothing is stored)
+    auditsync audit-log publish --work W [--topic T] [--run RUN_ID]
+    auditsync audit-log prove   --work W --topic T --seq N [--as-of RUN_ID]
+    auditsync audit-log verify  --work W --topic T [--from RUN_A] [--to RUN_B]
+
+:func:`publish` is what a run calls once its verify passed: per topic, the audit-log rows after
+the last checkpoint become leaves (``protocol.tlog.leaf``; a seq the source gave up is a
+tombstone leaf, the first seq that is neither ends the tree for now), their tiles are written
+and the checkpoint signed (``spark_jobs.tlog_store``). ``verify`` recomputes the leaves from
+the audit log and compares them with the signed tree's tiles: it prints one line naming the
+first seq that differs and exits 1, or one line of what it checked. Keys come from settings
+(``AUDITSYNC_LOG_SIGNING_KEY`` or ``AUDITSYNC_LOG_SIGNING_KEY_FILE``; ``AUDITSYNC_LOG_VERIFIER_KEY``
+or ``--verifier-key`` to prove and verify without the signing key); none is ever generated
+unasked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs import readers
+from spark_jobs.layout import Layout
+from spark_jobs.tlog_store import TlogError, TopicLog
+from watch_service.protocol.errors import AuditsyncError
+from watch_service.protocol.tlog import leaf, merkle, note, proof, tiles
+from watch_service.protocol.tombstones import Tombstone
+from watch_service.storage import Storage
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from watch_service.settings import Settings
+
+WINDOW = 65_536  # seqs read from the audit log per scan
+
+
+# -- keys ----------------------------------------------------------------------------------------
+def signer_of(settings: Settings) -> note.Signer:
+    if settings.log_signing_key_file is not None:
+        where = f"AUDITSYNC_LOG_SIGNING_KEY_FILE ({settings.log_signing_key_file})"
+        try:
+            text = settings.log_signing_key_file.read_text()
+        except OSError as exc:
+            raise TlogError(f"{where}: cannot read it: {exc.strerror}") from None
+    elif settings.log_signing_key is not None:
+        where, text = "AUDITSYNC_LOG_SIGNING_KEY", settings.log_signing_key
+    else:
+        raise TlogError(
+            "no signing key: set AUDITSYNC_LOG_SIGNING_KEY or AUDITSYNC_LOG_SIGNING_KEY_FILE "
+            "(`auditsync audit-log keygen --name NAME` prints a new one)"
+        )
+    try:
+        return note.Signer.parse(text)
+    except note.NoteError as exc:
+        raise TlogError(f"{where}: {exc}") from None
+
+
+def verifier_of(settings: Settings, given: str | None = None) -> note.Verifier:
+    text = given or settings.log_verifier_key
+    if text is None:
+        return signer_of(settings).verifier
+    try:
+        return note.Verifier.parse(text)
+    except note.NoteError as exc:
+        raise TlogError(
+            f"{'--verifier-key' if given else 'AUDITSYNC_LOG_VERIFIER_KEY'}: {exc}"
+        ) from None
+
+
+# -- the audit log, a window of seqs at a time ---------------------------------------------------
+def rows_from(
+    table: Table,
+    snapshot: int | None,
+    topic: str,
+    after: int,
+    gaps: Sequence[Tombstone],
+    upto: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """``topic``'s rows with seq > ``after`` (up to ``upto``) in seq order, one window per scan;
+    an empty window ends them unless a gap holds its start (the leaves jump the gap)."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThan, LessThanOrEqual
+
+    if snapshot is None:
+        return
+    lo = after
+    while upto is None or lo < upto:
+        hi = lo + WINDOW if upto is None else min(lo + WINDOW, upto)
+        wanted = And(
+            EqualTo("topic", topic),  # type: ignore[call-arg, arg-type]
+            And(GreaterThan("seq", lo), LessThanOrEqual("seq", hi)),  # type: ignore[call-arg, arg-type]
+        )
+        rows = readers.scan(table, snapshot, wanted).sort_by([("seq", "ascending")]).to_pylist()
+        yield from rows
+        if not rows and upto is None:
+            covering = [g.gap_to for g in gaps if g.gap_from <= lo + 1 <= g.gap_to]
+            if not covering:
+                return
+            hi = max(max(covering), hi)
+        lo = hi
+
+
+def _current(table: Table, snapshot_id: int | None) -> int | None:
+    if snapshot_id is not None:
+        return snapshot_id
+    current = table.current_snapshot()
+    return None if current is None else current.snapshot_id
+
+
+# -- publish -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Published:
+    topic: str
+    old_size: int
+    checkpoint: note.Checkpoint
+    signed: str
+
+
+def publish(
+    work: str,
+    database_url: str,
+    signer: note.Signer,
+    *,
+    run_id: str | None = None,
+    snapshot_id: int | None = None,
+    topics: Sequence[str] | None = None,
+    gaps: Mapping[str, Sequence[Tombstone]] | None = None,
+) -> list[Published]:
+    """Grow each topic's log by the audit-log rows (at ``snapshot_id``, default now) after its
+    last checkpoint, and sign the new checkpoint (kept as ``runs/<run_id>`` too). ``gaps``
+    (default: read from PostgreSQL) give the tombstone leaves' reasons. Its cost follows the
+    new leaves: one scan per window of new seqs, the tiles they change, two small reads."""
+    import psycopg
+
+    from spark_jobs import time_travel
+    from watch_service.store.gap_reads import topic_gaps
+
+    layout = Layout("", work, "")
+    table = time_travel.load(layout, database_url)
+    snapshot = _current(table, snapshot_id)
+    storage = Storage(layout.warehouse)
+    out = []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for topic in topics if topics is not None else time_travel.topics(table, snapshot):
+            log = TopicLog.at(storage, topic, signer.verifier)
+            found = log.latest()
+            old = found[0].size if found else 0
+            held = gaps[topic] if gaps is not None and topic in gaps else topic_gaps(conn, topic)
+            rows = rows_from(table, snapshot, topic, old, held)
+            entries = leaf.entries(topic, old + 1, rows, held)
+            cp, signed = log.append(signer, entries, run_id=run_id)
+            out.append(Published(topic, old, cp, signed))
+    return out
+
+
+# -- prove and verify ----------------------------------------------------------------------------
+def checkpoint_of(log: TopicLog, run_id: str | None) -> tuple[note.Checkpoint, str]:
+    signed = log.storage.read_bytes(f"runs/{run_id}") if run_id else None
+    if run_id and signed is None:
+        raise TlogError(f"no checkpoint of {log.topic} was signed by run {run_id!r}")
+    text = signed.decode() if signed else log.signed()
+    if text is None:
+        raise TlogError(f"{log.topic} has no signed checkpoint yet: no run has published it")
+    return log.open(text), text
+
+
+def prove(log: TopicLog, seq: int, run_id: str | None = None) -> proof.Proof:
+    """The tlog-proof of ``seq`` (entry ``seq - 1``), its leaf bytes as the proof's extra."""
+    cp, signed = checkpoint_of(log, run_id)
+    if not 1 <= seq <= cp.size:
+        raise TlogError(f"seq {seq} of {log.topic} is not in its signed log (seqs 1..{cp.size})")
+    src = log.hashes(cp)
+    index = seq - 1
+    entry = log.entries(cp.size, index >> tiles.HEIGHT)[index % tiles.WIDTH]
+    if merkle.leaf_hash(entry) != log.leaf_hashes(src, index, seq)[0]:
+        raise TlogError(f"the stored entry of seq {seq} does not match its tile")
+    return proof.Proof(index, tuple(merkle.inclusion_proof(src, index, cp.size)), signed, entry)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def add_parsers(sub: Any) -> None:
+    """The subcommands of ``auditsync audit-log`` this module runs."""
+    sub.add_parser("key", help="print the verifier key of the signing key (to publish)")
+    gen = sub.add_parser("keygen", help="print a new signing key (nothing is stored)")
+    gen.add_argument("--name", required=True, help="the key's name, e.g. example.com/auditsync")
+    for name, text in (
+        ("publish", "grow each topic's signed log by the audit log's new rows"),
+        ("prove", "print a C2SP tlog-proof of one seq"),
+        (
+            "verify",
+            "recompute a topic's log from the audit log and check it against the signed one",
+        ),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--work", required=True, help="the warehouse: a path, file:// or s3://")
+        if name != "publish":
+            cmd.add_argument("--topic", required=True)
+            cmd.add_argument("--verifier-key", default=None, help="default: the signing key's")
+        else:
+            cmd.add_argument("--topic", action="append", default=None, help="default: all")
+            cmd.add_argument("--run", default=None, help="record the checkpoint as this run's")
+        if name != "prove":
+            cmd.add_argument(
+                "--database-url",
+                default=None,
+                help="default: DATABASE_URL, else the embedded cluster",
+            )
+    prove_cmd = sub.choices["prove"]
+    prove_cmd.add_argument("--seq", type=int, required=True)
+    prove_cmd.add_argument("--as-of", default=None, metavar="RUN_ID", help="that run's checkpoint")
+    verify_cmd = sub.choices["verify"]
+    verify_cmd.add_argument("--from", dest="from_run", default=None, metavar="RUN_A")
+    verify_cmd.add_argument("--to", dest="to_run", default=None, metavar="RUN_B")
+
+
+def run(args: argparse.Namespace) -> int:
+    """One subcommand; a failed verification prints its one line and exits 1, anything that
+    cannot be done prints why and exits 2."""
+    import psycopg
+
+    from spark_jobs import tlog_verify
+    from watch_service import settings as settings_mod
+
+    def database_url() -> str:
+        from spark_jobs.runner import _database_url
+
+        return _database_url(args.database_url)
+
+    try:
+        settings = settings_mod.load()
+        if args.action == "keygen":
+            signer = note.Signer.generate(args.name)
+            print(signer)
+            print(f"verifier key: {signer.verifier}", file=sys.stderr)
+        elif args.action == "key":
+            print(verifier_of(settings))
+        elif args.action == "publish":
+            signer = signer_of(settings)
+            for p in publish(
+                args.work,
+                database_url(),
+                signer,
+                run_id=args.run,
+                topics=args.topic,
+            ):
+                print(f"{p.topic}: {p.checkpoint.size} leaves (+{p.checkpoint.size - p.old_size})")
+        elif args.action == "prove":
+            storage = Storage(Layout("", args.work, "").warehouse)
+            log = TopicLog.at(storage, args.topic, verifier_of(settings, args.verifier_key))
+            sys.stdout.write(prove(log, args.seq, args.as_of).text())
+        else:
+            layout = Layout("", args.work, "")
+            log = TopicLog.at(
+                Storage(layout.warehouse), args.topic, verifier_of(settings, args.verifier_key)
+            )
+            from spark_jobs import time_travel
+
+            table = time_travel.load(layout, database_url())
+            found = tlog_verify.verify(
+                log, table, _current(table, None), args.from_run, args.to_run
+            )
+            print(found.line())
+    except tlog_verify.VerifyFailure as exc:
+        print(f"auditsync audit-log verify: {exc}", file=sys.stderr)
+        return 1
+    except (AuditsyncError, note.NoteError) as exc:
+        print(f"auditsync audit-log: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        print(f"auditsync audit-log: cannot use the database: {exc}".rstrip(), file=sys.stderr)
+        return 2
+    return 0
