@@ -46,7 +46,7 @@ One Spark step, `spark_jobs/maintenance/main.py`, over every table of the wareho
 Its figures (files before/after, snapshots expired, orphans removed, per table) are the task's
 result.
 
-Then **landing_retention** (pure Python through `watch_service.storage`, no Spark) deletes the
+Beside it, **landing_retention** (pure Python through `watch_service.storage`, no Spark) deletes the
 landing segments (`<landing>/<consumer>/<YYYY-MM-DD>/<HH>/part-*.parquet`, in the
 `auditsync_landing` Variable) that a **passed** run compacted, reconciled and verified and whose
 hour ended more than `AUDITSYNC_LANDING_RETENTION_HOURS` (default 168, 7 days) ago. It never
@@ -87,7 +87,9 @@ Schedule: `AUDITSYNC_MAINTENANCE_SCHEDULE` (default `@daily`).
             "spark.sql.session.timeZone": "UTC",
             "spark.log.level": "WARN",
         },
-    ) >> LandingRetentionOperator(
+    )
+    # Independent of the Spark step: a failed table maintenance does not hold the landing back.
+    LandingRetentionOperator(
         task_id="landing_retention",
         landing="{{ var.value.auditsync_landing }}",
         warehouse="{{ var.value.auditsync_warehouse }}",

@@ -135,3 +135,9 @@ def test_folders_since():
         "2026-01-02/05",
         "2026-01-03/01",
     ]
+
+
+def test_a_root_segment_written_after_dated_ones_keeps_frame_order():
+    tree = Tree([*HISTORY, seg("", 14, 14)])  # hand-written at the root after the dated ones
+    assert newest_segment(tree) == SegmentKey("", 14, 14)
+    assert [k.first for k in segments_since(tree, "2026-01-03/01")] == [1, 3, 13, 14]

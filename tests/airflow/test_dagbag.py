@@ -123,7 +123,7 @@ def test_the_maintenance_wiring(parsed):
                 "168",
             ],
         },
-        "downstream": {"maintenance": ["landing_retention"], "landing_retention": []},
+        "downstream": {"maintenance": [], "landing_retention": []},
         "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
     }
 

@@ -120,22 +120,22 @@ def segments_since(listdir: ListDir, since: str = LEGACY) -> list[SegmentKey]:
                 continue
             _, hour_files = listdir(f"{day}/{hour}")
             found += _segments(f"{day}/{hour}", hour_files)
-    return sorted(found, key=lambda k: (k.folder, k.first))
+    return sorted(found, key=lambda k: k.first)
 
 
 def newest_segment(listdir: ListDir) -> SegmentKey | None:
-    """The segment with the highest frames: the newest dated folder that holds one (walked
-    back from the newest, so an emptied folder costs one listing), else the newest root one."""
+    """The segment with the highest frames: of the newest dated folder that holds one
+    (walked back from the newest, so an emptied folder costs one listing) and the root's."""
     folders, files = listdir("")
+    found = _segments(LEGACY, files)
     for day in reversed(_days(folders)):
         hours, _ = listdir(day)
         for hour in reversed(_hours(hours)):
             _, hour_files = listdir(f"{day}/{hour}")
-            found = _segments(f"{day}/{hour}", hour_files)
-            if found:
-                return max(found, key=lambda k: k.first)
-    legacy = _segments(LEGACY, files)
-    return max(legacy, key=lambda k: k.first) if legacy else None
+            dated = _segments(f"{day}/{hour}", hour_files)
+            if dated:
+                return max(found + dated, key=lambda k: k.first)
+    return max(found, key=lambda k: k.first) if found else None
 
 
 def segments_after(listdir: ListDir, frame_no: int) -> list[SegmentKey]:
@@ -156,4 +156,4 @@ def segments_after(listdir: ListDir, frame_no: int) -> list[SegmentKey]:
                 break
         if reached:
             break
-    return sorted(found, key=lambda k: (k.folder, k.first))
+    return sorted(found, key=lambda k: k.first)
