@@ -6,8 +6,8 @@ storage it builds two landing zones for one consumer whose compact state (an Ice
 summary, as compact leaves it) says every frame up to N is consumed:
 
 * **year**: N consumed segments already on the landing, 7,200 an hour (a 500 ms flush) in
-  ``<day>/<hour>/`` folders ending at the state's folder. Local: hard links of one tiny valid
-  segment (directory entries, no data); S3: one PUT each, 16 at a time;
+  ``<day>/<hour>/`` folders ending at the state's folder. Local: one tiny valid segment per
+  folder and hard links to it (directory entries, no data); S3: one PUT each, 16 at a time;
 * **fresh**: the same state, no history.
 
 Then, ``--repeats`` times on each (interleaved, so both see the same machine load), it lands
@@ -108,10 +108,6 @@ def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -
     """n consumed one-frame segments (fewer if ``budget_s`` runs out); (count, last folder)."""
     t0, done, last_folder = time.monotonic(), 0, ""
     template = segment_table(1, 1)
-    if store.location.is_local:
-        tmpl = Path(store.path("template.parquet"))
-        tmpl.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(template, tmpl)
     sink = pa.BufferOutputStream()
     pq.write_table(template, sink)
     data = sink.getvalue().to_pybytes()
@@ -122,16 +118,17 @@ def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -
                 break
             names = [segment_key(folder, i, i) for i in range(first, last + 1)]
             if store.location.is_local:
+                # one file per folder, the rest hard links to it (ext4 allows 65,000 a file)
                 Path(store.path(folder)).mkdir(parents=True, exist_ok=True)
-                for name in names:
+                tmpl = store.path(names[0])
+                pq.write_table(template, tmpl)
+                for name in names[1:]:
                     os.link(tmpl, store.path(name))
             else:
                 list(pool.map(lambda name: store.write_bytes(name, data), names))
             done, last_folder = last, folder
     finally:
         pool.shutdown()
-        if store.location.is_local:
-            tmpl.unlink()
     return done, last_folder
 
 
