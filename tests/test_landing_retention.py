@@ -157,3 +157,16 @@ def test_retention_deletes_on_both_storages(landing_location):
         segment_key("2026-01-08/00", 6, 6),
         segment_key("2026-01-08/13", 10, 10),
     ]
+
+
+@pytest.mark.unit
+def test_the_command_names_a_bad_setting_and_location(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("AUDITSYNC_LANDING_RETENTION_HOURS", "-3")
+    assert retention.main(["--landing", str(tmp_path), "--work", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "[landing retention] AUDITSYNC_LANDING_RETENTION_HOURS='-3': expected a number of "
+        "hours >= 0 (default 168)\n"
+    )
+    monkeypatch.setenv("AUDITSYNC_DATABASE_URL", "postgresql://x@127.0.0.1:1/x")
+    assert retention.main(["--landing", "gs://x", "--work", "w", "--retention-hours", "1"]) == 2
+    assert capsys.readouterr().err.startswith("[landing retention] unsupported location 'gs://x'")

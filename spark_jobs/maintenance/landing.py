@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     except (AuditsyncError, lp.RetentionSettingError) as exc:
         print(f"[landing retention] {exc}", file=sys.stderr)
         return 2
+    except psycopg.OperationalError as exc:
+        print(f"[landing retention] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+        return 2
     print(json.dumps(figures, sort_keys=True))
     return 0
 
