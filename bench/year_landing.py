@@ -193,10 +193,13 @@ def bench_storage(spark, url: str, root: str, kind: str, n: int, new: int, repea
         flush=True,
     )
     t0 = time.monotonic()
-    listed = len(year_store.files(recursive=True))
+    try:
+        listed = f"{len(year_store.files(recursive=True)):,} files"
+    except OSError as exc:  # S3Proxy's file backend may stall on one page of a deep listing
+        listed = f"failed ({str(exc)[:120]})"
     print(
         f"   one listing of the whole history (what compact did before the dated layout): "
-        f"{listed:,} files in {time.monotonic() - t0:.2f} s",
+        f"{listed} in {time.monotonic() - t0:.2f} s",
         flush=True,
     )
     year = Zone(spark, url, root, "year", seeded, folder)
