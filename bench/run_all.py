@@ -16,12 +16,14 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 300  # each benchmark bounds itself; this is the backstop
 # Benchmarks whose default run is longer (reconcile.py: 1 M rows, datacompy and PostgreSQL;
 # pipeline.py: histories of 1 M and 5 M records and several Airflow runs;
-# iceberg_maintenance.py: 200 real pipeline runs and four maintenance passes).
+# iceberg_maintenance.py: 200 real pipeline runs and four maintenance passes; year_landing.py:
+# 1 M landing segments seeded on file, 100 k on S3).
 TIMEOUTS_S = {
     "reconcile.py": 900,
     "pipeline.py": 1800,
     "iceberg_maintenance.py": 6000,
     "tlog.py": 900,  # a 5 M-leaf log built in Python
+    "year_landing.py": 2400,
 }
 
 

@@ -1,4 +1,5 @@
-"""maintenance: keep the warehouse's Iceberg tables small and tidy (rewrite, expire, orphans)."""
+"""maintenance: keep the warehouse's Iceberg tables small and tidy (rewrite, expire, orphans)
+and the landing zone to what is not yet verified or recent (landing retention)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from auditsync_plugin import step_args
+from auditsync_plugin.landing_retention import LandingRetentionOperator
 from auditsync_plugin.spark_step import SparkStepOperator
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -17,6 +19,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 SCHEDULE = os.environ.get("AUDITSYNC_MAINTENANCE_SCHEDULE", "@daily")
 RETENTION_HOURS = os.environ.get("AUDITSYNC_SNAPSHOT_RETENTION_HOURS", "168")
 TARGET_FILE_MB = os.environ.get("AUDITSYNC_TARGET_FILE_SIZE_MB", "128")
+LANDING_RETENTION_HOURS = os.environ.get("AUDITSYNC_LANDING_RETENTION_HOURS", "168")
 SPARK_SUBMIT = os.environ.get(
     "AUDITSYNC_SPARK_SUBMIT", str(Path(sys.executable).with_name("spark-submit"))
 )
@@ -41,7 +44,19 @@ One Spark step, `spark_jobs/maintenance/main.py`, over every table of the wareho
    retention and at least a day old.
 
 Its figures (files before/after, snapshots expired, orphans removed, per table) are the task's
-result. Safe to re-run; safe beside `audit_sync` runs (Iceberg's commits are compare-and-swap).
+result.
+
+Beside it, **landing_retention** (pure Python through `watch_service.storage`, no Spark) deletes the
+landing segments (`<landing>/<consumer>/<YYYY-MM-DD>/<HH>/part-*.parquet`, in the
+`auditsync_landing` Variable) that a **passed** run compacted, reconciled and verified and whose
+hour ended more than `AUDITSYNC_LANDING_RETENTION_HOURS` (default 168, 7 days) ago. It never
+deletes a segment not yet compacted, nor one a run that did not pass (failed, running)
+compacted; `pipeline audit` reads only `deliveries` and the segments not yet compacted, so it
+needs none of those deleted. It lists only the day and hour folders that may expire, so its
+cost follows what expires, not the history. Root-level segments of an earlier sink expire by
+their modification time. Fault decisions (`faults/`, fault injection only) are kept.
+
+Safe to re-run; safe beside `audit_sync` runs (Iceberg's commits are compare-and-swap).
 Schedule: `AUDITSYNC_MAINTENANCE_SCHEDULE` (default `@daily`).
 """,
     schedule=SCHEDULE,
@@ -72,4 +87,11 @@ Schedule: `AUDITSYNC_MAINTENANCE_SCHEDULE` (default `@daily`).
             "spark.sql.session.timeZone": "UTC",
             "spark.log.level": "WARN",
         },
+    )
+    # Independent of the Spark step: a failed table maintenance does not hold the landing back.
+    LandingRetentionOperator(
+        task_id="landing_retention",
+        landing="{{ var.value.auditsync_landing }}",
+        warehouse="{{ var.value.auditsync_warehouse }}",
+        retention_hours=LANDING_RETENTION_HOURS,
     )

@@ -447,6 +447,27 @@ class Storage:
         """Names of the folders directly under ``rel``, sorted."""
         return sorted(name for name, _ in self._walk(rel, False, want_dirs=True))
 
+    def listing(self, rel: str = "") -> tuple[list[str], list[tuple[str, float]]]:
+        """One folder's direct content in one listing (on S3 one delimiter LIST per 1,000
+        entries): its sub-folder names and ``(file name, modified seconds since the epoch)``,
+        sorted; temp files and dot-names excluded; empty when the folder does not exist."""
+        import pyarrow.fs as pafs
+
+        base = self.path(rel).rstrip("/")
+        selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
+        folders: list[str] = []
+        files: list[tuple[str, float]] = []
+        for info in self.fs.get_file_info(selector):
+            name = info.base_name
+            if name.startswith("."):
+                continue
+            if info.type == pafs.FileType.Directory:
+                folders.append(name)
+            elif info.type == pafs.FileType.File:
+                mtime = info.mtime
+                files.append((name, mtime.timestamp() if mtime is not None else 0.0))
+        return sorted(folders), sorted(files)
+
     def _walk(self, rel: str, recursive: bool, want_dirs: bool) -> Iterator[tuple[str, int]]:
         import pyarrow.fs as pafs
 

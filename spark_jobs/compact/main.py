@@ -2,13 +2,17 @@
 
     spark-submit spark_jobs/compact/main.py --landing LOCATION --work LOCATION --run-id ID
 
-Lists ``<landing>/<consumer>/part-*.parquet`` (a path, ``file://`` or ``s3://``), takes those
-after each consumer's last compacted segment, and appends them as batch N+1 to the Iceberg
-table ``deliveries``. Which segments the batch consumed, and each consumer's last frame, ride
-in the same commit as the rows (the snapshot's summary property ``auditsync.compact``,
-cumulative), so a crash before the commit leaves nothing and a re-run after it finds the
-segments consumed: every segment is compacted exactly once. Nothing new: no batch. The step's
-figures go to ``pipeline_runs`` when a database URL is given.
+Lists each consumer's segments (``<landing>/<consumer>/<YYYY-MM-DD>/<HH>/part-*.parquet``, a
+path, ``file://`` or ``s3://``) from the folder of its last compacted segment on
+(``protocol/landing_keys``), takes those after that segment, and appends them as batch N+1 to
+the Iceberg table ``deliveries``. The listing costs the landing root, the consumer roots and
+the folders written since the last run, whatever the history; root-level segments an earlier
+sink wrote are listed with their consumer's root until retention deletes them. Which segments
+the batch consumed, and each consumer's last frame and last folder, ride in the same commit as
+the rows (the snapshot's summary property ``auditsync.compact``, cumulative), so a crash before
+the commit leaves nothing and a re-run after it finds the segments consumed: every segment is
+compacted exactly once. Nothing new: no batch. The step's figures go to ``pipeline_runs`` when
+a database URL is given, with what landing retention reads (``consumed``, ``through``).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
+from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
 from watch_service.storage import Storage
 
-SEGMENT_RE = re.compile(r"([^/]+)/part-(\d{12})-(\d{12})\.parquet")
+CONSUMER_RE = re.compile(r"([^/]+)/(.+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,16 +45,18 @@ class Segment:
     name: str  # relative to the landing root
     first: int
     last: int
+    folder: str = LEGACY  # "YYYY-MM-DD/HH" inside the consumer's landing; LEGACY: its root
 
 
 def new_segments(names: list[str], state: dict) -> list[Segment]:
     """Segments after each consumer's ``segment_through``, in frame order (pure)."""
     found: list[Segment] = []
     for name in names:
-        m = SEGMENT_RE.fullmatch(name)
-        if not m:
+        m = CONSUMER_RE.fullmatch(name)
+        key = parse_segment(m.group(2)) if m else None
+        if m is None or key is None:
             continue
-        consumer, first, last = m.group(1), int(m.group(2)), int(m.group(3))
+        consumer, first, last = m.group(1), key.first, key.last
         through = state["consumers"].get(consumer, {}).get("segment_through", 0)
         if last <= through:
             continue
@@ -58,8 +65,34 @@ def new_segments(names: list[str], state: dict) -> list[Segment]:
                 f"landing segment {name} overlaps frames already compacted "
                 f"(through frame {through})"
             )
-        found.append(Segment(consumer, name, first, last))
+        found.append(Segment(consumer, name, first, last, key.folder))
     return sorted(found, key=lambda s: (s.consumer, s.first))
+
+
+def listed_names(landing: Storage, state: dict) -> list[str]:
+    """Each consumer's segments from the folder of its last compacted one on (every folder
+    for a consumer not compacted yet, or compacted before segments had folders)."""
+    names = []
+    for consumer in landing.folders():
+        since = state["consumers"].get(consumer, {}).get("folder", LEGACY)
+        keys = segments_since(landing.child(consumer).listing, since)
+        names += [f"{consumer}/{k.name}" for k in keys]
+    return names
+
+
+def progress_figures(state: dict, segments: list[Segment]) -> dict:
+    """What retention reads from the run's row (pure): ``consumed``, the frames this batch
+    took per consumer; ``through``, each consumer's last compacted frame and its folder."""
+    consumed: dict[str, list[int]] = {}
+    for seg in segments:
+        span = consumed.setdefault(seg.consumer, [seg.first, seg.last])
+        span[0], span[1] = min(span[0], seg.first), max(span[1], seg.last)
+    through = {
+        c: [v["segment_through"], v.get("folder", LEGACY)]
+        for c, v in state["consumers"].items()
+        if "segment_through" in v
+    }
+    return {"consumed": consumed, "through": through}
 
 
 def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list[tuple]:
@@ -89,6 +122,7 @@ def next_state(
     for seg in segments:
         entry = consumers.setdefault(seg.consumer, {})
         entry["segment_through"] = max(entry.get("segment_through", 0), seg.last)
+        entry["folder"] = max(entry.get("folder", LEGACY), seg.folder)
     for consumer, (frame_no, frame_id) in lasts.items():
         consumers.setdefault(consumer, {}).update(frame_no=frame_no, frame_id=frame_id)
     return {"batch": state["batch"] + 1, "run_id": run_id, "consumers": consumers}
@@ -111,8 +145,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     tables.attach(spark, layout, args.database_url)
     state = tables.compact_state(spark, layout)
     landing = Storage(layout.landing_location)
-    segments = new_segments([name for name, _ in landing.files(recursive=True)], state)
+    segments = new_segments(listed_names(landing, state), state)
     counts: dict[str, object] = {"batch": None, "segments": 0, "rows": 0, "records": 0}
+    committed = state
     if segments:
         rows = spark.read.schema(LANDING).parquet(
             *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
@@ -150,13 +185,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             },
         )
         batch.unpersist()
+        committed = record
         counts = {
             "batch": record["batch"],
             "segments": len(segments),
             "rows": stats["rows"],
             "records": stats["records"],
         }
-    figures = {"seconds": timer.seconds, **counts}
+    figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
     store.record_step(args, "compact", figures)
     store.record_snapshots(args, spark, layout, ("deliveries",))
     return figures

@@ -90,9 +90,12 @@ print(
                 "schedule": str(maint.schedule),
                 "tasks": {
                     t.task_id: [type(t).__name__, t.step, list(t.application_args)]
+                    if hasattr(t, "step")
+                    else [type(t).__name__, *(getattr(t, f) for f in t.template_fields)]
                     for t in maint.tasks
                 },
-                "env": {t.task_id: t.env_vars for t in maint.tasks},
+                "downstream": {t.task_id: sorted(t.downstream_task_ids) for t in maint.tasks},
+                "env": {t.task_id: t.env_vars for t in maint.tasks if hasattr(t, "env_vars")},
             }
             if maint
             else None,

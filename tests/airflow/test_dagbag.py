@@ -99,7 +99,8 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
 
 
 def test_the_maintenance_wiring(parsed):
-    """One Spark step, daily, over the audit_sync warehouse; the URL in its environment."""
+    """One Spark step, daily, over the audit_sync warehouse; the URL in its environment; then
+    landing retention over the audit_sync landing."""
     assert parsed["maintenance"] == {
         "schedule": "@daily",
         "tasks": {
@@ -114,8 +115,15 @@ def test_the_maintenance_wiring(parsed):
                     "--target-file-size-mb",
                     "128",
                 ],
-            ]
+            ],
+            "landing_retention": [
+                "LandingRetentionOperator",
+                "{{ var.value.auditsync_landing }}",
+                "{{ var.value.auditsync_warehouse }}",
+                "168",
+            ],
         },
+        "downstream": {"maintenance": [], "landing_retention": []},
         "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
     }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from watch_service.protocol.landing_keys import segments_since
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.consumer import Sink
 from watch_service.sink.landing import Landing
@@ -32,7 +33,7 @@ def segments(where: Storage | SinkConfig) -> list[str]:
     """Names of a consumer's segments (its landing, or a sink configuration's), in frame
     order."""
     store = _store(where)
-    return [name for name, _ in store.files() if name.startswith("part-")]
+    return [key.name for key in segments_since(store.listing)]
 
 
 def rows(where: Storage | SinkConfig) -> list[dict]:

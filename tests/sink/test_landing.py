@@ -1,6 +1,8 @@
 """A consumer's landing and its durability rules, on a local folder and on a real S3 server:
 crash windows, temp files, fault decisions as whole objects, the consumer lock."""
 
+import datetime as dt
+
 import psycopg
 import pytest
 
@@ -11,6 +13,7 @@ from watch_service.sink.landing import (
     LandingError,
     SinkState,
     faults_name,
+    rows_table,
     segment_name,
 )
 from watch_service.storage import TMP_PREFIX, Storage
@@ -18,6 +21,8 @@ from watch_service.storage import TMP_PREFIX, Storage
 from ..support import ON_BOTH_STORAGES, ON_S3
 
 pytestmark = pytest.mark.pg
+NOW = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)
+FOLDER = "2026-01-02/03"  # where segments written at NOW go
 
 
 def row(frame_no: int, seq: int) -> tuple:
@@ -41,7 +46,7 @@ def lock_url(landing_location: Storage, request) -> str | None:
 
 @pytest.fixture
 def landing(landing_location, lock_url):
-    land = Landing(landing_location, "c", lock_url)
+    land = Landing(landing_location, "c", lock_url, clock=lambda: NOW)
     land.open()
     yield land
     land.close()
@@ -50,7 +55,7 @@ def landing(landing_location, lock_url):
 @ON_BOTH_STORAGES
 def test_segment_has_the_landing_schema_and_a_resume_footer(landing):
     name = landing.write_segment([row(1, 1), row(2, 2)], 1, 2, "id-2", {"a": 2})
-    assert name == segment_name(1, 2) == "part-000000000001-000000000002.parquet"
+    assert name == segment_name(1, 2, FOLDER) == f"{FOLDER}/part-000000000001-000000000002.parquet"
     assert [s.name for s in landing.segments()] == [name]
     table = landing.store.read_parquet(name)
     assert table.schema.remove_metadata() == SCHEMA and table.column("seq").to_pylist() == [1, 2]
@@ -78,8 +83,8 @@ def test_crash_after_segment_before_state_resumes_from_the_newest_footer(landing
     state = landing.load_state()
     assert (state.wid, state.frame_no, state.last_id) == ("w", 5, "id-5")
     assert state.cursors == {"a": 5, "b": 4}
-    names = [name for name, _ in landing.store.files()]
-    assert names == [segment_name(2, 3), segment_name(4, 5), "state.json"]
+    names = [name for name, _ in landing.store.files(recursive=True)]
+    assert names == [segment_name(2, 3, FOLDER), segment_name(4, 5, FOLDER), "state.json"]
 
 
 def test_state_is_replaced_atomically_and_temp_files_are_cleared(landing_location):
@@ -159,4 +164,50 @@ def test_one_sink_per_s3_consumer(landing, landing_location, pg_url):
     with pytest.raises(LandingError, match=rf"^{uri}: lost the consumer lock \(its PostgreSQL"):
         again.write_segment([row(1, 1)], 1, 1, "id-1", {"a": 1})
     assert again.segments() == []  # nothing written unguarded
+    again.close()
+
+
+@ON_BOTH_STORAGES
+def test_segments_go_to_dated_folders_that_never_go_back(landing_location, lock_url):
+    times = iter(
+        [NOW, NOW + dt.timedelta(hours=2), NOW + dt.timedelta(hours=1)]  # the clock steps back
+    )
+    old = landing_location.child("c")
+    old.write_parquet(segment_name(1, 1), rows_table([row(1, 1)]))
+    land = Landing(landing_location, "c", lock_url, clock=lambda: next(times))
+    land.open()
+    try:
+        names = [land.write_segment([row(f, f)], f, f, f"id-{f}", {"a": f}) for f in (2, 3, 4)]
+        assert names == [
+            segment_name(2, 2, "2026-01-02/03"),
+            segment_name(3, 3, "2026-01-02/05"),
+            segment_name(4, 4, "2026-01-02/05"),
+        ]
+        # an earlier sink's root-level segment comes first; the newest is found in 3 listings
+        assert [s.name for s in land.segments()] == [segment_name(1, 1), *names]
+        assert land.load_state().frame_no == 4
+    finally:
+        land.close()
+    again = Landing(landing_location, "c", lock_url, clock=lambda: NOW)  # restarted, clock back
+    again.open()
+    try:
+        assert again.write_segment([row(5, 5)], 5, 5, "id-5", {}) == segment_name(
+            5, 5, "2026-01-02/05"
+        )
+        assert [s.last_frame_no for s in again.segments_after(3)] == [4, 5]
+    finally:
+        again.close()
+
+
+def test_a_temp_file_left_in_a_dated_folder_is_cleared(landing_location):
+    first = Landing(landing_location, "c", clock=lambda: NOW)
+    first.open()
+    first.write_segment([row(1, 1)], 1, 1, "id-1", {})
+    first.close()
+    later = landing_location.child("c").location.local_path() / "2026-01-02/04"
+    later.mkdir(parents=True)
+    (later / f"{TMP_PREFIX}{segment_name(2, 2)}").write_bytes(b"PAR1")  # crash mid-write
+    again = Landing(landing_location, "c")
+    again.open()
+    assert list(later.iterdir()) == []
     again.close()

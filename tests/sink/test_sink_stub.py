@@ -81,7 +81,7 @@ async def test_frames_in_odd_chunks_land_and_persist_the_cursor(stub, tmp_path):
     assert {r["consumer"] for r in rows} == {"c1"} and {r["filter_node"] for r in rows} == {"n1"}
     assert rows[0]["data"] == '{"n":1,"topic":"a"}' and rows[0]["head_seq"] == 5
     for seg in lv.segments(cfg):
-        assert re.fullmatch(r"part-\d{12}-\d{12}\.parquet", seg)
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}/\d{2}/part-\d{12}-\d{12}\.parquet", seg)
         assert lv.consumer(cfg).parquet_schema(seg).remove_metadata() == SCHEMA
     st = lv.state(cfg)
     assert st["wid"] == "wid_1" and st["cursors"] == {"a": 2, "b": 9}

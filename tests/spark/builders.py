@@ -134,12 +134,14 @@ class Stream:
         return self
 
 
-def write_segment(landing, stream: Stream, after: int, upto: int) -> int:
+def write_segment(landing, stream: Stream, after: int, upto: int, folder: str = "") -> int:
     """Land ``stream``'s frames ``after < frame_no <= upto`` as one segment file, as the sink
-    names it; returns ``upto`` (the next call's ``after``)."""
+    names it in ``folder`` (``YYYY-MM-DD/HH``; "" for the root, as earlier sinks wrote);
+    returns ``upto`` (the next call's ``after``)."""
     import pyarrow as pa
 
     from watch_service.protocol.landing import COLUMNS
+    from watch_service.protocol.landing_keys import segment_key
     from watch_service.storage import Storage
 
     kinds = {"string": pa.string(), "int64": pa.int64()}
@@ -150,7 +152,7 @@ def write_segment(landing, stream: Stream, after: int, upto: int) -> int:
         table = pa.Table.from_pylist([dict(zip(COLUMN_NAMES, r)) for r in rows], schema=schema)
         first, last = rows[0][frame_no], rows[-1][frame_no]
         Storage.at(landing).child(stream.consumer).write_parquet(
-            f"part-{first:012d}-{last:012d}.parquet", table
+            segment_key(folder, first, last), table
         )
     return upto
 

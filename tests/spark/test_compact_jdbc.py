@@ -63,9 +63,11 @@ def test_a_consumers_start_comes_from_its_first_segments_footer(spark, tmp_path)
     frame_no, fid, seq = (COLUMN_NAMES.index(c) for c in ("frame_no", "frame_id", "seq"))
     assert [r[seq] for r in s.rows if r[frame_no] == 1] == [1, 2, 3]
     rows = s.rows[1:]  # seq 1 lost
-    landing.write_segment(rows, 1, 2, rows[-1][fid], {"a": 3, "b": 6}, frame_id({"a": 0, "b": 5}))
+    name = landing.write_segment(
+        rows, 1, 2, rows[-1][fid], {"a": 3, "b": 6}, frame_id({"a": 0, "b": 5})
+    )
     landing.close()
-    segments = [Segment("c", "c/part-000000000001-000000000002.parquet", 1, 2)]
+    segments = [Segment("c", f"c/{name}", 1, 2)]
     state = {"consumers": {}}
     starts = first_starts(Storage.at(tmp_path), segments, state)
     assert starts == [("c", 0, frame_id({"a": 0, "b": 5}))]

@@ -11,7 +11,8 @@ with new content; ``reason`` is ``source_rewound``, ``head_seq`` the source's he
 superseded by the records of those seqs landed after it (a higher ``frame_no``).
 
 Segment files are Parquet with exactly these columns, in this order, named
-``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` under ``<landing>/<consumer>/``,
+``part-<first_frame_no:012d>-<last_frame_no:012d>.parquet`` in ``<landing>/<consumer>/``'s
+``<YYYY-MM-DD>/<HH>/`` folders (or at its root, as earlier sinks wrote: ``landing_keys``),
 beside the sink's resume state ``state.json`` (its per-topic ``cursors``, read by the Airflow
 sensor and the UI). A segment's Parquet metadata key ``auditsync.sink`` (:data:`FOOTER_KEY`)
 holds the sink's footer, JSON: ``first_frame_no``, ``last_frame_no``, ``last_frame_id`` and

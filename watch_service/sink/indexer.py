@@ -107,9 +107,8 @@ class Indexer:
 
     async def _catch_up(self) -> bool:
         """Upsert every durable segment the index has not seen; False on a database error."""
-        for seg in await asyncio.to_thread(self.landing.segments):  # a LIST on S3
-            if seg.last_frame_no <= self.state.indexed_frame_no:
-                continue
+        after = self.state.indexed_frame_no
+        for seg in await asyncio.to_thread(self.landing.segments_after, after):
             if seg.first_frame_no > self.state.indexed_frame_no + 1:
                 log.warning(
                     "frames %d-%d are no longer in the landing; the backfill repairs "

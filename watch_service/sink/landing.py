@@ -8,7 +8,9 @@ so both storages follow one protocol:
 1. fault decisions new in the buffered frames are written as one object
    ``faults/part-<first:012d>-<last:012d>.jsonl`` (if a crash before step 2 left one of that
    name, the new one holds the union of both); all are loaded at start;
-2. the segment ``part-<first:012d>-<last:012d>.parquet`` is written, whole; its footer metadata
+2. the segment ``<YYYY-MM-DD>/<HH>/part-<first:012d>-<last:012d>.parquet`` is written, whole,
+   into the folder of the current UTC hour, or the last folder written if the clock stepped
+   back (``protocol/landing_keys``: folder order is frame order); its footer metadata
    carries the resume position after its last frame (frame id, frame_no, cursor map) and the
    frame id in force just before its first frame (``before_frame_id``: a new session's start,
    or the previous frame's id). compact takes a consumer's start from its first segment's
@@ -20,12 +22,18 @@ A crash between 1 and 2 leaves decisions for frames that are re-delivered: they 
 fate. A crash between 2 and 3 is repaired on load: the newest segment's footer is ahead of
 ``state.json`` and wins, so frame numbers never repeat and nothing it holds is re-requested.
 A crash inside a write leaves the old object (or none): a local temp file, removed at open.
+
+Start costs what the newest folder holds, not the history: ``load_state`` lists the root, the
+newest day and the newest hour (``landing_keys.newest_segment``). Root-level segments an
+earlier sink wrote are still read until retention deletes them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa
@@ -39,6 +47,14 @@ from watch_service.protocol.landing import (
     STATE_FILE,
 )
 from watch_service.protocol.landing import footer as landing_footer
+from watch_service.protocol.landing_keys import (
+    folders_since,
+    newest_segment,
+    segments_after,
+    segments_since,
+    writing_folder,
+)
+from watch_service.protocol.landing_keys import segment_key as dated_key
 from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import INDEX_COLUMNS, index_ops
@@ -46,7 +62,6 @@ from watch_service.storage import Storage
 from watch_service.store.search_index import IndexOp
 
 FAULTS_DIR = "faults"
-_SEGMENT_RE = re.compile(r"part-(\d{12})-(\d{12})\.parquet")
 _FAULTS_RE = re.compile(r"part-(\d{12})-(\d{12})\.jsonl")
 _TYPES = {"string": pa.string(), "int64": pa.int64()}
 SCHEMA = pa.schema(
@@ -86,9 +101,20 @@ class Segment:
     last_frame_no: int
     name: str  # relative to the consumer's landing
 
+    @property
+    def folder(self) -> str:
+        """``YYYY-MM-DD/HH``, or "" for a root-level segment."""
+        return self.name.rpartition("/")[0]
 
-def segment_name(first_frame_no: int, last_frame_no: int) -> str:
-    return f"part-{first_frame_no:012d}-{last_frame_no:012d}.parquet"
+
+def segment_name(first_frame_no: int, last_frame_no: int, folder: str = "") -> str:
+    """A segment's key in its consumer's landing: in ``folder`` (``YYYY-MM-DD/HH``), or at the
+    root (the layout earlier sinks wrote)."""
+    return dated_key(folder, first_frame_no, last_frame_no)
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def faults_name(first_frame_no: int, last_frame_no: int) -> str:
@@ -121,12 +147,21 @@ def rows_table(rows: list[tuple]) -> pa.Table:
 
 
 class Landing:
-    """``root``: the landing zone; ``database_url``: where an object-store consumer is locked."""
+    """``root``: the landing zone; ``database_url``: where an object-store consumer is locked;
+    ``clock``: what names a new segment's folder (UTC now)."""
 
-    def __init__(self, root: Storage, consumer: str, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Storage,
+        consumer: str,
+        database_url: str | None = None,
+        clock: Callable[[], dt.datetime] = _utc_now,
+    ) -> None:
         self.store = root.child(consumer)
         self._database_url = database_url
         self._lock: lock.ConsumerLock | None = None
+        self._clock = clock
+        self._folder: str | None = None  # the folder of the newest segment, once known
 
     @property
     def uri(self) -> str:
@@ -140,6 +175,12 @@ class Landing:
         except lock.LockError as exc:
             raise LandingError(str(exc)) from None
         self.store.remove_temp_files()
+        # A crash mid-write leaves its temp file in the folder it wrote to: the newest one,
+        # or a later one it was starting.
+        newest = self.newest()
+        if self.store.location.is_local:
+            for folder in folders_since(self.store.listing, newest.folder if newest else ""):
+                self.store.remove_temp_files(folder)
         # pyarrow imports pandas on its first array, which can take seconds: pay that here,
         # not inside the first flush while frames queue up.
         rows_table([])
@@ -150,12 +191,21 @@ class Landing:
             self._lock = None
 
     def segments(self) -> list[Segment]:
-        found = []
-        for name, _ in self.store.files():
-            m = _SEGMENT_RE.fullmatch(name)
-            if m:
-                found.append(Segment(int(m.group(1)), int(m.group(2)), name))
-        return sorted(found, key=lambda s: s.first_frame_no)
+        """Every segment, in frame order (a walk of all folders: for tools and tests)."""
+        return [Segment(k.first, k.last, k.name) for k in segments_since(self.store.listing)]
+
+    def segments_after(self, frame_no: int) -> list[Segment]:
+        """The segments holding frames after ``frame_no``: listings of the folders written
+        since, not of the history."""
+        return [
+            Segment(k.first, k.last, k.name) for k in segments_after(self.store.listing, frame_no)
+        ]
+
+    def newest(self) -> Segment | None:
+        """The segment with the highest frames; three listings, whatever the history."""
+        key = newest_segment(self.store.listing)
+        self._folder = "" if key is None else key.folder
+        return None if key is None else Segment(key.first, key.last, key.name)
 
     def load_state(self) -> SinkState:
         """``state.json``, advanced to the newest segment's footer if that is ahead of it."""
@@ -164,9 +214,9 @@ class Landing:
             state = SinkState() if raw is None else SinkState.from_json(raw)
         except (ValueError, TypeError) as exc:
             raise LandingError(f"{self.uri}/{STATE_FILE}: unreadable sink state ({exc})") from None
-        segments = self.segments()
-        if segments and segments[-1].last_frame_no > state.frame_no:
-            footer = self.segment_footer(segments[-1].name)
+        newest = self.newest()
+        if newest is not None and newest.last_frame_no > state.frame_no:
+            footer = self.segment_footer(newest.name)
             state.frame_no = footer["last_frame_no"]
             state.last_id = footer["last_frame_id"]
             # The spool's whole map when it wrote that segment: newer than state.json's, and
@@ -201,13 +251,17 @@ class Landing:
         if before_frame_id is not None:
             footer[FOOTER_BEFORE] = before_frame_id
         table = rows_table(rows).replace_schema_metadata({FOOTER_KEY: orjson.dumps(footer)})
-        name = segment_name(first_frame_no, last_frame_no)
+        if self._folder is None:
+            self.newest()
+        folder = writing_folder(self._clock(), self._folder or "")
+        name = segment_name(first_frame_no, last_frame_no, folder)
         self._check_lock()
         if self.store.exists(name):
             raise LandingError(
                 f"{self.uri}/{name}: segment exists; frame numbers must never repeat"
             )
         self.store.write_parquet(name, table)
+        self._folder = folder
         return name
 
     def _check_lock(self) -> None:

@@ -10,7 +10,7 @@ and neither the resume id nor ``state.json`` regresses. ``flush`` commits the bu
 order, each step durable before the next starts:
 
 1. new fault decisions → ``faults/part-<first>-<last>.jsonl``;
-2. rows → segment ``part-<first>-<last>.parquet``;
+2. rows → segment ``<YYYY-MM-DD>/<HH>/part-<first>-<last>.parquet``;
 3. resume state → ``state.json``;
 
 each one whole object (see ``landing.py``: temp, fsync, rename on a local disk; one PUT on
