@@ -116,9 +116,10 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
    newest `AUDITSYNC_KEEP_RUNS` (default 96) lose their `detail`, `summary` and `remaining`
    partitions and their run-table rows (`spark_jobs/lifecycle.py`).
 
-A task that fails for good (no retry left) marks the run `failed` in `pipeline_runs`, with the
-task and its one-line reason, as the Reconciliation page shows it; clearing a task re-runs
-`start_run` (its setup), so the run is `running` again, then passes or fails.
+A task after `start_run` that fails for good (no retry left) marks the run `failed` in
+`pipeline_runs`, with the task and its one-line reason, as the Reconciliation page shows it;
+clearing a task re-runs `start_run` (its setup), so the run is `running` again, then passes or
+fails.
 
 Operations: transient faults (refused connections, a PostgreSQL failover, Spark Connect
 restarting) retry with exponential backoff, up to 3 times, the first after
@@ -149,11 +150,11 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         landing=PATHS.landing,
         consumers=CONSUMERS,
         timeout=SENSOR_TIMEOUT_S,
-        **failed_marks_run(**notifiers.sensor_callbacks(ALERTS, PATHS.landing, CONSUMERS)),
+        **notifiers.sensor_callbacks(ALERTS, PATHS.landing, CONSUMERS),
     )
-    start = StartRunOperator(
-        task_id="start_run", run_id_value=RUN_ID, warehouse=PATHS.warehouse, **failed_marks_run()
-    )
+    # Neither the sensor nor start_run marks the run failed: before start_run succeeds the
+    # run's record may be a past run's (a refused re-run leaves it as it was).
+    start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID, warehouse=PATHS.warehouse)
     compact = spark_job("compact", "compact")
     reconcile = spark_job("reconcile", "reconcile")
     backfill = [

@@ -104,7 +104,7 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     """A data interval must be verified within 3 × the schedule of its end: the deadline is
     measured from the logical date (the interval's start), so 15 + 45 minutes. Every task
     retries transient faults only; alerts are off, so the one callback a task carries is the
-    run lifecycle's: a task that fails for good marks the run failed (the teardown none)."""
+    run lifecycle's: a task after start_run that fails for good marks the run failed."""
     assert parsed["deadline"] == [
         ["DagRunLogicalDateDeadline", 3600.0, "auditsync_plugin.notifiers.deadline_missed"]
     ]
@@ -112,7 +112,7 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())
     assert parsed["callbacks"] == {
         **{t: ["on_failure_callback:RunFailed"] for t in parsed["tasks"]},
-        "finish_run": [],
+        **{t: [] for t in ("wait_for_sinks", "start_run", "finish_run")},
     }
 
 

@@ -87,6 +87,7 @@ TASKS = (
     "verify",
     "quality",
     "publish",
+    "finish_run",
 )
 # One row of the e-mail's findings table: consumer, topic, status, found, left, seqs, still.
 EMAIL_ROW = re.compile(
