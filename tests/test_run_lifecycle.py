@@ -164,3 +164,22 @@ def test_pruning_deletes_exactly_the_oldest_runs_rows(pg_url, tmp_path):
         assert alerts == [(new_alert,)]
     # Nothing more to prune: a second pass deletes nothing.
     assert lifecycle.prune(pg_url, layout, 4) == []
+
+
+@pytest.mark.unit
+def test_the_runner_refuses_a_bad_keep_runs(capsys, monkeypatch):
+    from spark_jobs import runner
+
+    with pytest.raises(SystemExit) as refused:
+        runner.build_parser().parse_args(
+            ["run", "--landing", "l", "--work", "w", "--keep-runs", "0"]
+        )
+    assert refused.value.code == 2
+    assert (
+        "--keep-runs: must keep at least 1 run (the current one), got 0" in capsys.readouterr().err
+    )
+    monkeypatch.setenv("AUDITSYNC_KEEP_RUNS", "many")
+    assert runner.main(["run", "--landing", "l", "--work", "w"]) == runner.EXIT_STEP_ERROR
+    assert capsys.readouterr().err == (
+        "[pipeline] AUDITSYNC_KEEP_RUNS: expected a whole number of runs, got 'many'\n"
+    )
