@@ -73,7 +73,7 @@ import psycopg  # noqa: E402
 from _proc import tree_cpu_s  # noqa: E402 (bench/)
 from pipeline import World, load  # noqa: E402 (bench/)
 
-from spark_jobs import readers, runner  # noqa: E402
+from spark_jobs import lifecycle, readers, runner  # noqa: E402
 from spark_jobs.common import tables  # noqa: E402
 from spark_jobs.common.session import build_session, stop_session  # noqa: E402
 from spark_jobs.layout import TABLES, Layout  # noqa: E402
@@ -183,7 +183,7 @@ def one_run(spark, world: World, work: str, i: int) -> tuple[float, float]:
         work=work,
         run_id=f"run-{i:04d}",
         num_partitions=4,
-        keep_runs=runner.KEEP_RUNS,
+        keep_runs=lifecycle.KEEP_RUNS,
     )
     started, cpu = time.monotonic(), tree_cpu_s(os.getpid())
     code = runner.execute(spark, args, world.url)
@@ -255,7 +255,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--maintain-every", type=int, default=50)
     parser.add_argument("--records", type=int, default=40, help="new records per run (4 topics)")
-    parser.add_argument("--retention-runs", type=int, default=runner.KEEP_RUNS)
+    parser.add_argument("--retention-runs", type=int, default=lifecycle.KEEP_RUNS)
     parser.add_argument("--quick", action="store_true", help="4 runs, a pass every 2")
     args = parser.parse_args(argv)
     if args.quick:

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 from auditsync_plugin import deadlines, notifiers, step_args
 from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
 from auditsync_plugin.retries import retry_args
+from auditsync_plugin.run_lifecycle import FinishRunOperator, keep_runs, with_run_failed
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
@@ -27,6 +28,7 @@ SENSOR_TIMEOUT_S = float(os.environ.get("AUDITSYNC_SENSOR_TIMEOUT_S", 30 * 60))
 ALERTS = notifiers.AlertSettings.from_env(os.environ)
 _, DEADLINE = deadlines.verify_deadline(SCHEDULE, os.environ.get("AUDITSYNC_VERIFY_DEADLINE_S"))
 RETRY_ARGS = retry_args(os.environ)  # AUDITSYNC_RETRY_DELAY_S: the first retry's delay
+KEEP_RUNS = keep_runs(os.environ)  # AUDITSYNC_KEEP_RUNS: bad -> an import error
 
 # The pipeline's run id is a function of the data interval, so re-running a run (or clearing
 # a task) rewrites the same outputs instead of adding new ones.
@@ -57,6 +59,11 @@ QUALITY_REPORT = Asset(
 )
 
 
+def failed_marks_run(**callbacks: Any) -> dict[str, Any]:
+    """A task's callbacks, with the one that marks the run failed when it fails for good."""
+    return with_run_failed(callbacks, RUN_ID, PATHS.warehouse)
+
+
 def spark_job(
     task_id: str, job: str, target: str | None = None, **callbacks: Any
 ) -> SparkStepOperator:
@@ -79,7 +86,7 @@ def spark_job(
             "spark.sql.session.timeZone": "UTC",
             "spark.log.level": "WARN",
         },
-        **callbacks,
+        **failed_marks_run(**callbacks),
     )
 
 
@@ -105,6 +112,14 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
    reconcile detail and summary, the audit-log partitions it wrote); Data Docs under
    *Browse → Reconciliation*. The `audit_full` DAG re-verifies all history on demand.
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
+9. **finish_run** — the teardown of `start_run`, whatever the outcome: the runs beyond the
+   newest `AUDITSYNC_KEEP_RUNS` (default 96) lose their `detail`, `summary` and `remaining`
+   partitions and their run-table rows (`spark_jobs/lifecycle.py`).
+
+A task after `start_run` that fails for good (no retry left) marks the run `failed` in
+`pipeline_runs`, with the task and its one-line reason, as the Reconciliation page shows it;
+clearing a task re-runs `start_run` (its setup), so the run is `running` again, then passes or
+fails.
 
 Operations: transient faults (refused connections, a PostgreSQL failover, Spark Connect
 restarting) retry with exponential backoff, up to 3 times, the first after
@@ -137,6 +152,8 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         timeout=SENSOR_TIMEOUT_S,
         **notifiers.sensor_callbacks(ALERTS, PATHS.landing, CONSUMERS),
     )
+    # Neither the sensor nor start_run marks the run failed: before start_run succeeds the
+    # run's record may be a past run's (a refused re-run leaves it as it was).
     start = StartRunOperator(task_id="start_run", run_id_value=RUN_ID, warehouse=PATHS.warehouse)
     compact = spark_job("compact", "compact")
     reconcile = spark_job("reconcile", "reconcile")
@@ -150,11 +167,21 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         gx_root="{{ var.value.auditsync_gx_root }}",
         run_name=RUN_ID,
         run={"landing": PATHS.landing, "warehouse": PATHS.warehouse, "run_id": RUN_ID},
+        **failed_marks_run(),
     )
     publish = PublishOperator(
         task_id="publish",
         run_id_value=RUN_ID,
         outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT],
+        **failed_marks_run(),
+    )
+    finish = FinishRunOperator(
+        task_id="finish_run",
+        run_id_value=RUN_ID,
+        landing=PATHS.landing,
+        warehouse=PATHS.warehouse,
+        keep=KEEP_RUNS,
     )
 
     wait >> start >> compact >> reconcile >> backfill >> verify >> quality >> publish
+    publish >> finish.as_teardown(setups=start)

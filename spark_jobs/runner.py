@@ -14,9 +14,10 @@
 printing one progress line per step (name, seconds, key counts). Each step costs what the
 run's interval brought (see spark_jobs/layout.py for the warehouse's Iceberg tables). A
 location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
-run, the per-run rows of runs older than the newest ``--keep-runs`` are deleted (runs whose
-repairs are still open are kept). Exit status: 0 when verify passes, 1 when defects remain after
-backfill, 2 when a step fails to run.
+run, the per-run rows of runs older than the newest ``--keep-runs`` (default
+``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
+(``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
+passes, 1 when defects remain after backfill, 2 when a step fails to run.
 
 ``audit`` compacts what is new, then re-judges ALL history the incremental runs consumed
 from scratch (``reconcile --full``) and compares, per consumer, topic and status, with the
@@ -27,24 +28,32 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import time
 from collections.abc import Callable
 
 import psycopg
 
-from spark_jobs import findings
+from spark_jobs import findings, lifecycle
 from spark_jobs.layout import STEPS, Layout
+from watch_service.settings import SettingsError
 
 EXIT_FAILED_GATE = 1
 EXIT_STEP_ERROR = 2
-KEEP_RUNS = 96  # a day of 15-minute runs
 
 
 def progress_line(step: str, seconds: float, result: dict | None) -> str:
     figures = {k: v for k, v in (result or {}).items() if k not in ("step", "seconds")}
     shown = "  ".join(f"{k}={v}" for k, v in figures.items())
     return f"[pipeline] {step:<9} {seconds:7.1f} s  {shown}".rstrip()
+
+
+def keep_count(raw: str) -> int:
+    try:
+        return lifecycle.check_keep(raw, "--keep-runs")
+    except SettingsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--keep-runs",
-            type=int,
-            default=KEEP_RUNS,
-            help=f"keep the outputs of this many newest runs (default {KEEP_RUNS})",
+            type=keep_count,
+            default=None,
+            help=f"keep the outputs of this many newest runs (default {lifecycle.KEEP_RUNS_ENV}, "
+            f"else {lifecycle.KEEP_RUNS})",
         )
         p.add_argument(
             "--conf",
@@ -119,9 +129,11 @@ def run_steps(
     partitions: int = 4,
     steps: tuple[str, ...] = STEPS,
     hook: Callable[[str], None] | None = None,
+    done: list[str] | None = None,
 ) -> dict[str, dict]:
-    """Each step's ``run`` in turn with this session; returns their figures by step. A step
-    that raises stops the run (the exception propagates)."""
+    """Each step's ``run`` in turn with this session; returns their figures by step, and
+    appends each step that ran to ``done``. A step that raises stops the run (the exception
+    propagates)."""
     out: dict[str, dict] = {}
     for step in steps:
         args = layout.namespace(step, database_url, partitions)
@@ -129,6 +141,8 @@ def run_steps(
         module = _step_module(step)
         figures = module.run(spark, args, hook)
         out[step] = figures
+        if done is not None:
+            done.append(step)
         print(progress_line(step, time.monotonic() - t0, figures), flush=True)
     return out
 
@@ -144,32 +158,6 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     return figures
 
 
-PRUNED_TABLES = ("detail", "summary", "remaining")
-OLD_RUNS = """SELECT run_id FROM reconcile_runs WHERE warehouse = %(warehouse)s
-               ORDER BY recorded_at DESC OFFSET %(keep)s"""
-
-
-def prune_runs(spark, layout: Layout, keep: int, database_url: str) -> list[str]:
-    """Delete the per-run rows (detail, summary, remaining) of runs beyond the newest ``keep``
-    (never one with open repairs, never the current one); returns the run ids removed. The
-    ledger is kept: late copies are judged against it. A partition delete is a metadata-only
-    Iceberg commit; the files go when maintenance expires the snapshots that held them."""
-    from spark_jobs.common import store, tables
-    from watch_service.store import runs
-
-    with store.connect(database_url) as conn:
-        protected = set(runs.open_repairs(conn, layout.catalog, layout.run_id)) | {layout.run_id}
-        old = [r for (r,) in conn.execute(OLD_RUNS, {"warehouse": layout.catalog, "keep": keep})]
-    removed = [r for r in old if r not in protected]
-    if removed:
-        tables.attach(spark, layout, database_url)
-        listed = ", ".join(f"'{tables._quote(r)}'" for r in removed)
-        for name in PRUNED_TABLES:
-            column = tables.run_column(name)
-            spark.sql(f"DELETE FROM {layout.table(name)} WHERE {column} IN ({listed})")
-    return removed
-
-
 def _session(args: argparse.Namespace):
     from spark_jobs.common.session import build_session
 
@@ -182,7 +170,6 @@ def _session(args: argparse.Namespace):
 def execute(spark, args: argparse.Namespace, url: str) -> int:
     """One ``run`` or ``audit`` with an existing session; the exit status."""
     from spark_jobs.common import store
-    from watch_service.store import runs
 
     run_id = args.run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     layout = Layout(args.landing, args.work, run_id)
@@ -199,20 +186,22 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
         )
         return 0 if figures["agree"] else EXIT_FAILED_GATE
     with store.connect(url) as conn:
-        runs.start_run(conn, run_id)
+        lifecycle.start(conn, run_id, layout.catalog)
     print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
+    done: list[str] = []
     try:
-        figures = run_steps(spark, layout, url, args.num_partitions)
+        figures = run_steps(spark, layout, url, args.num_partitions, hook=None, done=done)
     except Exception as exc:
+        failed = next((s for s in STEPS if s not in done), STEPS[-1])
         with store.connect(url) as conn:
-            runs.mark_failed(conn, run_id)
+            lifecycle.fail(conn, run_id, failed, exc, layout.catalog)
         print(
-            f"[pipeline] run {run_id} failed: {type(exc).__name__}: {exc}",
+            f"[pipeline] run {run_id} failed in {failed}: {type(exc).__name__}: {exc}",
             file=sys.stderr,
             flush=True,
         )
         return EXIT_STEP_ERROR
-    removed = prune_runs(spark, layout, args.keep_runs, url)
+    removed = lifecycle.prune(url, layout, args.keep_runs or lifecycle.KEEP_RUNS)
     if removed:
         print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)", flush=True)
     if not figures["verify"]["passed"]:
@@ -239,7 +228,9 @@ def main(argv: list[str]) -> int:
 
     try:
         Location.parse(args.landing), Location.parse(args.work)
-    except StorageError as exc:
+        if args.keep_runs is None:
+            args.keep_runs = lifecycle.keep_runs(os.environ)
+    except (StorageError, SettingsError) as exc:
         print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
         return EXIT_STEP_ERROR
 

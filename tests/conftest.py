@@ -60,6 +60,7 @@ SHARED_UNITS = {
         "tests/airflow/test_alerts_e2e.py",
         "tests/airflow/test_ui_browser.py",
         "tests/airflow/test_phantom.py",
+        "tests/airflow/test_failed_run.py",
     ),
 }
 # Modules whose module-scoped world is built once per storage (``places.STORAGES``): each

@@ -199,12 +199,12 @@ class StartRunOperator(BaseOperator):
         from .runs_hook import PipelineRunsHook
 
         hook = PipelineRunsHook(self.pg_conn_id)
-        if self.warehouse:
-            catalog = Layout("", self.warehouse, "").catalog
+        catalog = Layout("", self.warehouse, "").catalog if self.warehouse else None
+        if catalog:
             later = hook.later_runs(catalog, self.run_id_value)
             if later:
                 raise AirflowFailException(runs.rerun_refusal(self.run_id_value, later))
-        hook.start_run(self.run_id_value)
+        hook.start_run(self.run_id_value, catalog)
         return self.run_id_value
 
 

@@ -39,10 +39,20 @@ class PipelineRunsHook(PostgresHook):
     def __init__(self, postgres_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         super().__init__(postgres_conn_id=postgres_conn_id, **kwargs)
 
-    def start_run(self, run_id: str) -> None:
+    def start_run(self, run_id: str, warehouse: str | None = None) -> None:
         """Mark ``run_id`` running, forgetting what an earlier attempt of it recorded."""
+        from spark_jobs import lifecycle
+
         with closing(self.get_conn()) as conn:
-            runs.start_run(conn, run_id)
+            lifecycle.start(conn, run_id, warehouse)
+            conn.commit()
+
+    def mark_failed(self, run_id: str, step: str, reason: str, warehouse: str | None) -> None:
+        """``step`` of ``run_id`` failed for good, for ``reason`` (one line)."""
+        from spark_jobs import lifecycle
+
+        with closing(self.get_conn()) as conn:
+            lifecycle.fail(conn, run_id, step, reason, warehouse)
             conn.commit()
 
     def later_runs(self, warehouse: str, run_id: str) -> list[str]:

@@ -46,6 +46,7 @@ print(
             "plugin_errors": plugin_errors,
             "fastapi_imported_by_plugin_load": "fastapi.applications" in sys.modules,
             "tasks": {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} if dag else {},
+            "teardowns": sorted(t.task_id for t in dag.tasks if t.is_teardown) if dag else [],
             "catchup": dag.catchup if dag else None,
             "doc_md": bool(dag and dag.doc_md),
             "schedule": [type(dag.timetable).__name__, dag.timetable.expression] if dag else None,
@@ -78,9 +79,9 @@ print(
             else {},
             "callbacks": {
                 t.task_id: sorted(
-                    name
+                    f"{name}:{type(cb).__name__}"
                     for name in ("on_success_callback", "on_failure_callback")
-                    if getattr(t, name, None)
+                    for cb in (getattr(t, name, None) or [])
                 )
                 for t in dag.tasks
             }

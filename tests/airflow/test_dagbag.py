@@ -18,8 +18,7 @@ pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def parsed(tmp_path_factory) -> dict:
+def probe(tmp_path_factory, extra: dict[str, str] | None = None) -> dict:
     home = tmp_path_factory.mktemp("parse-home")
     env = {
         **os.environ,
@@ -30,6 +29,7 @@ def parsed(tmp_path_factory) -> dict:
     }
     # A metadata DB that cannot exist: any parse-time Variable/Connection lookup would fail.
     env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = "sqlite:////nonexistent/dir/airflow.db"
+    env.update(extra or {})
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("parse_probe.py")), str(ROOT / "dags")],
         env=env,
@@ -40,6 +40,18 @@ def parsed(tmp_path_factory) -> dict:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory) -> dict:
+    return probe(tmp_path_factory)
+
+
+def test_a_bad_keep_runs_setting_is_an_import_error_naming_it(tmp_path_factory):
+    errors = probe(tmp_path_factory, {"AUDITSYNC_KEEP_RUNS": "-3"})["import_errors"]
+    [(path, text)] = errors.items()
+    assert path.endswith("audit_sync.py")
+    assert "AUDITSYNC_KEEP_RUNS: must keep at least 1 run (the current one), got -3" in text
 
 
 def test_no_import_errors_and_both_dags(parsed):
@@ -60,14 +72,16 @@ def test_the_pipeline_wiring(parsed):
     backfill = ["backfill_audit_log", "backfill_search_index"]
     assert parsed["tasks"] == {
         "wait_for_sinks": ["start_run"],
-        "start_run": ["compact"],
+        "start_run": ["compact", "finish_run"],
         "compact": ["reconcile"],
         "reconcile": backfill,
         **{b: ["verify"] for b in backfill},
         "verify": ["quality"],
         "quality": ["publish"],
-        "publish": [],
+        "publish": ["finish_run"],
+        "finish_run": [],
     }
+    assert parsed["teardowns"] == ["finish_run"]  # it prunes whatever the run's outcome
     assert parsed["catchup"] is False and parsed["doc_md"]
     assert parsed["schedule"] == ["CronDataIntervalTimetable", "*/15 * * * *"]
     spark_submit = str(Path(sys.executable).with_name("spark-submit"))
@@ -89,13 +103,17 @@ def test_the_pipeline_wiring(parsed):
 def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     """A data interval must be verified within 3 × the schedule of its end: the deadline is
     measured from the logical date (the interval's start), so 15 + 45 minutes. Every task
-    retries transient faults only; alerts are off, so no task carries a callback."""
+    retries transient faults only; alerts are off, so the one callback a task carries is the
+    run lifecycle's: a task after start_run that fails for good marks the run failed."""
     assert parsed["deadline"] == [
         ["DagRunLogicalDateDeadline", 3600.0, "auditsync_plugin.notifiers.deadline_missed"]
     ]
     assert set(parsed["retries"]) == set(parsed["tasks"])
     assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())
-    assert all(c == [] for c in parsed["callbacks"].values())
+    assert parsed["callbacks"] == {
+        **{t: ["on_failure_callback:RunFailed"] for t in parsed["tasks"]},
+        **{t: [] for t in ("wait_for_sinks", "start_run", "finish_run")},
+    }
 
 
 def test_the_maintenance_wiring(parsed):

@@ -25,6 +25,7 @@ TASKS = {
     "verify",
     "quality",
     "publish",
+    "finish_run",
 }
 
 

@@ -16,7 +16,11 @@ it streams. One Airflow serves every assertion, in this order:
    head, and it delivers exactly what was written meanwhile;
 3. ``airflow backfill create`` of a past interval re-runs that interval's Airflow run, whose
    ``start_run`` refuses it (later runs built on its windows): no window moves, no verdict is
-   counted twice.
+   counted twice;
+4. a landing segment that is no Parquet file fails a scheduled run's compact for good:
+   ``pipeline_runs`` and the Reconciliation page say ``failed``, in ``compact``, and why; the
+   segment moved away, the operator clears the run's compact (and what follows): the run turns
+   ``running`` again, then ``passed``.
 
 No assertion depends on timing: every step waits for the event it needs (a run's state, a
 task's log line, a row), with deadlines sized for a loaded two-core machine.
@@ -26,12 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 import itertools
 import json
 import os
 import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -87,6 +93,7 @@ TASKS = (
     "verify",
     "quality",
     "publish",
+    "finish_run",
 )
 # One row of the e-mail's findings table: consumer, topic, status, found, left, seqs, still.
 EMAIL_ROW = re.compile(
@@ -512,3 +519,124 @@ def test_a_backfill_of_a_past_interval_is_refused_and_moves_no_window(
     for topic in live.topics:
         chain = [w[topic] for w in windows.values() if topic in w]
         assert chain[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(chain)), chain
+
+
+# -- 4. a step that fails for good, then its run cleared ---------------------------------------
+FAILED_RUN_SQL = "SELECT status, failed_step, failure_reason FROM pipeline_runs WHERE run_id = %s"
+
+
+@dataclasses.dataclass
+class Cleared:
+    run: DagRun  # the first run whose compact failed, as it failed
+    failed_row: list[tuple]  # its pipeline_runs row then
+    failed_page: str  # the Reconciliation page then
+    tasks: dict[str, tuple[str | None, int]]  # its tasks once the clear re-ran it
+    statuses: list[str]  # its pipeline_runs status, each change seen while it re-ran
+    passed_row: list[tuple]
+    passed_page: str
+    seconds: float  # what this section adds to the module
+
+
+def reconciliation_page(live: Live) -> str:
+    """The plugin's Reconciliation page as the API server serves it to a logged-in user."""
+    base = live.home.env["AIRFLOW__API__BASE_URL"]
+    passwords = Path(live.home.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
+    login = {"username": "admin", "password": json.loads(passwords.read_text())["admin"]}
+    token = http_json("POST", f"{base}/auth/token", login)["access_token"]
+    req = urllib.request.Request(f"{base}/auditsync/", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read().decode()
+
+
+@pytest.fixture(scope="module")
+def cleared(live, pg_url) -> Cleared:
+    """A landing segment that is no Parquet file (a real fault: compact cannot read it, and
+    no retry would) fails the next scheduled run's compact for good; once it is moved away,
+    the operator clears that run's compact and what follows, and the run passes. Last in the
+    module (its test is the file's last), or alone (``-k compact_failed``: the first scheduled
+    run is the one that fails)."""
+    started = time.monotonic()
+    known = {r.run_id for r in live.meta.runs()}
+    store = Landing(Storage.at(live.home.landing), CONSUMER)
+    after = store.segments()[-1].last_frame_no + 1_000_000  # no name the sink will write
+    bad = live.home.landing / CONSUMER / f"part-{after:012d}-{after:012d}.parquet"
+    bad.write_bytes(b"not a parquet file\n")
+
+    def compact_failed() -> DagRun | None:
+        for run in live.meta.runs():
+            if (
+                run.run_id not in known
+                and live.meta.tasks(run.run_id).get("compact", ("",))[0] == "failed"
+            ):
+                return run
+        return None
+
+    try:
+        failed = wait_until(compact_failed, RUNS_TIMEOUT_S, "a run's compact to fail")
+    finally:
+        bad.unlink()
+    wait_until(lambda: live.meta.run(failed.run_id).state == "failed", 300, "the run to fail")
+    failed_row = pg_rows(pg_url, FAILED_RUN_SQL, failed.pipeline_run_id)
+    failed_page = reconciliation_page(live)
+    live.api(
+        "POST",
+        f"/api/v2/dags/{DAG}/clearTaskInstances",
+        {
+            "dry_run": False,
+            "dag_run_id": failed.run_id,
+            "task_ids": ["compact"],
+            "include_downstream": True,
+            "only_failed": False,
+        },
+    )
+    statuses = [row[0] for row in failed_row]
+
+    def passed() -> bool:
+        [(status, _, _)] = pg_rows(pg_url, FAILED_RUN_SQL, failed.pipeline_run_id)
+        if not statuses or statuses[-1] != status:
+            statuses.append(status)
+        run = live.meta.run(failed.run_id)
+        if run.state == "failed" and status == "failed" and "running" in statuses:
+            raise AssertionError(f"{run} failed again: {live.meta.tasks(failed.run_id)}")
+        return run.state == "success"
+
+    wait_until(passed, RUNS_TIMEOUT_S, f"{failed.run_id} to pass once cleared")
+    return Cleared(
+        failed,
+        failed_row,
+        failed_page,
+        live.meta.tasks(failed.run_id),
+        statuses,
+        pg_rows(pg_url, FAILED_RUN_SQL, failed.pipeline_run_id),
+        reconciliation_page(live),
+        time.monotonic() - started,
+    )
+
+
+def test_a_compact_failed_for_good_says_so_and_passes_once_cleared(live, cleared):
+    print(f"[live] the failed-and-cleared run added {cleared.seconds:.0f} s")
+    run_id = cleared.run.pipeline_run_id
+    [(status, step, reason)] = cleared.failed_row
+    assert (status, step) == ("failed", "compact")
+    assert "\n" not in reason and 0 < len(reason) <= 300, reason
+    shown = (
+        f'<div class="failure bad">failed in <b class="failed-step">compact</b>: '
+        f'<span class="failure-reason">{html.escape(reason)}</span></div>'
+    )
+    assert shown in cleared.failed_page
+    # Cleared: start_run (compact's setup) ran again, so the run went back to running, then
+    # every task passed on its second try and the failure is forgotten.
+    assert cleared.statuses[0] == "failed" and cleared.statuses[-2:] == ["running", "passed"]
+    assert {t: s for t, (s, _) in cleared.tasks.items()} == dict.fromkeys(TASKS, "success")
+    tries = {t: n for t, (_, n) in cleared.tasks.items()}
+    # compact failed and ran again, start_run (its setup) and finish_run (its teardown) with
+    # it; the sensor, upstream of the setup, was not cleared.
+    assert [tries[t] for t in ("wait_for_sinks", "start_run", "compact", "finish_run")] == [
+        1,
+        2,
+        2,
+        2,
+    ]
+    assert cleared.passed_row == [("passed", None, None)]
+    assert f"<td>{run_id}" in cleared.passed_page
+    assert shown not in cleared.passed_page

@@ -160,3 +160,41 @@ def test_static_files_stay_in_their_folders(tmp_path: Path):
     logo = static_file(tmp_path, "vendor/gx/logo-long.png")
     assert logo is not None and logo.stat().st_size > 0
     assert static_file(tmp_path, "vendor/gx/../../../__init__.py") is None
+
+
+def test_a_run_that_failed_before_reconcile_is_one_line_naming_its_step():
+    from auditsync_plugin.ui.runs import pivot
+
+    failed = {
+        "run_id": "r4",
+        "run_status": "failed",
+        "finished_at": "2025-06-01 12:15:09",
+        "consumer": None,
+        "topic": None,
+        "status": None,
+        "count": None,
+        "failed_step": "compact",
+        "failure_reason": "OSError: <not a directory>",
+    }
+    ok = {
+        "run_id": "r3",
+        "run_status": "passed",
+        "consumer": "c1",
+        "topic": "orders",
+        "status": "delivered",
+        "count": 5,
+        "remaining": None,
+    }
+    lines = pivot([failed, ok], (), ())
+    assert [(x.run_id, x.consumer, x.topic, x.failed_step) for x in lines] == [
+        ("r4", "", "", "compact"),
+        ("r3", "c1", "orders", ""),
+    ]
+    assert [(s.topic, s.verdict) for s in report.topic_states(lines)] == [("orders", report.CLEAN)]
+    assert report.choices(lines) == (["orders"], ["c1"])
+    html = render_page(lines, docs_available=False)
+    assert (
+        '<div class="failure bad">failed in <b class="failed-step">compact</b>: '
+        '<span class="failure-reason">OSError: &lt;not a directory&gt;</span></div>'
+    ) in html
+    assert html.count('class="failure bad"') == 1

@@ -17,10 +17,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 START_RUN = """
-INSERT INTO pipeline_runs (run_id) VALUES (%(run_id)s)
+INSERT INTO pipeline_runs (run_id, warehouse) VALUES (%(run_id)s, %(warehouse)s)
 ON CONFLICT (run_id) DO UPDATE
    SET status = 'running', started_at = now(), updated_at = now(), finished_at = NULL,
-       steps = '{}'::jsonb, defects_found = NULL, defects_remaining = NULL
+       steps = '{}'::jsonb, defects_found = NULL, defects_remaining = NULL,
+       failed_step = NULL, failure_reason = NULL,
+       warehouse = coalesce(excluded.warehouse, pipeline_runs.warehouse)
+"""
+# A step failed for good: the run ends failed, naming the step and why; the defect figures a
+# failed gate recorded stay.
+FAIL_RUN = """
+INSERT INTO pipeline_runs (run_id, warehouse, status, finished_at, failed_step, failure_reason)
+VALUES (%(run_id)s, %(warehouse)s, 'failed', now(), %(step)s, %(reason)s)
+ON CONFLICT (run_id) DO UPDATE
+   SET status = 'failed', finished_at = now(), updated_at = now(),
+       failed_step = excluded.failed_step, failure_reason = excluded.failure_reason,
+       warehouse = coalesce(excluded.warehouse, pipeline_runs.warehouse)
 """
 RECORD_STEP = """
 INSERT INTO pipeline_runs (run_id, steps) VALUES (%(run_id)s, %(step)s::jsonb)
@@ -52,17 +64,19 @@ RUN_FINDINGS = """SELECT p.warehouse, p.steps ? 'verify', r.repairs_open
                     WHERE p.run_id = %(run_id)s"""
 GET_RUN = """SELECT status, defects_found, defects_remaining, steps
                FROM pipeline_runs WHERE run_id = %(run_id)s"""
+GET_FAILURE = """SELECT failed_step, failure_reason FROM pipeline_runs
+                   WHERE run_id = %(run_id)s"""
 RECENT_RUNS = """
 WITH recent AS (
     SELECT run_id, status AS run_status, started_at, finished_at,
            (snapshots ->> 'audit_log')::bigint AS audit_snapshot,
-           steps -> 'reconcile' -> 'rewound' AS rewound
+           steps -> 'reconcile' -> 'rewound' AS rewound, failed_step, failure_reason
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
 SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
        s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining,
-       r.rewound -> s.topic AS rewound
-FROM recent r JOIN reconcile_summary s ON s.run_id = r.run_id
+       r.rewound -> s.topic AS rewound, r.failed_step, r.failure_reason
+FROM recent r LEFT JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """
 # Per consumer and topic: how far the pipeline has reconciled (over every warehouse) and the
@@ -80,11 +94,17 @@ RUN_SUMMARY = """SELECT consumer, topic, status, count - revised, remaining, exa
 LATEST_RUN_SINCE = """SELECT run_id FROM pipeline_runs WHERE updated_at >= %(since)s
                        ORDER BY updated_at DESC LIMIT 1"""
 # Net verdicts of every committed reconcile run: what a full audit must reproduce.
+# Pruned runs' verdicts are in reconcile_summary_pruned (``run_retention``).
 CUMULATIVE = """
-SELECT s.consumer, s.topic, s.status, sum(s.count - s.revised)::bigint
-  FROM reconcile_summary s JOIN reconcile_runs r USING (run_id)
- WHERE r.warehouse = %(warehouse)s
- GROUP BY 1, 2, 3 HAVING sum(s.count - s.revised) <> 0
+SELECT consumer, topic, status, sum(net)::bigint FROM (
+    SELECT s.consumer, s.topic, s.status, s.count - s.revised AS net
+      FROM reconcile_summary s JOIN reconcile_runs r USING (run_id)
+     WHERE r.warehouse = %(warehouse)s
+    UNION ALL
+    SELECT consumer, topic, status, net FROM reconcile_summary_pruned
+     WHERE warehouse = %(warehouse)s
+) verdicts
+ GROUP BY 1, 2, 3 HAVING sum(net) <> 0
 """
 PROGRESS = """
 SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.start_seq, w.seq_to,
@@ -162,9 +182,10 @@ def _execute(conn: Any, sql: str, params: Any = None) -> Any:
     return cur
 
 
-def start_run(conn: Any, run_id: str) -> None:
-    """Mark ``run_id`` running, forgetting the figures an earlier attempt of it recorded."""
-    _execute(conn, START_RUN, {"run_id": run_id})
+def start_run(conn: Any, run_id: str, warehouse: str | None = None) -> None:
+    """Mark ``run_id`` (of ``warehouse``, a catalog name) running, forgetting the figures and
+    the failure an earlier attempt of it recorded."""
+    _execute(conn, START_RUN, {"run_id": run_id, "warehouse": warehouse})
 
 
 def record_step(conn: Any, run_id: str, step: str, figures: Mapping[str, object]) -> None:
@@ -210,11 +231,19 @@ def run_batches(conn: Any, run_id: str) -> tuple[int, int] | None:
     return None if row is None else (int(row[0]), int(row[1]))
 
 
-def mark_failed(conn: Any, run_id: str) -> None:
-    """A step could not run: the run ends ``failed`` without defect figures."""
-    _execute(
-        conn, FINISH_RUN, {"run_id": run_id, "status": "failed", "found": None, "remaining": None}
-    )
+def mark_failed(
+    conn: Any, run_id: str, step: str, reason: str, warehouse: str | None = None
+) -> None:
+    """``step`` failed for good (``reason``: one line): the run ends ``failed``, keeping the
+    defect figures a failed gate recorded."""
+    params = {"run_id": run_id, "step": step, "reason": reason, "warehouse": warehouse}
+    _execute(conn, FAIL_RUN, params)
+
+
+def run_failure(conn: Any, run_id: str) -> tuple[str | None, str | None] | None:
+    """(failed_step, failure_reason) of a run, or None when unknown."""
+    row = _execute(conn, GET_FAILURE, {"run_id": run_id}).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def finish_run(conn: Any, run_id: str, passed: bool, found: int, remaining: int) -> None:

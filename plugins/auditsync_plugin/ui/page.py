@@ -148,6 +148,16 @@ def _audit_link(line: TopicLine) -> str:
     )
 
 
+def _failure(line: TopicLine) -> str:
+    """Where and why a run failed for good (nothing for a run that did not)."""
+    if not line.failed_step:
+        return ""
+    return (
+        f'<div class="failure bad">failed in <b class="failed-step">{_e(line.failed_step)}</b>: '
+        f'<span class="failure-reason">{_e(line.failure_reason)}</span></div>'
+    )
+
+
 def _runs_table(page: Page) -> str:
     head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
         f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
@@ -158,7 +168,8 @@ def _runs_table(page: Page) -> str:
         cells = "".join(_count_cell(line, name) for name, _ in NUMBERS)
         body.append(
             f"<tr><td>{_e(line.run_id)}{_audit_link(line)}</td>"
-            f'<td>{status}<div class="muted">{_e(line.finished_at)}</div>{_rewound(line)}</td>'
+            f'<td>{status}<div class="muted">{_e(line.finished_at)}</div>{_rewound(line)}'
+            f"{_failure(line)}</td>"
             f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
             f"{cells}</tr>"
         )

@@ -128,10 +128,12 @@ def verdict(line: TopicLine) -> str:
 
 
 def topic_states(lines: Iterable[TopicLine]) -> list[TopicState]:
-    """Each (consumer, topic)'s newest line (lines come newest run first), sorted by name."""
+    """Each (consumer, topic)'s newest line (lines come newest run first), sorted by name; a
+    run's line with no topic (it failed before reconcile) is no topic's state."""
     newest: dict[tuple[str, str], TopicLine] = {}
     for line in lines:
-        newest.setdefault((line.consumer, line.topic), line)
+        if line.topic:
+            newest.setdefault((line.consumer, line.topic), line)
     return [TopicState(c, t, verdict(line), line) for (c, t), line in sorted(newest.items())]
 
 
@@ -173,4 +175,5 @@ def lags(
 def choices(lines: Iterable[TopicLine]) -> tuple[list[str], list[str]]:
     """The topics and consumers the filters offer."""
     lines = list(lines)
-    return sorted({line.topic for line in lines}), sorted({line.consumer for line in lines})
+    topics = sorted({line.topic for line in lines if line.topic})
+    return topics, sorted({line.consumer for line in lines if line.consumer})

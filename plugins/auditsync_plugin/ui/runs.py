@@ -31,6 +31,8 @@ class TopicLine:
     audit_snapshot: int | None = None  # the audit log's snapshot the run left (None: unchanged)
     rewound: int = 0  # seqs the source lost and wrote again (``source_rewound``)
     rewound_ranges: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    failed_step: str = ""  # the task or step that failed for good, and its one-line reason
+    failure_reason: str = ""
 
 
 def pivot(
@@ -38,10 +40,11 @@ def pivot(
 ) -> list[TopicLine]:
     """One line per (run, consumer, topic). A defect's ``remaining`` is what verify found
     left after backfill (None: verify has not run, so all of it is left); repairable defects
-    found minus those left were backfilled."""
+    found minus those left were backfilled. A run with no summary rows (it failed before
+    reconcile committed, or is running) is one line with no consumer or topic."""
     lines: dict[tuple[str, str, str], TopicLine] = {}
     for row in rows:
-        key = (row["run_id"], row["consumer"], row["topic"])
+        key = (row["run_id"], row.get("consumer") or "", row.get("topic") or "")
         line = lines.get(key)
         if line is None:
             finished = row.get("finished_at")
@@ -49,10 +52,14 @@ def pivot(
                 row["run_id"],
                 str(row.get("run_status") or ""),
                 "" if finished is None else str(finished)[:19],
-                row["consumer"],
-                row["topic"],
+                key[1],
+                key[2],
                 audit_snapshot=row.get("audit_snapshot"),
+                failed_step=str(row.get("failed_step") or ""),
+                failure_reason=str(row.get("failure_reason") or ""),
             )
+        if row.get("status") is None:
+            continue
         status, count = row["status"], int(row["count"])
         left = count if row.get("remaining") is None else int(row["remaining"])
         if status == "delivered":
