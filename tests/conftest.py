@@ -70,7 +70,10 @@ BY_STORAGE = ("tests/spark/test_crash.py", "tests/spark/test_incremental.py")
 LONG_UNITS = (
     "tests/airflow/test_live_schedule.py",
     "airflow fault run",
+    "tests/airflow/test_landing_retention.py",
     "tests/e2e/test_four_machines.py",
+    "tests/spark/test_landing_layout.py",
+    "tests/e2e/test_credentials.py",
     "tests/spark/test_crash.py[s3]",
     "tests/spark/test_incremental.py[s3]",
     "tests/spark/test_crash.py[file]",
