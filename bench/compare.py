@@ -55,7 +55,7 @@ DAG_RUN = re.compile(r"^empty DAG run \(([\w-]+)\): ([\d.]+) s", re.M)
 # -- pure: figures and the table ---------------------------------------------------------------
 def watch_figures(doc: Mapping[str, float]) -> dict[str, float]:
     """The figures of one ``bench/watch.py --json`` document: the service's, and its ratio to
-    the floor of the same run (``svc/floor``) for p50 and p99."""
+    the floor of the same run (``svc/floor``) for p50, p99 and CPU per delivered record."""
     out: dict[str, float] = {}
     for key, value in doc.items():
         parts = key.split()
@@ -64,7 +64,7 @@ def watch_figures(doc: Mapping[str, float]) -> dict[str, float]:
         _, n, figure = parts
         out[f"watch {n} {figure}"] = value
         floor = doc.get(f"floor {n} {figure}")
-        if figure in ("p50", "p99") and floor:
+        if figure in ("p50", "p99", "us_per_delivery") and floor:
             out[f"watch {n} {figure} svc/floor"] = value / floor
     return out
 

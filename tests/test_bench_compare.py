@@ -35,6 +35,7 @@ def test_watch_figures_are_the_service_s_and_its_ratio_to_the_floor_of_the_same_
         "watch 100 p99": 5.0,
         "watch 100 p99 svc/floor": 1.25,
         "watch 100 us_per_delivery": 10.0,
+        "watch 100 us_per_delivery svc/floor": 10.0 / 4.5,
     }
 
 
