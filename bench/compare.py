@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -189,6 +190,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget-min", type=float, default=90, help="no run starts after this")
     parser.add_argument("--harness", choices=("this", "own"), default="this")
     parser.add_argument("--watch-levels", help="bench/watch.py --levels (default: all rows)")
+    parser.add_argument(
+        "--pipeline-args",
+        help="bench/pipeline.py's arguments instead of the default "
+        f"{shlex.join(BENCHES['pipeline'][0][1:])!r} (e.g. '--sizes 0,1000000 --dag-runs 1')",
+    )
     args = parser.parse_args(argv)
     benches = [b for b in args.benches.split(",") if b]
     unknown = set(benches) - set(BENCHES)
@@ -198,6 +204,8 @@ def main(argv: list[str]) -> int:
         parser.error("--repeats: at least 1")
     if args.watch_levels:
         BENCHES["watch"][0][2] = args.watch_levels
+    if args.pipeline_args is not None:
+        BENCHES["pipeline"] = (["pipeline.py", *shlex.split(args.pipeline_args)], 1800)
     commits = {}
     for name in ("base", "head"):
         ref = getattr(args, name)
