@@ -381,9 +381,9 @@ class Tailer:
         """Records this process has just committed, as they were sent: cached and pushed
         without reading them back, when they directly follow the cache and no read is under
         way. Otherwise the tailer reads them (the append's ``NOTIFY`` is skipped for this).
-        Records offered while the push of earlier ones is under way wait for it, and the ones
-        that gathered meanwhile go out in one push (one write per stream), still not read
-        back. ``durable_head`` is left to reads: a fast path is only taken with no strong
+        Records offered before that push starts join it; those offered while it is under way
+        wait for it and go out together in the next one (one write per stream), still not
+        read back. ``durable_head`` is left to reads: a fast path is only taken with no strong
         subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
         if self.rewritten(result.last_seq, result.ts):
             self.suspect()
@@ -417,18 +417,21 @@ class Tailer:
         self.head = max(self.head, fresh[-1].seq)
 
     async def _offered(self, fresh: list[CachedRecord], after: int) -> None:
+        """Push ``fresh`` (taken), with whatever was offered before the push starts; then,
+        push after push, what was offered during the last one."""
         try:
             while True:
-                await self._deliver(fresh, after)
-                self._wake()
-                fresh, self._queued = self._queued, []
+                queued, self._queued = self._queued, []
+                if queued and not self.deleted and self.cache_end == queued[0].seq - 1:
+                    self._take(queued)
+                    fresh = [*fresh, *queued]
+                elif queued:
+                    self._again = True  # the cache restarted meanwhile: read them
                 if not fresh:
                     break
-                after = fresh[0].seq - 1
-                if self.deleted or self.cache_end != after:  # the cache restarted meanwhile
-                    self._again = True
-                    break
-                self._take(fresh)
+                await self._deliver(fresh, after)
+                self._wake()
+                fresh, after = [], fresh[-1].seq
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the streams page on their own from their cursors
