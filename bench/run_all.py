@@ -27,9 +27,12 @@ TIMEOUTS_S = {
 }
 
 
+NOT_RUN = {Path(__file__).name, "compare.py"}  # compare.py runs the others on two commits
+
+
 def benchmarks() -> list[Path]:
     return sorted(
-        p for p in HERE.glob("*.py") if p.name != Path(__file__).name and not p.name.startswith("_")
+        p for p in HERE.glob("*.py") if p.name not in NOT_RUN and not p.name.startswith("_")
     )
 
 

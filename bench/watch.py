@@ -48,6 +48,8 @@ MEASURE_S = {1: 3, 10: 3, 100: 3, 1000: 4, 10000: 5}
 CLIENT_PROCS = 2
 WORKERS = os.cpu_count() or 1  # the service's workers: ``serve``'s default unless --workers
 IDLE_STREAMS = 5000
+JSON_OUT: Path | None = None  # --json: the figures, for bench/compare.py
+EXTRAS = True  # saturation and idle streams after the rows (--rows-only: not)
 TARGETS = (
     "100 watchers @500/s: p50 ≤ 2 ms, p99 ≤ 5 ms, ≤ 2× floor; 1000 @100/s: the full rate, "
     "p99 ≤ 50 ms, 0 lost; 10,000 @10/s: p99 ≤ 250 ms; 5,000 idle streams < 500 MiB RSS"
@@ -386,6 +388,7 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
                 "rate": sent / elapsed,
                 "cpu_pct": 100 * cpu / (time.monotonic() - t0),
                 "us_per_delivery": 1e6 * cpu / max(1, sum(counts)),
+                "us_per_append": 1e6 * cpu / max(1, sent),
             }
         )
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -412,6 +415,43 @@ async def saturation(
     t1 = time.monotonic()
     delivered = await watchers.total()
     return appended / (t1 - t0), delivered / (t1 - t0)
+
+
+async def extras(
+    watchers: Watchers, http, url: str, port: int, pid: int
+) -> tuple[float, float, float]:
+    """Saturation (delivered rec/s with 100 watchers) and the RSS of 5,000 idle streams."""
+
+    async def put(topic: str) -> None:
+        async with http.put(f"{url}/v0/topics/{topic}", json={}) as r:
+            assert r.status in (200, 201)
+
+    await put("bench-sat")
+    stream_urls = await sessions(http, url, "bench-sat", 100)
+    await watchers.connect(port, stream_urls, b"caught-up")
+    appended, delivered = await saturation(watchers, http, url, "bench-sat")
+    await watchers.ask("close")
+    log(
+        f"saturation, 100 watchers: {appended:,.0f} appended rec/s, "
+        f"{delivered:,.0f} delivered rec/s"
+    )
+
+    await put("bench-idle")
+    before = tree_rss_mib(pid)
+    paths = await sessions(http, url, "bench-idle", IDLE_STREAMS)
+    t_open = time.monotonic()
+    await watchers.connect(port, paths, b"caught-up")
+    opened = time.monotonic() - t_open
+    async with http.get(f"{url}/metrics") as r:
+        gauge = re.search(r"^auditsync_open_streams (\S+)$", await r.text(), re.M)
+    after = tree_rss_mib(pid)
+    log(
+        f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
+        f"service RSS {after:.0f} MiB in all ({before:.0f} MiB before them, which is what "
+        "the earlier levels left: memory the processes keep once grown)"
+    )
+    await watchers.ask("close")
+    return appended, delivered, after
 
 
 async def bench() -> None:
@@ -488,32 +528,16 @@ async def bench() -> None:
                 )
                 await watchers.ask("close")
 
-            await put("bench-sat")
-            stream_urls = await sessions(http, url, "bench-sat", 100)
-            await watchers.connect(svc_port, stream_urls, b"caught-up")
-            appended, delivered = await saturation(watchers, http, url, "bench-sat")
-            await watchers.ask("close")
-            log(
-                f"saturation, 100 watchers: {appended:,.0f} appended rec/s, "
-                f"{delivered:,.0f} delivered rec/s"
-            )
-
-            await put("bench-idle")
-            before = tree_rss_mib(service.pid)
-            paths = await sessions(http, url, "bench-idle", IDLE_STREAMS)
-            t_open = time.monotonic()
-            await watchers.connect(svc_port, paths, b"caught-up")
-            opened = time.monotonic() - t_open
-            async with http.get(f"{url}/metrics") as r:
-                gauge = re.search(r"^auditsync_open_streams (\S+)$", await r.text(), re.M)
-            after = tree_rss_mib(service.pid)
-            log(
-                f"idle: {gauge.group(1) if gauge else '?'} open streams (opened in {opened:.1f}s); "
-                f"service RSS {after:.0f} MiB in all ({before:.0f} MiB before them, which is what "
-                "the earlier levels left: memory the processes keep once grown)"
-            )
-            await watchers.ask("close")
+            appended = delivered = after = float("nan")
+            if EXTRAS:
+                appended, delivered, after = await extras(
+                    watchers, http, url, svc_port, service.pid
+                )
         summary(results, appended, delivered, after)
+        if JSON_OUT is not None:
+            figures = {f"{key} {k}": v for key, r in results.items() for k, v in r.items()}
+            figures.update(saturation_delivered=delivered, idle_rss_mib=after)
+            JSON_OUT.write_text(json.dumps(figures, indent=1))
     finally:
         if watchers:
             watchers.stop()
@@ -530,7 +554,8 @@ def fmt(r: dict) -> str:
     return (
         f"p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms  max {r['max']:.1f} ms  "
         f"({r['rate']:.0f} rec/s achieved; relay CPU {r['cpu_pct']:.0f}%, "
-        f"{r['us_per_delivery']:.1f} µs per delivered record)  lost {r['lost']}  "
+        f"{r['us_per_delivery']:.1f} µs per delivered record, "
+        f"{r['us_per_append']:.0f} µs per appended record)  lost {r['lost']}  "
         f"gaps {r['gaps']}  (median of {r['repeats']})"
     )
 
@@ -540,7 +565,7 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
     print(
         f"{'watchers':>8} {'rate':>5} | {'floor p50':>9} {'p99':>7} {'max':>7} | "
         f"{'service p50':>11} {'p99':>7} {'max':>7} | {'×p50':>5} {'×p99':>5} | "
-        f"{'svc CPU':>7} {'µs/rec':>6} | lost"
+        f"{'svc CPU':>7} {'µs/dlv':>6} {'µs/app':>6} | lost"
     )
     for n in RATE:
         f, s = results[f"floor {n}"], results[f"service {n}"]
@@ -548,10 +573,15 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
             f"{n:>8} {RATE[n]:>5} | {f['p50']:>9.2f} {f['p99']:>7.2f} {f['max']:>7.1f} | "
             f"{s['p50']:>11.2f} {s['p99']:>7.2f} {s['max']:>7.1f} | "
             f"{s['p50'] / f['p50']:>5.1f} {s['p99'] / f['p99']:>5.1f} | "
-            f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} | {s['lost'] + s['gaps']}"
+            f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} {s['us_per_append']:>6.0f} | "
+            f"{s['lost'] + s['gaps']}"
         )
-    print(f"saturation (100 watchers): {delivered:,.0f} delivered rec/s ({appended:,.0f} appended)")
-    print(f"5,000 idle streams: service RSS {rss:.0f} MiB (all {WORKERS} worker(s))")
+    if EXTRAS:
+        print(
+            f"saturation (100 watchers): {delivered:,.0f} delivered rec/s "
+            f"({appended:,.0f} appended)"
+        )
+        print(f"5,000 idle streams: service RSS {rss:.0f} MiB (all {WORKERS} worker(s))")
     print(
         f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
         "(figures are only as good as the machine is quiet)"
@@ -567,8 +597,27 @@ if __name__ == "__main__":
     parser.add_argument(
         "--workers", type=int, default=WORKERS, help="service workers (default: cores)"
     )
+    parser.add_argument(
+        "--levels",
+        default=",".join(map(str, RATE)),
+        help=f"watcher counts to run, comma-separated (default: all of {','.join(map(str, RATE))})",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--rows-only", action="store_true", help="skip the saturation and idle-stream figures"
+    )
     args = parser.parse_args()
     WORKERS = args.workers
+    JSON_OUT = args.json
+    EXTRAS = not args.rows_only
+    try:
+        levels = [int(v) for v in args.levels.split(",")]
+    except ValueError:
+        parser.error(f"--levels {args.levels!r}: comma-separated watcher counts")
+    if not levels or set(levels) - set(RATE):
+        parser.error(f"--levels {args.levels!r}: each one of {', '.join(map(str, RATE))}")
+    for n in set(RATE) - set(levels):
+        del RATE[n]
     if args.quick:  # one repeat, shorter windows (run_all.py --quick)
         REPEATS.update(dict.fromkeys(REPEATS, 1))
         MEASURE_S.update(dict.fromkeys(MEASURE_S, 2))

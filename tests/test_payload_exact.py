@@ -14,7 +14,7 @@ import pytest
 from tests.support import call, unique
 from tests.watch import wire
 from watch_service.protocol.landing import COLUMN_NAMES, payload_hash
-from watch_service.protocol.payloads import PayloadError, loads_exact
+from watch_service.protocol.payloads import PayloadError, canonical, loads_exact
 from watch_service.sink.client import watch
 from watch_service.sink.rows import FrameContext, frame_rows
 
@@ -57,6 +57,34 @@ def test_duplicate_keys_anywhere_are_refused(text):
 def test_not_json_is_refused(text):
     with pytest.raises(PayloadError, match="malformed JSON"):
         loads_exact(text)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [
+        # json.dumps's default separators: the whitespace goes, nothing else changes
+        (
+            '{"records": [{"data": {"t": 1, "s": "a  b"}}]}',
+            '{"records":[{"data":{"t":1,"s":"a  b"}}]}',
+        ),
+        ("[1, 2 ,\n 3]", "[1,2,3]"),
+        # whitespace and something orjson spells otherwise: the exact parse decides
+        ('{"a": 1.10, "b": 1E2}', '{"a":1.10,"b":1E2}'),
+        ('{"x": "\\u0078", "y": -0}', '{"x":"x","y":-0}'),
+        (SENT, EXACT),
+    ],
+)
+def test_canonical_drops_whitespace_and_keeps_every_spelling(body, stored):
+    assert canonical(body.encode()) == stored.encode()
+    assert canonical(body.encode()) == orjson.dumps(loads_exact(body))  # the one answer
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 1}', '[{"k": {"x": 1, "y": 2, "x": 1}}]'])
+def test_canonical_refuses_a_duplicate_key_under_whitespace(text):
+    with pytest.raises(PayloadError, match="more than once"):
+        canonical(text.encode())
 
 
 # -- over HTTP and SSE ----------------------------------------------------------------------

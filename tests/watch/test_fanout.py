@@ -172,6 +172,30 @@ async def test_this_process_appends_are_pushed_without_reading_them_back(api, se
     stream.close()
 
 
+async def test_appends_offered_before_a_push_starts_join_it_without_a_read(api, service):
+    """Two appends committed in one transaction reach the LISTEN connection together, so the
+    second is offered before the first one's push has started: both go out in that push, one
+    frame as paging would give it, taken as they were sent, not read back."""
+    from watch_service.protocol.requests import NewRecord
+    from watch_service.store import topics as store
+    from watch_service.web.app_keys import POOL
+
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    reads = tailer.reads
+    async with service.app[POOL].connection() as conn, conn.transaction():
+        for n in (1, 2):
+            await store.append(conn, topic, [NewRecord(f'{{"n":{n}}}', None, None, None)])
+    records = await api.records(topic)
+    assert await stream.frame() == record_frame(topic, records, 0, 2, {topic: 0})
+    assert (tailer.reads, len(tailer.live)) == (reads, 1)  # not read back; still live
+    stream.close()
+
+
 async def test_a_trim_moves_the_tailers_start_without_a_read(api, service):
     """Retention's NOTIFY tells the tailers the new start: a tailer taking appends without
     reading them still knows which seqs are gone (a stream behind them gets its tombstone)."""

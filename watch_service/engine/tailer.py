@@ -107,6 +107,10 @@ class Tailer:
         self.live = LiveSet(self._woken)  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
+        # Records offered while a push of earlier offered ones is under way (``_offering``):
+        # taken and pushed by that task once it is done, all in one push.
+        self._queued: list[CachedRecord] = []
+        self._offering = False
         self._suspect = False  # the next refresh compares the cache with PostgreSQL first
         self.rewound_to: list[int] = []  # the heads the source went back to, in order
         self.reads = 0  # refresh reads made (a test counts them to catch a spinning tailer)
@@ -237,12 +241,14 @@ class Tailer:
         tombstone or a deletion frame comes first)."""
         self._grew(-self.cache_bytes)
         self.cache, self.cache_after = [], cache_after
+        self._queued = []
         self.live.drop_all(self.topic)
 
     def close(self) -> asyncio.Task | None:
         """The last subscriber left: stop refreshing. Returns the cancelled task, if any."""
         self._grew(-self.cache_bytes)
         self.cache, self.cache_after = [], None
+        self._queued = []
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -375,16 +381,20 @@ class Tailer:
         """Records this process has just committed, as they were sent: cached and pushed
         without reading them back, when they directly follow the cache and no read is under
         way. Otherwise the tailer reads them (the append's ``NOTIFY`` is skipped for this).
-        ``durable_head`` is left to reads: a fast path is only taken with no strong
+        Records offered before that push starts join it; those offered while it is under way
+        wait for it and go out together in the next one (one write per stream), still not
+        read back. ``durable_head`` is left to reads: a fast path is only taken with no strong
         subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
         if self.rewritten(result.last_seq, result.ts):
             self.suspect()
             return
+        busy = self._task is not None and not self._task.done()
+        end = self._queued[-1].seq if self._queued else self.cache_end
         if (
             self.deleted
             or self.strong_subs
-            or self.cache_end != result.first_seq - 1
-            or (self._task is not None and not self._task.done())
+            or end != result.first_seq - 1
+            or (busy and not self._offering)
         ):
             self.kick(result.last_seq)
             return
@@ -393,19 +403,43 @@ class Tailer:
             CachedRecord(Record(after + i, result.ts, r.tag, r.node, r.meta, r.data))
             for i, r in enumerate(records, 1)
         ]
-        self._extend(fresh)
         self.earliest = max(self.earliest, result.earliest_seq)  # a trim's notice may be ahead
-        self.head = max(self.head, result.last_seq)
+        if busy:
+            self._queued += fresh
+            return
+        self._take(fresh)
+        self._offering = True
         self._task = asyncio.create_task(self._offered(fresh, after), name=f"tailer:{self.topic}")
 
+    def _take(self, fresh: list[CachedRecord]) -> None:
+        """Offered records join the cache, and the head moves to them: no await between."""
+        self._extend(fresh)
+        self.head = max(self.head, fresh[-1].seq)
+
     async def _offered(self, fresh: list[CachedRecord], after: int) -> None:
+        """Push ``fresh`` (taken), with whatever was offered before the push starts; then,
+        push after push, what was offered during the last one."""
         try:
-            await self._deliver(fresh, after)
-            self._wake()
+            while True:
+                queued, self._queued = self._queued, []
+                if queued and not self.deleted and self.cache_end == queued[0].seq - 1:
+                    self._take(queued)
+                    fresh = [*fresh, *queued]
+                elif queued:
+                    self._again = True  # the cache restarted meanwhile: read them
+                if not fresh:
+                    break
+                await self._deliver(fresh, after)
+                self._wake()
+                fresh, after = [], fresh[-1].seq
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the streams page on their own from their cursors
             log.warning("tailer %s push failed: %s", self.topic, exc)
+        finally:
+            self._offering = False
+            if self._queued:  # offered records not taken: read them
+                self._queued, self._again = [], True
         if self._again:  # a NOTIFY of another process's append came meanwhile
             await self._refresh()
 

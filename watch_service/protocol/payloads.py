@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import orjson
 
 from watch_service.protocol.errors import AuditsyncError
@@ -82,12 +83,25 @@ _EXACT = json.JSONDecoder(
 
 def canonical(body: bytes) -> bytes:
     """``body`` in the one spelling the log stores (see the module docstring): ``body`` itself
-    when it already is, which costs one orjson round trip; ``PayloadError`` as ``loads_exact``."""
+    when it already is, which costs one orjson round trip; ``PayloadError`` as ``loads_exact``.
+
+    Whitespace between tokens is what most often keeps a body from being canonical (the
+    default separators of Python's ``json.dumps``, ``", "`` and ``": "``). msgspec drops it
+    without touching a token; if what is left is orjson's own spelling, it is the answer
+    ``loads_exact`` would give (the same values, no key twice, no number re-spelled), in a
+    fraction of the exact parse's time."""
     try:
         if orjson.dumps(orjson.loads(body)) == body:
             return body
     except orjson.JSONDecodeError:
         pass  # loads_exact explains it, or keeps what orjson alone refuses (1e400)
+    else:
+        try:
+            compact = msgspec.json.format(body, indent=-1)
+            if orjson.dumps(orjson.loads(compact)) == compact:
+                return compact
+        except (msgspec.DecodeError, orjson.JSONDecodeError):
+            pass
     return orjson.dumps(loads_exact(body))
 
 
