@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if not url:
             raise AuditsyncError("AUDITSYNC_DATABASE_URL is not set (the run tables' database)")
         figures = run(args.landing, args.work, url, hours)
-    except (AuditsyncError, lp.RetentionSettingError) as exc:
+    except AuditsyncError as exc:  # RetentionSettingError is one
         print(f"[landing retention] {exc}", file=sys.stderr)
         return 2
     except psycopg.OperationalError as exc:

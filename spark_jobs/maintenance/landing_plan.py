@@ -28,6 +28,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
 
+from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing_keys import LEGACY, SegmentKey, folder_start
 
 DEFAULT_HOURS = 7 * 24
@@ -36,7 +37,7 @@ PASSED = "passed"
 HOUR = dt.timedelta(hours=1)
 
 
-class RetentionSettingError(ValueError):
+class RetentionSettingError(AuditsyncError):
     """``AUDITSYNC_LANDING_RETENTION_HOURS`` is not a number of hours >= 0."""
 
 
