@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -38,7 +39,8 @@ def pytest_configure(config) -> None:
     os.environ.setdefault("SPARK_CONF_DIR", str(spark_conf_dir()))
 
     flags = submit_flags(master="local[2]")  # every JVM the tests launch runs a local master
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", " ".join([*flags, "pyspark-shell"]))
+    # pyspark splits it with shlex: a value with spaces (the JVM options) must be quoted.
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", shlex.join([*flags, "pyspark-shell"]))
 
     # Each pytest-xdist worker picks ports from a block of its own, so two workers starting
     # servers at once never pick the same port.
