@@ -114,7 +114,8 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
 9. **finish_run** — the teardown of `start_run`, whatever the outcome: the runs beyond the
    newest `AUDITSYNC_KEEP_RUNS` (default 96) lose their `detail`, `summary` and `remaining`
-   partitions and their run-table rows (`spark_jobs/lifecycle.py`).
+   partitions and their run-table rows; their ledger rows move to its one `(pruned)` partition
+   and their digest ranges merge per block (`spark_jobs/lifecycle.py`).
 
 A task after `start_run` that fails for good (no retry left) marks the run `failed` in
 `pipeline_runs`, with the task and its one-line reason, as the Reconciliation page shows it;

@@ -24,6 +24,7 @@ kept run works. Nothing here starts a JVM: the Airflow task that prunes needs no
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,33 +105,52 @@ def delete_partitions(
 ) -> None:
     """Delete these runs' partitions of :data:`PRUNED_TABLES` and of the ledger, the
     ``committed`` runs' ledger rows moved to ``tables.PRUNED_LEDGER`` (a crashed run's are
-    never read, so they go); one commit per table that holds any; a table not created yet is
-    skipped."""
-    import pyarrow as pa
+    never read, so they go); one commit per table; a table not created yet is skipped."""
     from pyiceberg.exceptions import NoSuchTableError
-    from pyiceberg.expressions import In
 
     from spark_jobs import readers
     from spark_jobs.common import tables  # pyspark, no JVM
 
     catalog = readers.catalog(layout, database_url)
-    # pyiceberg's ``In(term, literals)``: its pydantic model misleads mypy about the signature.
+    with warnings.catch_warnings():
+        # A run that wrote no rows to a table (it failed first) has no partition there.
+        warnings.filterwarnings("ignore", "Delete operation did not match any records")
+        for name in (*PRUNED_TABLES, "ledger"):
+            try:
+                table = catalog.load_table(f"{NAMESPACE}.{name}")
+            except NoSuchTableError:
+                continue
+            if name == "ledger":
+                move_ledger(table, run_ids, committed)
+            else:
+                table.delete(_among(tables.run_column(name), run_ids))
+
+
+def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:
+    """In one commit, delete these runs' ledger partitions and append the ``committed`` ones'
+    rows to ``tables.PRUNED_LEDGER``. A re-run of a prune that committed this finds the
+    partitions gone: nothing moves twice."""
+    import pyarrow as pa
+
+    from spark_jobs.common import tables
+
+    column = tables.run_column("ledger")
+    rows = None
+    if committed:
+        rows = table.scan(row_filter=_among(column, sorted(committed))).to_arrow()
+    with table.transaction() as tx:
+        tx.delete(_among(column, run_ids))
+        if rows is not None and rows.num_rows:
+            at = rows.schema.get_field_index(column)
+            field = rows.schema.field(at)
+            moved = pa.array([tables.PRUNED_LEDGER] * rows.num_rows, field.type)
+            tx.append(rows.set_column(at, field, moved))
+
+
+def _among(column: str, values: list[str]) -> Any:
+    """pyiceberg's ``In(column, values)`` (its pydantic model misleads mypy about the
+    signature)."""
+    from pyiceberg.expressions import In
+
     among: Any = In
-    for name in (*PRUNED_TABLES, "ledger"):
-        try:
-            table = catalog.load_table(f"{NAMESPACE}.{name}")
-        except NoSuchTableError:
-            continue
-        column = tables.run_column(name)
-        if name != "ledger":
-            table.delete(among(column, tuple(run_ids)))
-            continue
-        # A re-run of a prune that committed this finds the partitions gone: nothing moves twice.
-        kept = table.scan(row_filter=among(column, tuple(sorted(committed)))) if committed else None
-        rows = kept.to_arrow() if kept is not None else None
-        with table.transaction() as tx:
-            tx.delete(among(column, tuple(run_ids)))
-            if rows is not None and rows.num_rows:
-                at = rows.schema.get_field_index(column)
-                moved = pa.array([tables.PRUNED_LEDGER] * rows.num_rows, rows.schema.field(at).type)
-                tx.append(rows.set_column(at, rows.schema.field(at), moved))
+    return among(column, tuple(values))
