@@ -71,6 +71,7 @@ PER_RUN = 8  # seeded seqs per run: a partial digest range in a 1,024-seq block
 RUN_TABLES = ("detail", "summary", "remaining", "ledger")
 AUDITSYNC = Path(sys.executable).parent / "auditsync"
 STEP_LINE = re.compile(r"^\[pipeline\] (compact|reconcile|backfill|verify)\s+([0-9.]+) s", re.M)
+PRUNE_LINE = re.compile(r"^\[pipeline\] retention: removed .* \(([0-9.]+) s\)$", re.M)
 TABLES = (
     "pipeline_runs",
     "reconcile_runs",
@@ -156,7 +157,10 @@ class Deployment:
         if done.returncode != 0:
             raise SystemExit(f"{self.name} run {run_id} failed:\n{done.stdout}\n{done.stderr}")
         steps = {m[1]: float(m[2]) for m in STEP_LINE.finditer(done.stdout)}
-        rest = seconds - sum(steps.values())  # the JVM's start, the prune, the process
+        pruned = PRUNE_LINE.search(done.stdout)
+        if pruned:
+            steps["prune"] = float(pruned[1])
+        rest = seconds - sum(steps.values())  # the process and the JVM's start
         self.last_steps = "  ".join(f"{k} {v:.1f}" for k, v in steps.items()) + f"  rest {rest:.1f}"
         return seconds
 
