@@ -74,14 +74,19 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
     return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
 
 
-def check_the_log(layout: Layout, database_url: str) -> tlog_run.RunLog:
+def check_the_log(
+    layout: Layout, database_url: str, signing_key: str | None = None
+) -> tlog_run.RunLog:
     """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
-    a failed check fails the run, naming the topic and the first bad seq."""
+    a failed check fails the run, naming the topic and the first bad seq. The key is
+    ``signing_key`` (a Spark Connect task's), else the settings'."""
     from watch_service import settings as settings_mod
 
     with store.connect(database_url) as conn:
         previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
-    log = tlog_run.check_and_publish(layout, database_url, settings_mod.load(), previous)
+    log = tlog_run.check_and_publish(
+        layout, database_url, settings_mod.load(log_signing_key=signing_key), previous
+    )
     with store.connect(database_url, transaction=True) as conn:
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
         if log.failure is not None:
@@ -149,7 +154,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             carried_left,
             still_open,
         )
-    log = check_the_log(layout, args.database_url)
+    log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
     passed = passed and log.ok
     counts = {
         "found": sum(r["found"] for r in mine),
