@@ -37,7 +37,7 @@ from watch_service.protocol.tlog import note
 from watch_service.settings import Settings
 from watch_service.storage import Storage
 
-SWEEP = 65536  # signed seqs re-checked per topic per run
+SWEEP = 8192  # signed seqs re-checked per topic per run (≈ 0.2 s of leaf hashing)
 SIGNED, UNSIGNED, FAILED = "signed", "unsigned", "failed"
 NO_KEY = (
     "unsigned: no signing key (set AUDITSYNC_LOG_SIGNING_KEY or AUDITSYNC_LOG_SIGNING_KEY_FILE, "

@@ -154,6 +154,64 @@ def _run_log(url: str, run_id: str) -> tuple | None:
         return tlog_runs.run_log(conn, run_id)
 
 
+def _edit_data_file(house: Layout, url: str, topic: str) -> None:
+    """Seq 3's payload (and its hash, so the row is self-consistent) changed in place in the
+    Iceberg data file that holds it: no commit, no new snapshot."""
+    import hashlib
+
+    table = readers.load(house, url, "audit_log")
+    for path in table.inspect.files().column("file_path").to_pylist():
+        local = path.removeprefix("file:")
+        rows = pq.read_table(local)
+        if not any(
+            t == topic and q == 3
+            for t, q in zip(rows["topic"].to_pylist(), rows["seq"].to_pylist())
+        ):
+            continue
+        data = [
+            '{"i":3,"s":"forged"}' if t == topic and q == 3 else d
+            for t, q, d in zip(
+                rows["topic"].to_pylist(), rows["seq"].to_pylist(), rows["data"].to_pylist()
+            )
+        ]
+        sha = [
+            hashlib.sha256(d.encode()).hexdigest() if t == topic and q == 3 else h
+            for t, q, d, h in zip(
+                rows["topic"].to_pylist(),
+                rows["seq"].to_pylist(),
+                data,
+                rows["data_sha256"].to_pylist(),
+            )
+        ]
+        rows = rows.set_column(
+            rows.schema.get_field_index("data"),
+            rows.schema.field("data"),
+            pa.array(data, rows.schema.field("data").type),
+        )
+        rows = rows.set_column(
+            rows.schema.get_field_index("data_sha256"),
+            rows.schema.field("data_sha256"),
+            pa.array(sha, rows.schema.field("data_sha256").type),
+        )
+        pq.write_table(rows, local)
+        return
+    raise AssertionError(f"no data file holds {topic} seq 3")
+
+
+def _rewrite_with_seq_changed(house: Layout, url: str, topic: str) -> None:
+    """The topic's rows rewritten through Iceberg (an overwrite commit), seq 1 now seq 4."""
+    from pyiceberg.expressions import EqualTo
+
+    table = readers.load(house, url, "audit_log")
+    rows = table.scan(row_filter=EqualTo("topic", topic)).to_arrow()  # type: ignore[call-arg, arg-type]
+    seqs = [4 if q == 1 else q for q in rows["seq"].to_pylist()]
+    rows = rows.set_column(
+        rows.schema.get_field_index("seq"), rows.schema.field("seq"), pa.array(seqs, pa.int64())
+    )
+    with pytest.warns(UserWarning, match="falling back to copy-on-write"):  # pyiceberg 0.12
+        table.overwrite(rows, overwrite_filter=EqualTo("topic", topic))  # type: ignore[call-arg, arg-type]
+
+
 def _search(url: str, a: str) -> list:
     with psycopg.connect(url) as conn:
         return conn.execute(
@@ -293,6 +351,17 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
         f"log holds a record",
         [0, 3],
     )
+    for tamper, seq, why in (
+        (_edit_data_file, 3, "the audit log's row is not the row that was signed"),
+        (
+            _rewrite_with_seq_changed,
+            1,
+            "the audit log has no row of it; the signed log holds a record",
+        ),
+    ):
+        tamper(house, pg_url, a)
+        found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
+        assert found.failure == f"{a}: seq {seq} differs from the signed log: {why}"
     tile = work / "tlog" / a / "tile" / "0" / "000.p" / "3"
     tile.write_bytes(bytes(32) + tile.read_bytes()[32:])
     found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
