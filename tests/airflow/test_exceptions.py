@@ -1,5 +1,6 @@
 """The plugin's exception classes derive from the project's root, ``AuditsyncError`` (walked
-here rather than in ``tests/protocol/test_exceptions.py`` because importing the plugin loads Airflow)."""
+here rather than in ``tests/protocol/test_exceptions.py`` because importing the plugin loads
+Airflow)."""
 
 from __future__ import annotations
 

@@ -11,11 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support import free_port, unique
+from tests.support import run_cli as support_run_cli
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import MigrationError, available, latest_version, migrate
-
-from .support import free_port, unique
-from .support import run_cli as support_run_cli
 
 COMMIT_TS_OFF = (
     "track_commit_timestamp is off on this PostgreSQL server; auditsync needs it "

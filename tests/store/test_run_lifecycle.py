@@ -13,10 +13,9 @@ import pytest
 
 from spark_jobs import lifecycle
 from spark_jobs.layout import Layout
+from tests.support import unique
 from watch_service.settings import SettingsError
 from watch_service.store import run_retention, runs
-
-from .support import unique
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

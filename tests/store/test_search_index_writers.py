@@ -8,14 +8,13 @@ import psycopg
 import pytest
 
 from spark_jobs.backfill import search as backfill_search
+from tests.support import unique
 from watch_service.store.search_index import (
     BATCH,
     Upserted,
     upsert_documents,
     upsert_documents_sync,
 )
-
-from .support import unique
 
 pytestmark = pytest.mark.pg
 

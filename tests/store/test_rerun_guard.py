@@ -9,9 +9,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from tests.support import unique
 from watch_service.store import runs
-
-from .support import unique
 
 pytestmark = pytest.mark.pg
 

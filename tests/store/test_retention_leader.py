@@ -18,11 +18,10 @@ import time
 import psycopg
 import pytest
 
+from tests.support import unique, wait_for
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.store.migrate import migrate
 from watch_service.store.retention import RetentionLeader
-
-from .support import unique, wait_for
 
 pytestmark = pytest.mark.pg
 

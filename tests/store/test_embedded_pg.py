@@ -15,10 +15,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support import ROOT, free_port
 from watch_service.store import cluster as embedded_pg
 from watch_service.store.cluster import EmbeddedPgError, EmbeddedPostgres, find_bindir
-
-from .support import ROOT, free_port
 
 pytestmark = pytest.mark.pg
 

@@ -8,10 +8,9 @@ import time
 
 import pytest
 
+from tests.support import call, run_cli, wait_for
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.store import retention
-
-from .support import call, run_cli, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

@@ -21,11 +21,10 @@ import time
 
 import pytest
 
+from tests.support import InProcessService, wait_for
 from watch_service.engine import stopping
 from watch_service.engine.stopping import stop_tasks
 from watch_service.web.app_keys import POOL
-
-from .support import InProcessService, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
