@@ -21,14 +21,13 @@ from authzed.api.v1 import (
     WriteRelationshipsRequest,
 )
 
+from tests.authz.clients import permify_grpc_client
+from tests.authz.spicedb_support import Op, define, update
+from tests.support import free_port, unique
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.protocol import authz as pa
 from watch_service.settings import Settings
 from watch_service.web.auth import KeyRing, hash_secret
-
-from .authz.clients import permify_grpc_client
-from .authz.spicedb_support import Op, define, update
-from .support import free_port, unique
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
@@ -66,7 +65,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 async def keyed(pg_url, base_settings, tmp_path_factory, http):
-    from .support import InProcessService
+    from tests.support import InProcessService
 
     path = tmp_path_factory.mktemp("matrix") / "keys.toml"
     path.write_text(keys_toml())

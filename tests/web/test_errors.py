@@ -9,9 +9,8 @@ import orjson
 import psycopg
 import pytest
 
+from tests.support import InProcessService, free_port, unique
 from watch_service.web.auth import hash_secret
-
-from .support import InProcessService, free_port, unique
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

@@ -12,6 +12,8 @@ import urllib.request
 import pyarrow as pa
 import pytest
 
+from tests.conftest import TEST_BUCKET
+from tests.support import ON_BOTH_STORAGES, ON_S3, unique
 from watch_service.storage import (
     TMP_PREFIX,
     Location,
@@ -20,9 +22,6 @@ from watch_service.storage import (
     StorageError,
     hadoop_conf,
 )
-
-from .conftest import TEST_BUCKET
-from .support import ON_BOTH_STORAGES, ON_S3, unique
 
 SUPPORTED = (
     "use a local path, file:///absolute/path or s3://bucket/prefix (supported schemes: file, s3)"

@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import pytest
 
-from .support import InProcessService, call, unique, wait_for
-from .watch.wire import SSE
+from tests.support import InProcessService, call, unique, wait_for
+from tests.watch.wire import SSE
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

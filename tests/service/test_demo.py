@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .support import ROOT
+from tests.support import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pg]
 

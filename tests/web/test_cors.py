@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import unique
 from watch_service.settings import SettingsError, load
-
-from .support import unique
 
 pytestmark = pytest.mark.service
 

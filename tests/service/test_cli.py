@@ -10,10 +10,9 @@ from importlib.metadata import version
 
 import pytest
 
+from tests.support import run_cli
 from watch_service.cli import build_parser, main
 from watch_service.sink.watch_command import build_parser as watch_parser
-
-from .support import run_cli
 
 pytestmark = pytest.mark.unit
 

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.support import InProcessService
 from watch_service.protocol import authz as pa
 from watch_service.web.auth import hash_secret
 
@@ -37,11 +38,10 @@ from .fuzz_requests import (
     raw_request,
     send_raw,
 )
-from .support import InProcessService
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
-# A longer or different run: FUZZ_SEED=23 FUZZ_CLIENT_REQUESTS=40000 pytest tests/test_fuzz.py
+# A longer or different run: FUZZ_SEED=23 FUZZ_CLIENT_REQUESTS=40000 pytest tests/web/test_fuzz.py
 SEED = int(os.environ.get("FUZZ_SEED", "11"))
 CLIENT_REQUESTS = int(os.environ.get("FUZZ_CLIENT_REQUESTS", "4000"))
 RAW_REQUESTS = int(os.environ.get("FUZZ_RAW_REQUESTS", "1000"))

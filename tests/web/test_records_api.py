@@ -8,10 +8,9 @@ import time
 import psycopg
 import pytest
 
+from tests.support import call
 from watch_service.protocol.requests import NewRecord
 from watch_service.store import topics as store
-
-from .support import call
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

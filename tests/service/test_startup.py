@@ -13,9 +13,8 @@ import sys
 
 import pytest
 
+from tests.support import ROOT, free_port
 from watch_service.cli import main
-
-from .support import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
 

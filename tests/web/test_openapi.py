@@ -10,11 +10,10 @@ import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
+from tests.support import unique
 from watch_service.app import create_app
 from watch_service.protocol.errors import ApiError
 from watch_service.server.openapi_routes import DOCUMENT_PATH
-
-from .support import unique
 
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from tests.support import call, unique
 from watch_service.store.search_index import upsert_documents
 from watch_service.web.auth import hash_secret
 
-from .support import call, unique
 from .test_openapi import document, schema_of
 
 pytestmark = [pytest.mark.pg, pytest.mark.service]

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from .support import call, unique
+from tests.support import call, unique
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import free_port, run_cli, unique
 from watch_service.web.auth import KeyFileError, KeyRing, hash_secret
-
-from .support import free_port, run_cli, unique
 
 
 def error(code: str, message: str) -> dict:

@@ -1,6 +1,6 @@
 """The fuzz test's requests, seeded: route templates, a ``Fuzzer`` that mutates names,
 bodies, headers and queries, and raw requests aiohttp's client would not send (parser-level
-garbage), sent over a plain asyncio stream. ``tests/test_fuzz.py`` sends them and checks the
+garbage), sent over a plain asyncio stream. ``tests/web/test_fuzz.py`` sends them and checks the
 answers."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 
 import orjson
 
-from .support import unique
+from tests.support import unique
 
 RUN = unique("fz")
 TOPIC, TENANT = RUN, RUN  # the counted topic and tenant

@@ -7,7 +7,7 @@ import orjson
 import pytest
 from yarl import URL
 
-from .support import unique
+from tests.support import unique
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 

@@ -23,13 +23,12 @@ import orjson
 import psycopg
 import pytest
 
+from tests.support import InProcessService, ServiceProcess, free_port, unique, wait_for
 from watch_service.protocol.errors import Unavailable
 from watch_service.sink.sse import Event, SseParser
 from watch_service.store.cluster import EmbeddedPostgres, find_bindir
 from watch_service.store.migrate import migrate
 from watch_service.web.errors import as_api_error
-
-from .support import InProcessService, ServiceProcess, free_port, unique, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.pg]
 
