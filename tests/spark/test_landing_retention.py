@@ -8,9 +8,8 @@ import pytest
 
 from spark_jobs.maintenance import landing as retention
 from spark_jobs.maintenance import landing_plan as lp
+from tests.support import ON_BOTH_STORAGES
 from watch_service.protocol.landing_keys import SegmentKey, segment_key, segments_since
-
-from .support import ON_BOTH_STORAGES
 
 NOW = dt.datetime(2026, 1, 10, 12, 30, tzinfo=dt.UTC)
 CUTOFF = NOW - dt.timedelta(hours=48)  # 2026-01-08 12:30

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 _SPEC = importlib.util.spec_from_file_location(
-    "bench_compare", Path(__file__).resolve().parent.parent / "bench" / "compare.py"
+    "bench_compare", Path(__file__).resolve().parents[2] / "bench" / "compare.py"
 )
 assert _SPEC is not None and _SPEC.loader is not None
 compare = importlib.util.module_from_spec(_SPEC)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.tlog_store import TlogError, TopicLog
+from tests.support import ON_S3
 from watch_service.storage import Storage
 
-from .support import ON_S3
 from .test_tlog_store import SIGNER, entries, files
 
 pytestmark = pytest.mark.s3

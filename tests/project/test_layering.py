@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("watch_service", "spark_jobs", "plugins", "dags", "bench")
 OURS_TOP = {"watch_service", "spark_jobs", "auditsync_plugin", "auditsync", "tests", "bench"}
 IO_LIBRARIES = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import ROOT
+from tests.support import ROOT
 
 pytestmark = pytest.mark.unit
 

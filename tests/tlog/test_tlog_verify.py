@@ -14,11 +14,10 @@ import pytest
 from spark_jobs import readers, tlog_command, tlog_verify
 from spark_jobs.layout import Layout
 from spark_jobs.tlog_store import TopicLog
+from tests.support import unique
 from watch_service.protocol.tlog import note
 from watch_service.protocol.tombstones import Tombstone
 from watch_service.storage import Storage
-
-from .support import unique
 
 pytestmark = pytest.mark.pg
 

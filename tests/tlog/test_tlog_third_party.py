@@ -1,5 +1,5 @@
 """A third party agrees: what auditsync writes and proves is checked by code auditsync did not
-write. ``tests/tlog_go`` (pinned ``golang.org/x/mod`` and ``github.com/transparency-dev/merkle``
+write. ``tests/tlog/go`` (pinned ``golang.org/x/mod`` and ``github.com/transparency-dev/merkle``
 from the Go module proxy, built once per session, Go's build cache making later builds quick)
 opens our signed checkpoints with ``sumdb/note``, reads our tiles through ``sumdb/tlog``'s
 ``TileHashReader`` (which authenticates every tile against the signed tree), proves every entry
@@ -17,15 +17,14 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.tlog_store import TopicLog
+from tests.support import ROOT
 from watch_service.protocol.tlog import leaf, merkle, note
 from watch_service.storage import Storage
-
-from .support import ROOT
 
 pytestmark = pytest.mark.unit
 
 SIZES = [1, 2, 3, 255, 256, 257, 1000]
-GO_SOURCE = ROOT / "tests" / "tlog_go"
+GO_SOURCE = ROOT / "tests" / "tlog" / "go"
 
 
 @pytest.fixture(scope="session")

@@ -17,11 +17,10 @@ import pytest
 
 from spark_jobs import time_travel, tlog_command
 from spark_jobs.tlog_store import TopicLog
+from tests.project.test_readme import blocks
+from tests.support import ROOT
 from watch_service.protocol.tlog import leaf, note
 from watch_service.storage import Storage
-
-from .support import ROOT
-from .test_readme import blocks
 
 pytestmark = pytest.mark.unit
 

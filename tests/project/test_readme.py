@@ -31,11 +31,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import ROOT, free_port
 from watch_service.cli import _DELEGATED, build_parser
 from watch_service.settings import _ENV
 from watch_service.store.cluster import EmbeddedPostgres
-
-from .support import ROOT, free_port
 
 README = ROOT / "README.md"
 SITE = ROOT / "mkdocs.yml"
