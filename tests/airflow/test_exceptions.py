@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..test_exceptions import exception_classes, not_rooted
+from tests.protocol.test_exceptions import exception_classes, not_rooted
 
 pytestmark = pytest.mark.airflow
 
