@@ -36,7 +36,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings, lifecycle
-from spark_jobs.layout import STEPS, Layout
+from spark_jobs.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 
 EXIT_FAILED_GATE = 1
@@ -119,7 +119,7 @@ def _database_url(given: str | None) -> str:
 def _step_module(step: str):
     import importlib
 
-    return importlib.import_module(f"spark_jobs.{step}.main")
+    return importlib.import_module(f"{step_package(step)}.main")
 
 
 def run_steps(

@@ -16,7 +16,7 @@ from spark_jobs.backfill.transforms import (
 )
 from spark_jobs.common import statuses as st
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
-from spark_jobs.compact.transforms import compact
+from spark_jobs.steps.compact.transforms import compact
 from spark_jobs.verify.transforms import defect_report, remaining_defects
 
 from .builders import Stream, payload, sha
