@@ -151,7 +151,7 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     """Compact what is new, then ``reconcile --full``: figures with ``agree`` and
     ``differences``."""
     run_steps(spark, layout, database_url, partitions, steps=("compact",))
-    from spark_jobs.reconcile.main import run as reconcile
+    from spark_jobs.steps.reconcile.main import run as reconcile
 
     figures = reconcile(spark, layout.namespace("reconcile", database_url, partitions, full=True))
     print(progress_line("audit", figures["seconds"], figures), flush=True)

@@ -36,7 +36,7 @@ from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
-from spark_jobs.reconcile.late import seq_runs
+from spark_jobs.steps.reconcile.late import seq_runs
 from watch_service.store import runs
 
 BOTH = "both"

@@ -134,10 +134,10 @@ INSERT_WINDOW = """INSERT INTO reconcile_windows
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
 # A digest's range lies in one block of DIGEST_BUCKET seqs (seq // DIGEST_BUCKET), in Spark
-# (spark_jobs.reconcile.rewind) and here.
+# (spark_jobs.steps.reconcile.rewind) and here.
 DIGEST_BUCKET = 1024
 # The sha256 of "<seq>:<sha256 hex of data>\n" over a range's records in seq order: the digest
-# reconcile computes in Spark for the ranges it judges (spark_jobs.reconcile.rewind).
+# reconcile computes in Spark for the ranges it judges (spark_jobs.steps.reconcile.rewind).
 RANGE_DIGEST = """encode(sha256(convert_to(string_agg(
     r.seq::text || ':' || encode(sha256(convert_to(r.data::text, 'UTF8')), 'hex') || chr(10),
     '' ORDER BY r.seq), 'UTF8')), 'hex')"""

@@ -61,7 +61,7 @@ from spark_jobs.common.schemas import (
     SUMMARY,
     conform,
 )
-from spark_jobs.reconcile.scope import (
+from spark_jobs.steps.reconcile.scope import (
     SCOPE,
     SIGNALLED,
     consumer_scope,

@@ -48,8 +48,8 @@ from spark_jobs.common.schemas import (
     SUMMARY,
     conform,
 )
-from spark_jobs.reconcile.scope import SCOPE
-from spark_jobs.reconcile.transforms import copy_hashes
+from spark_jobs.steps.reconcile.scope import SCOPE
+from spark_jobs.steps.reconcile.transforms import copy_hashes
 
 
 def late_copies(deliveries: DataFrame, scope: DataFrame) -> DataFrame:
