@@ -20,14 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.backfill.main import run_details
-from spark_jobs.backfill.writes import inside
 from spark_jobs.common import progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.main import run_details
+from spark_jobs.steps.backfill.writes import inside
 from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 

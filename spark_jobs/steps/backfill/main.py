@@ -1,6 +1,6 @@
 """backfill's entry point.
 
-    spark-submit spark_jobs/backfill/main.py --work DIR --run-id ID
+    spark-submit spark_jobs/steps/backfill/main.py --work DIR --run-id ID
         [--target {audit_log,search_index,both}] [--num-partitions N] [--max-pushdown-ranges N]
 
 Re-reads from PostgreSQL (bounded to their seq runs) the ``silent_gap`` and ``mismatch``
@@ -23,19 +23,19 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.backfill.search import upsert_documents
-from spark_jobs.backfill.transforms import (
-    delivered_rows,
-    repair_keys,
-    search_records,
-    source_rows,
-)
-from spark_jobs.backfill.writes import write_audit_log
 from spark_jobs.common import jdbc, progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.search import upsert_documents
+from spark_jobs.steps.backfill.transforms import (
+    delivered_rows,
+    repair_keys,
+    search_records,
+    source_rows,
+)
+from spark_jobs.steps.backfill.writes import write_audit_log
 from spark_jobs.steps.reconcile.late import seq_runs
 from watch_service.store import runs
 

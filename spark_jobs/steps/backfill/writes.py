@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.backfill.transforms import merge_audit_log
 from spark_jobs.common import step_cache, tables
 from spark_jobs.common.schemas import AUDIT_LOG, columns, conform
 from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.transforms import merge_audit_log
 
 MERGE_VIEW = "auditsync_audit_log_updates"
 
