@@ -35,7 +35,7 @@ LEGACY_PROPERTY = "auditsync.legacy"
 # never part of a pipeline run).
 JOBS = (*STEPS, "maintenance")
 # The jobs whose package already sits under ``spark_jobs/steps/`` (the rest still at the top).
-_UNDER_STEPS = frozenset({"compact", "reconcile", "backfill"})
+_UNDER_STEPS = frozenset({"compact", "reconcile", "backfill", "verify"})
 
 
 def step_package(job: str) -> str:

@@ -38,7 +38,7 @@ from spark_jobs.common import store, tables
 from spark_jobs.common.schemas import DETAIL, SUMMARY
 from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
-from spark_jobs.verify.transforms import LEFT
+from spark_jobs.steps.verify.transforms import LEFT
 from watch_service.storage import Storage
 from watch_service.store import runs
 

@@ -26,7 +26,7 @@ from spark_jobs.common import local_rows
 from spark_jobs.common.jdbc import jdbc_target
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
 from spark_jobs.layout import NAMESPACE, Layout
-from spark_jobs.verify.transforms import LEFT
+from spark_jobs.steps.verify.transforms import LEFT
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import S3Config, hadoop_conf
 

@@ -17,7 +17,7 @@ from spark_jobs.steps.backfill.transforms import (
     source_rows,
 )
 from spark_jobs.steps.compact.transforms import compact
-from spark_jobs.verify.transforms import defect_report, remaining_defects
+from spark_jobs.steps.verify.transforms import defect_report, remaining_defects
 
 from .builders import Stream, payload, sha
 

@@ -31,7 +31,7 @@ from spark_jobs.common import statuses as st
 from spark_jobs.common import tables
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
 from spark_jobs.layout import TABLES, Layout
-from spark_jobs.verify.transforms import LEFT
+from spark_jobs.steps.verify.transforms import LEFT
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.store import runs
 

@@ -1,6 +1,6 @@
 """verify's entry point: the pipeline's quality gate.
 
-    spark-submit spark_jobs/verify/main.py --work DIR --run-id ID [--examples N]
+    spark-submit spark_jobs/steps/verify/main.py --work DIR --run-id ID [--examples N]
 
 Counts the defects (silent_gap, mismatch, phantom) of this run's verdicts, and of earlier runs
 whose repairs were still open, that the audit log does not repair; writes them to the run's
@@ -28,7 +28,7 @@ from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.steps.backfill.main import run_details
 from spark_jobs.steps.backfill.writes import inside
-from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
+from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 
 
