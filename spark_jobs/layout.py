@@ -34,13 +34,11 @@ LEGACY_PROPERTY = "auditsync.legacy"
 # Every Spark job Airflow runs: the pipeline's steps, and maintenance (its own daily DAG,
 # never part of a pipeline run).
 JOBS = (*STEPS, "maintenance")
-# The jobs whose package already sits under ``spark_jobs/steps/`` (the rest still at the top).
-_UNDER_STEPS = frozenset({"compact", "reconcile", "backfill", "verify"})
 
 
 def step_package(job: str) -> str:
     """The dotted package of a Spark job, e.g. ``spark_jobs.steps.verify``."""
-    return f"spark_jobs.steps.{job}" if job in _UNDER_STEPS else f"spark_jobs.{job}"
+    return f"spark_jobs.steps.{job}"
 
 
 NAMESPACE = "audit"

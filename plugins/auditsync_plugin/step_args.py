@@ -53,7 +53,7 @@ def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None)
 
 
 def maintenance_args(warehouse: str, retention_hours: str, target_file_mb: str) -> list[str]:
-    """``spark_jobs/maintenance/main.py`` arguments (templated values pass through as text)."""
+    """``spark_jobs/steps/maintenance/main.py`` arguments (templated values pass as text)."""
     return [
         "--work",
         warehouse,
