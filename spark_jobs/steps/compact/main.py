@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, local_rows, progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
@@ -61,7 +61,7 @@ def new_segments(names: list[str], state: dict) -> list[Segment]:
         if last <= through:
             continue
         if first <= through:
-            raise tables.WarehouseError(
+            raise errors.WarehouseError(
                 f"landing segment {name} overlaps frames already compacted "
                 f"(through frame {through})"
             )

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.common import progress, store, tables
+from spark_jobs.common import errors, progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import NAMESPACE, TABLES, Layout
@@ -103,7 +103,7 @@ def maintain(
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Maintain every table (or ``--table``s) that has a snapshot; returns the figures."""
     if not args.database_url:
-        raise tables.WarehouseError(
+        raise errors.WarehouseError(
             "maintenance needs the catalog's database: --database-url or AUDITSYNC_DATABASE_URL"
         )
     timer = progress.Timer()

@@ -35,7 +35,7 @@ cursor passed was judged with what the consumer had then).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
@@ -76,19 +76,6 @@ def held_copies(held: DataFrame, late: DataFrame) -> DataFrame:
     )
     return late.withColumn("is_copy", F.lit(True)).unionByName(
         seqs.withColumn("hash", F.lit(None).cast("binary")).withColumn("is_copy", F.lit(False))
-    )
-
-
-def seq_runs(late: DataFrame) -> DataFrame:
-    """Contiguous runs of late seqs per topic, (topic, lo, hi) with lo exclusive: the bounded
-    source read (a re-sent stretch is one run, whatever its length)."""
-    seqs = late.select("topic", "seq").distinct()
-    island = F.col("seq") - F.row_number().over(Window.partitionBy("topic").orderBy("seq"))
-    return (
-        seqs.withColumn("island", island)
-        .groupBy("topic", "island")
-        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
-        .drop("island")
     )
 
 

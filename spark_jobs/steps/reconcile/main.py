@@ -32,10 +32,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import jdbc, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
+from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import evidence, rewind
@@ -44,7 +45,6 @@ from spark_jobs.steps.reconcile.late import (
     late_copies,
     merge_summary,
     rejudge,
-    seq_runs,
 )
 from spark_jobs.steps.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
 from spark_jobs.steps.reconcile.scope import (
@@ -188,7 +188,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         )
     latest = tables.compact_state(spark, layout)["batch"]
     if latest < last:
-        raise tables.WarehouseError(
+        raise errors.WarehouseError(
             f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
             f"holds batches up to {latest} only: this is not the warehouse those runs used"
         )
