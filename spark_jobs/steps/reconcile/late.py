@@ -50,6 +50,7 @@ from spark_jobs.common.schemas import (
 )
 from spark_jobs.steps.reconcile.scope import SCOPE
 from spark_jobs.steps.reconcile.transforms import copy_hashes
+from watch_service.protocol import hashes
 
 
 def late_copies(deliveries: DataFrame, scope: DataFrame) -> DataFrame:
@@ -90,7 +91,7 @@ def rejudge(
     """(detail rows of changed verdicts, ledger rows, summary deltas without run_id).
     ``rewound``: (topic, range_from, range_to) the source wrote again."""
     src = conform(records, SOURCE_RECORDS).select(
-        "topic", "seq", F.unhex(F.sha2("data", 256)).alias("source_hash")
+        "topic", "seq", F.unhex(F.expr(hashes.spark_payload_hash("data"))).alias("source_hash")
     )
     per = late.join(src, on=["topic", "seq"], how="left")
     if "is_copy" not in per.columns:
