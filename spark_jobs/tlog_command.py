@@ -84,7 +84,8 @@ def rows_from(
     upto: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``topic``'s rows with seq > ``after`` (up to ``upto``) in seq order, one window per scan;
-    an empty window ends them unless a gap holds its start (the leaves jump the gap)."""
+    an empty window ends them unless a gap holds its start or a row follows it (the leaves
+    jump the gap, or the seqs nobody copied)."""
     from pyiceberg.expressions import And, EqualTo, GreaterThan, LessThanOrEqual
 
     if snapshot is None:
@@ -100,9 +101,16 @@ def rows_from(
         yield from rows
         if not rows and upto is None:
             covering = [g.gap_to for g in gaps if g.gap_from <= lo + 1 <= g.gap_to]
-            if not covering:
-                return
-            hi = max(max(covering), hi)
+            if covering:
+                hi = max(max(covering), hi)
+            elif not readers.scan(
+                table,
+                snapshot,
+                And(EqualTo("topic", topic), GreaterThan("seq", hi)),  # type: ignore[call-arg, arg-type]
+                ("seq",),
+                limit=1,
+            ).num_rows:
+                return  # nothing after: a later row would make the window's seqs uncopied
         lo = hi
 
 
@@ -140,7 +148,7 @@ def publish(
     import psycopg
 
     from spark_jobs import time_travel
-    from watch_service.store.gap_reads import topic_gaps
+    from watch_service.store.gap_reads import first_missing, topic_gaps
 
     layout = Layout("", work, "")
     table = time_travel.load(layout, database_url)
@@ -154,7 +162,13 @@ def publish(
             old = found[0].size if found else 0
             held = gaps[topic] if gaps is not None and topic in gaps else topic_gaps(conn, topic)
             rows = rows_from(table, snapshot, topic, old, held)
-            entries = leaf.entries(topic, old + 1, rows, held)
+            entries = leaf.entries(
+                topic,
+                old + 1,
+                rows,
+                held,
+                lambda lo, hi, t=topic: first_missing(conn, t, lo, hi),  # type: ignore[misc]
+            )
             cp, signed = log.append(signer, entries, run_id=run_id)
             out.append(Published(topic, old, cp, signed))
     return out

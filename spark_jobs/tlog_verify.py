@@ -70,21 +70,37 @@ class _Expected:
         return self.bundle[(seq - 1) % tiles.WIDTH]
 
 
-def _no_row(topic: str, seq: int, signed: _Expected) -> None:
-    """A seq the audit log has no row of must be a signed tombstone."""
+def _signed_entry(topic: str, seq: int, signed: _Expected) -> dict[str, str]:
     entry = signed.entry(seq)
     if merkle.leaf_hash(entry) != signed.hash(seq):
         raise TlogError(f"the stored entry of {topic} seq {seq} does not match its tile")
     try:
-        kind = leaf.fields(entry)
+        return {**leaf.fields(entry), "bytes": entry.decode()}
     except leaf.LeafError:
-        kind = {}
-    if kind.get("kind") != leaf.TOMBSTONE:
+        return {}
+
+
+def _no_row(topic: str, seq: int, signed: _Expected) -> None:
+    """A seq the audit log has no row of must be a signed tombstone or uncopied leaf."""
+    kind = _signed_entry(topic, seq, signed)
+    if kind.get("kind") == leaf.UNCOPIED:
+        expected = leaf.uncopied(topic, seq)
+    elif kind.get("kind") == leaf.TOMBSTONE:
+        expected = leaf.tombstone(topic, seq, kind.get("reason", ""))
+    else:
         raise VerifyFailure(
             topic, seq, "the audit log has no row of it; the signed log holds a record"
         )
-    if entry != leaf.tombstone(topic, seq, kind.get("reason", "")):
-        raise VerifyFailure(topic, seq, "the signed tombstone is not of this seq")
+    if kind["bytes"].encode() != expected:
+        raise VerifyFailure(topic, seq, f"the signed {kind['kind']} leaf is not of this seq")
+
+
+def _copied_later(topic: str, seq: int, signed: _Expected) -> bool:
+    """A row of a seq signed as uncopied: a copy that came after (a consumer subscribed from
+    earlier, a late copy). The signed log does not pin it; it is not a rewrite of it."""
+    return signed.entry(seq) == leaf.uncopied(topic, seq) and (
+        merkle.leaf_hash(leaf.uncopied(topic, seq)) == signed.hash(seq)
+    )
 
 
 def verify(
@@ -134,7 +150,7 @@ def check_range(
             found = merkle.leaf_hash(leaf.record(row))
         except leaf.LeafError as exc:
             raise VerifyFailure(log.topic, at, str(exc).split(": ", 1)[-1]) from None
-        if found != signed.hash(at):
+        if found != signed.hash(at) and not _copied_later(log.topic, at, signed):
             raise VerifyFailure(log.topic, at, "the audit log's row is not the row that was signed")
         last, seq = at, at + 1
     while seq <= end:
