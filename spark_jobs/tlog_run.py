@@ -51,10 +51,18 @@ class RunLog:
     status: str  # signed | unsigned: why | failed: topic seq why
     checkpoints: dict[str, dict[str, Any]]
     failure: str | None = None  # "<topic>: seq N differs …" or a stored-log problem
+    topic: str | None = None  # the topic that failed, and its first bad seq (when one is)
+    seq: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    def failed_at(self) -> dict[str, Any] | None:
+        """The failure as verify's figures record it (the alert reads it from there)."""
+        if self.failure is None:
+            return None
+        return {"topic": self.topic, "seq": self.seq, "why": self.failure}
 
 
 def window(size: int, swept: int, sweep: int = SWEEP) -> tuple[int, int]:
@@ -106,7 +114,8 @@ def check_and_publish(
             if found:
                 check_range(log, log.hashes(found[0]), table, snapshot, start, end)
         except (VerifyFailure, TlogError) as exc:
-            return RunLog(f"{FAILED}: {exc}", out, str(exc))
+            seq = exc.seq if isinstance(exc, VerifyFailure) else None
+            return RunLog(f"{FAILED}: {exc}", out, str(exc), topic, seq)
         out[topic] = {"old_size": size, "checked": [start, end], "swept": end}
     if signer is None:
         return RunLog(NO_KEY, out)

@@ -164,7 +164,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "carried_runs": len(carried),
         "log": log.status.split(":", 1)[0],
     }
-    figures = {"seconds": timer.seconds, **counts}
+    figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
     store.record_snapshots(args, spark, layout, ("remaining",))
     print(render(report), flush=True)
