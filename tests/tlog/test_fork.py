@@ -7,8 +7,6 @@ both logs; a change outside the rewound ranges still fails, naming its seq."""
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,36 +20,17 @@ from watch_service.protocol.tlog import leaf, note
 from watch_service.storage import Storage
 
 from ..support import unique
+from .house import SCHEMA, audit_table, row
 
 pytestmark = pytest.mark.pg
-
-SCHEMA = pa.schema(
-    [pa.field("topic", pa.string(), False), pa.field("seq", pa.int64(), False),
-     pa.field("ts", pa.int64(), False), pa.field("tag", pa.string()), pa.field("node", pa.string()),
-     pa.field("meta", pa.string()), pa.field("data", pa.string(), False),
-     pa.field("data_sha256", pa.string(), False), pa.field("origin", pa.string(), False)]
-)  # fmt: skip
-
-
-def row(topic: str, seq: int, phase: str = "kept") -> dict:
-    data = json.dumps({"n": seq, "phase": phase})
-    return {"topic": topic, "seq": seq, "ts": 1764144000000 + seq, "tag": None, "node": None,
-            "meta": None, "data": data, "data_sha256": hashlib.sha256(data.encode()).hexdigest(),
-            "origin": "delivered"}  # fmt: skip
 
 
 def test_a_rewound_source_forks_the_log_and_verify_reports_the_break(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layout = Layout("", str(tmp_path / "work"), "r1")
-    catalog = readers.catalog(layout, pg_url)
-    catalog.create_namespace("audit")
-    location = Storage(layout.warehouse).uri("audit/audit_log")
-    table = catalog.create_table("audit.audit_log", schema=SCHEMA, location=location)
-    with table.update_spec() as spec:  # the topics are read from the partitions
-        spec.add_identity("topic")
     topic = unique("tf")
-    table.append(pa.Table.from_pylist([row(topic, s) for s in range(1, 11)], SCHEMA))
+    audit_table(layout, pg_url, [row(topic, s) for s in range(1, 11)])
     signer = note.Signer.generate("auditsync.test/fork")
     monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
     first = tlog_run.check_and_publish(layout, pg_url, settings.load(), {})
