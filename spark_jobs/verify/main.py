@@ -162,7 +162,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             carried_left,
             still_open,
         )
+    log_started = progress.Timer()
     log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
+    log_seconds = log_started.seconds
     passed = passed and log.ok
     counts = {
         "found": sum(r["found"] for r in mine),
@@ -171,6 +173,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "passed": passed,
         "carried_runs": len(carried),
         "log": log.status.split(":", 1)[0],
+        "log_seconds": round(log_seconds, 3),
     }
     figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
