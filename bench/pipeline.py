@@ -13,6 +13,12 @@ loopback port) and one local Spark session, then:
   steps on a Spark Connect server (``auditsync spark-connect``) and as one ``spark-submit``
   each, interleaved so both see the same machine load (medians of ``--dag-runs``).
 
+* the signed audit log's own costs, without Spark (``tlog_costs``): ``audit-log prove`` on a
+  tree of ``--tlog-leaves`` leaves (default 5 M) and ``audit-log verify --from --to`` between
+  runs a tenth and a hundredth of ``--tlog-rows`` (default 200,000) leaves apart; every timed
+  run above signs too (a generated key), and its ``log`` figure is verify's check, growth and
+  signature of the signed log (target: at most 5 % of the run).
+
 Prints per-step seconds, the ratio of each run to the run over an empty history (target: 5 M
 within 1.2 x) and of the Spark Connect DAG run to the spark-submit one (target: at most half),
 and the load average before and after. Not a test: it reports, it does not assert.
@@ -22,7 +28,8 @@ spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline
 was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
-[--skip-dag] [--quick]`` (``--quick``: sizes 0,100000, one DAG run each).
+[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N]`` (``--quick``: sizes
+0,100000, one DAG run each).
 """
 
 from __future__ import annotations
