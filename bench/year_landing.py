@@ -11,7 +11,7 @@ summary, as compact leaves it) says every frame up to N is consumed:
 * **fresh**: the same state, no history.
 
 Then, ``--repeats`` times on each (interleaved, so both see the same machine load), it lands
-``--new`` segments after the state and times compact alone (``spark_jobs.compact.main.run``,
+``--new`` segments after the state and times compact alone (``spark_jobs.steps.compact.main.run``,
 in-process). Prints the medians, their ratio (target <= 1.1) and the load average, and what
 one listing of the whole history (the listing compact made before the dated layout) costs.
 Not a test: it reports, it does not assert.
@@ -104,8 +104,13 @@ def history_folders(n: int, newest: dt.datetime) -> list[tuple[str, int, int]]:
     return out
 
 
-def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -> tuple[int, str]:
-    """n consumed one-frame segments (fewer if ``budget_s`` runs out); (count, last folder)."""
+def seed_history(
+    store: Storage, n: int, newest: dt.datetime, budget_s: float, backing: Path | None = None
+) -> tuple[int, str]:
+    """n consumed one-frame segments (fewer if ``budget_s`` runs out); (count, last folder).
+    ``backing``: the S3 server's own folder (S3Proxy's filesystem backend, where an object is
+    a file at ``bucket/key``): the history is seeded there as hard links, as on file, instead
+    of one PUT each; every read of it still goes through the S3 API."""
     t0, done, last_folder = time.monotonic(), 0, ""
     template = segment_table(1, 1)
     sink = pa.BufferOutputStream()
@@ -117,13 +122,16 @@ def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -
             if time.monotonic() - t0 > budget_s:
                 break
             names = [segment_key(folder, i, i) for i in range(first, last + 1)]
-            if store.location.is_local:
+            if store.location.is_local or backing is not None:
                 # one file per folder, the rest hard links to it (ext4 allows 65,000 a file)
-                Path(store.path(folder)).mkdir(parents=True, exist_ok=True)
-                tmpl = store.path(names[0])
-                pq.write_table(template, tmpl)
+                root = Path("/") if store.location.is_local else backing
+                assert root is not None
+                (root / store.path(folder)).mkdir(parents=True, exist_ok=True, mode=0o700)
+                tmpl = root / store.path(names[0])
+                tmpl.write_bytes(data)
+                tmpl.chmod(0o600)  # as the server writes objects: not public-read
                 for name in names[1:]:
-                    os.link(tmpl, store.path(name))
+                    os.link(tmpl, root / store.path(name))
             else:
                 list(pool.map(lambda name: store.write_bytes(name, data), names))
             done, last_folder = last, folder
@@ -167,7 +175,7 @@ class Zone:
 
     def compact(self, spark, new: int, run_id: str) -> float:
         """Land ``new`` segments in the current hour's folder, time compact alone."""
-        from spark_jobs.compact.main import run
+        from spark_jobs.steps.compact.main import run
 
         folder = folder_of(dt.datetime.now(dt.UTC))
         for _ in range(new):
