@@ -13,6 +13,12 @@ loopback port) and one local Spark session, then:
   steps on a Spark Connect server (``auditsync spark-connect``) and as one ``spark-submit``
   each, interleaved so both see the same machine load (medians of ``--dag-runs``).
 
+* the signed audit log's own costs, without Spark (``tlog_costs``): ``audit-log prove`` on a
+  tree of ``--tlog-leaves`` leaves (default 5 M) and ``audit-log verify --from --to`` between
+  runs a tenth and a hundredth of ``--tlog-rows`` (default 200,000) leaves apart; every timed
+  run above signs too (a generated key), and its ``log`` figure is verify's check, growth and
+  signature of the signed log (target: at most 5 % of the run).
+
 Prints per-step seconds, the ratio of each run to the run over an empty history (target: 5 M
 within 1.2 x) and of the Spark Connect DAG run to the spark-submit one (target: at most half),
 and the load average before and after. Not a test: it reports, it does not assert.
@@ -22,7 +28,8 @@ spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline
 was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
-[--skip-dag] [--quick]`` (``--quick``: sizes 0,100000, one DAG run each).
+[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N]`` (``--quick``: sizes
+0,100000, one DAG run each).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from spark_jobs.layout import STEPS, Layout  # noqa: E402
+from watch_service.protocol.tlog.note import Signer  # noqa: E402
 from watch_service.settings import Settings  # noqa: E402
 from watch_service.sink.landing import SCHEMA, segment_name  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
@@ -164,15 +172,17 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
     with psycopg.connect(world.url, autocommit=True) as conn:
         runs.start_run(conn, run_id)
     seconds = {}
-    checks = 0.0
+    checks = log = 0.0
     for step in STEPS:
         t0 = time.monotonic()
         figures = runner.run_steps(spark, layout, world.url, steps=(step,))
         seconds[step] = time.monotonic() - t0
         checks += figures.get(step, {}).get("rewind_checks", {}).get("seconds", 0.0)
+        log += figures.get(step, {}).get("log_seconds", 0.0)
     seconds["total"] = sum(seconds.values())
     # Inside reconcile: the head cap, the phantom revisit, the rewind evidence, the digests.
     seconds["rewind_checks"] = checks
+    seconds["log"] = log  # inside verify: the signed log's check, growth and signature
     return seconds
 
 
@@ -210,6 +220,77 @@ def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) 
     finally:
         spark.stop()
     return results
+
+
+def tlog_costs(base: Path, url: str, leaves: int, rows: int) -> dict[str, float]:
+    """The signed audit log's own costs, without Spark: ``audit-log prove`` on a tree of
+    ``leaves`` leaves (built with ``TopicLog.append``: tombstone leaves, so no audit-log rows
+    are needed), and ``audit-log verify --from --to`` between runs ``rows / 10`` and ``rows /
+    100`` leaves apart, on a pyiceberg audit log of ``rows`` rows in this PostgreSQL."""
+    import json
+
+    from spark_jobs import readers, tlog_command, tlog_verify
+    from spark_jobs.tlog_store import TopicLog
+    from watch_service.protocol.tlog import leaf, note
+    from watch_service.storage import Storage
+
+    out: dict[str, float] = {}
+    signer = note.Signer.generate("bench.auditsync/tlog")
+    warehouse = Storage.at(base / "tlog-bench")
+    big = TopicLog.at(warehouse, "big", signer.verifier)
+    t0 = time.monotonic()
+    big.append(signer, (leaf.tombstone("big", s, "ttl") for s in range(1, leaves + 1)))
+    out["build"] = time.monotonic() - t0
+    proves = []
+    for seq in (1, leaves // 2, leaves):  # each from a fresh log: no tile read is cached
+        t0 = time.monotonic()
+        tlog_command.prove(TopicLog.at(warehouse, "big", signer.verifier), seq).text()
+        proves.append(time.monotonic() - t0)
+    out["prove"] = max(proves)
+    print(f"tlog: {leaves:,}-leaf tree built in {out['build']:.1f} s; prove "
+          f"{', '.join(f'{p * 1000:.0f}' for p in proves)} ms ({load()})", flush=True)  # fmt: skip
+
+    layout = Layout("", str(base / "tlog-verify"), "")
+    catalog = readers.catalog(layout, url)
+    catalog.create_namespace("audit")
+    names = ("topic", "seq", "ts", "tag", "node", "meta", "data", "data_sha256", "origin")
+    kinds = (pa.string(), pa.int64(), pa.int64(), *[pa.string()] * 6)
+    schema = pa.schema([pa.field(n, k) for n, k in zip(names, kinds)])
+    table = catalog.create_table(
+        "audit.audit_log", schema=schema, location=Storage(layout.warehouse).uri("audit/audit_log")
+    )
+    with table.update_spec() as spec:
+        spec.add_identity("topic")
+
+    def add(first: int, last: int) -> None:
+        data = [json.dumps({"n": s}) for s in range(first, last + 1)]
+        table.append(pa.Table.from_pydict({
+            "topic": ["t"] * len(data), "seq": list(range(first, last + 1)),
+            "ts": [TS0 + s for s in range(first, last + 1)], "tag": [None] * len(data),
+            "node": [None] * len(data), "meta": [None] * len(data), "data": data,
+            "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
+            "origin": ["delivered"] * len(data)}, schema))  # fmt: skip
+
+    marks = [rows - rows // 10, rows - rows // 100, rows]
+    add(1, marks[0])
+    for i, mark in enumerate(marks):
+        if i:
+            add(marks[i - 1] + 1, mark)
+        tlog_command.publish(layout.work, url, signer, run_id=f"r{i}", topics=["t"], gaps={"t": []})
+    log = TopicLog.at(Storage(layout.warehouse), "t", signer.verifier)
+    table = readers.load(layout, url, "audit_log")
+    snap = tlog_command.current_snapshot(table, None)
+    for name, frm in (("verify_tenth", "r0"), ("verify_hundredth", "r1")):
+        t0 = time.monotonic()
+        tlog_verify.verify(log, table, snap, frm, "r2")
+        out[name] = time.monotonic() - t0
+    t0 = time.monotonic()
+    tlog_verify.verify(log, table, snap)
+    out["verify_all"] = time.monotonic() - t0
+    print(f"tlog: verify over {rows:,} rows: --from/--to {rows // 10:,} leaves apart "
+          f"{out['verify_tenth']:.2f} s, {rows // 100:,} apart {out['verify_hundredth']:.2f} s, "
+          f"all {out['verify_all']:.2f} s ({load()})", flush=True)  # fmt: skip
+    return out
 
 
 def fmt(seconds: dict[str, float]) -> str:
@@ -294,6 +375,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dag-only", action="store_true", help="only the empty DAG runs")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--tlog-only",
+        action="store_true",
+        help="only the signed audit log's own costs: prove on --tlog-leaves, verify --from --to",
+    )
+    parser.add_argument("--tlog-leaves", type=int, default=5_000_000)
+    parser.add_argument("--tlog-rows", type=int, default=200_000)
+    parser.add_argument(
         "--storages",
         default="file,s3",
         help="where the landing zone and warehouse live: file (a local folder) and/or s3 "
@@ -315,7 +403,13 @@ def main(argv: list[str]) -> int:
     try:
         pg.start()
         migrate(pg.url)
+        tlog = tlog_costs(base, pg.url, args.tlog_leaves, args.tlog_rows)
+        if args.tlog_only:
+            storages, args.skip_dag = [], True
         dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n)
+        if not args.tlog_only:  # every run signs its audit log, as a run with a key does
+            signer = Signer.generate("bench.auditsync/pipeline")
+            os.environ["AUDITSYNC_LOG_SIGNING_KEY"] = str(signer)
         for storage in [] if args.dag_only else storages:
             root = str(base / "file")
             if storage == "s3":
@@ -330,6 +424,13 @@ def main(argv: list[str]) -> int:
             store.stop()
         pg.stop()
         shutil.rmtree(base, ignore_errors=True)
+    print(
+        f"\ntlog: prove on {args.tlog_leaves:,} leaves {tlog['prove'] * 1000:.0f} ms "
+        f"(target <= 200 ms); verify --from --to {tlog['verify_tenth']:.2f} s for "
+        f"{args.tlog_rows // 10:,} leaves, {tlog['verify_hundredth']:.2f} s for "
+        f"{args.tlog_rows // 100:,} (ratio {tlog['verify_tenth'] / tlog['verify_hundredth']:.1f}"
+        f", leaves ratio 10)"
+    )
     if dags:
         connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))
         print(
@@ -344,7 +445,7 @@ def main(argv: list[str]) -> int:
             print(
                 f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x  "
                 f"rewind checks {r.get('rewind_checks', 0) / r['total']:.1%} of the run "
-                "(target < 5 %)"
+                f"(target < 5 %), signed log {r.get('log', 0) / r['total']:.1%} (target <= 5 %)"
             )
         print(f"empty in-process run: {fmt(results[-1])}")
         biggest = results[max(sizes)]["total"] / first

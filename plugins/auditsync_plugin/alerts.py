@@ -2,11 +2,12 @@
 
 Four findings are worth waking someone for: a run found defects (even when backfill repaired
 them all) or found the source rewound (``source_rewound``: the ranges its reconcile recorded in
-the run's figures), verify failed, the sinks lag past the sensor's timeout, and a data interval
-was not verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
-(``notifiers.py``) read — the run tables in PostgreSQL, the sinks' cursors, Airflow's context —
-and is rendered (``alerts_render.py``: a subject line, plain text for the webhooks, HTML for
-e-mail) from here.
+the run's figures), verify failed (naming, when the signed audit log's check failed it, the
+topic and the first bad seq from verify's figures), the sinks lag past the sensor's timeout,
+and a data interval was not verified by its deadline. Each becomes one :class:`Alert` built
+from facts the I/O shell (``notifiers.py``) read — the run tables in PostgreSQL, the sinks'
+cursors, Airflow's context — and is rendered (``alerts_render.py``: a subject line, plain
+text for the webhooks, HTML for e-mail) from here.
 """
 
 from __future__ import annotations
@@ -145,6 +146,18 @@ def rewinds(steps: Mapping[str, Any] | None) -> tuple[Rewound, ...]:
     )
 
 
+def log_failure(steps: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The fact a run's failed signed-audit-log check adds to its alert, from verify's figures
+    (``steps.verify.log_failure``: topic, first bad seq or None, why), or None."""
+    failed = ((steps or {}).get("verify") or {}).get("log_failure")
+    if not failed:
+        return None
+    where = f"topic {failed.get('topic')}"
+    if failed.get("seq") is not None:
+        where += f", first bad seq {failed['seq']}"
+    return where, str(failed.get("why") or "")
+
+
 def run_alert(
     kind: str,
     dag_id: str,
@@ -174,7 +187,10 @@ def run_alert(
         title = f"{dag_id}: run {pipeline_run_id} found {found} defects ({left})"
     if rewound:
         title += f"; source rewound on {', '.join(r.topic for r in rewound)}"
-    facts = (
+    log_failed = log_failure(steps)
+    if log_failed is not None and kind == VERIFY_FAILED:
+        title += f"; the signed audit log does not verify ({log_failed[0]})"
+    facts: tuple[tuple[str, str], ...] = (
         ("pipeline run", pipeline_run_id),
         ("Airflow run", run_id),
         ("status", str(status or "unknown")),
@@ -182,6 +198,8 @@ def run_alert(
         ("defects left", str(remaining)),
         ("consumer/topic pairs", str(topics)),
     )
+    if log_failed is not None:
+        facts += (("signed audit log", f"{log_failed[0]}: {log_failed[1]}"),)
     links = (
         ("Reconciliation page", page_link(base_url)),
         ("Findings", findings_link(base_url, pipeline_run_id)),
