@@ -28,6 +28,8 @@ from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
+from spark_jobs.verify.index_check import render as render_index
+from spark_jobs.verify.index_check import verify_index
 from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 
@@ -95,6 +97,22 @@ def check_the_log(
     return log
 
 
+def check_the_index(layout: Layout, database_url: str) -> dict:
+    """The search index checked and repaired (``index_check``); a document still wrong after
+    the repair fails the run."""
+    index = verify_index(database_url, database_url, layout.catalog, layout.run_id)
+    if index["remaining"]:
+        with store.connect(database_url, transaction=True) as conn:
+            runs.mark_failed(
+                conn,
+                layout.run_id,
+                "verify",
+                f"search index: {index['remaining']} documents still wrong after repair",
+            )
+    print(render_index(index), flush=True)
+    return index
+
+
 @step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
@@ -155,7 +173,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             still_open,
         )
     log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
-    passed = passed and log.ok
+    index = check_the_index(layout, args.database_url)
+    passed = passed and log.ok and index["remaining"] == 0
     counts = {
         "found": sum(r["found"] for r in mine),
         "remaining": sum(r["remaining"] for r in mine),
@@ -163,6 +182,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "passed": passed,
         "carried_runs": len(carried),
         "log": log.status.split(":", 1)[0],
+        "index": index,
     }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "verify", figures)
