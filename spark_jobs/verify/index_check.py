@@ -66,7 +66,8 @@ def verify_index(
     source_url: str, pipeline_url: str, warehouse: str, run_id: str, wait_s: float = WAIT_S
 ) -> dict:
     """Check this run's windows and its slice of the verified history, repair, check again;
-    returns the figures (``index_plan.summary``)."""
+    returns the figures (``index_plan.summary``, with the ``seconds`` it took)."""
+    started = time.monotonic()
     with store.connect(pipeline_url) as conn:
         windows = index_runs.run_windows(conn, run_id)
         scrubbed = index_runs.scrubs(conn, warehouse, {w.topic for w in windows})
@@ -79,13 +80,14 @@ def verify_index(
     left = _check(source_url, _around(checks, found)) if found else []
     with store.connect(pipeline_url) as conn:
         index_runs.set_scrubs(conn, warehouse, {c.topic: c.scrubbed_through for c in checks})
-    return summary(
+    figures = summary(
         checks,
         [(d.kind, d.topic, d.seq) for d in found],
         [(d.kind, d.topic, d.seq) for d in left],
         repaired,
         lagging,
     )
+    return {**figures, "seconds": round(time.monotonic() - started, 3)}
 
 
 def render(figures: dict) -> str:
