@@ -159,7 +159,7 @@ def rewinds(steps: Mapping[str, Any] | None) -> tuple[Rewound, ...]:
 
 def index_defects(steps: Mapping[str, Any] | None) -> tuple[int, int, tuple[IndexDefect, ...]]:
     """(found, left after repair, ranges by topic and kind) of a run's search-index check,
-    from its figures (``steps.verify.index``: ``spark_jobs.verify.index_plan.summary``)."""
+    from its figures (``steps.verify.index``: ``spark_jobs.steps.verify.index_plan.summary``)."""
     index = ((steps or {}).get("verify") or {}).get("index") or {}
     ranges = tuple(
         IndexDefect(topic, kind, tuple((int(a), int(b)) for a, b in spans))

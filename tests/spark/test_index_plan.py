@@ -1,10 +1,10 @@
-"""Which seqs of the search index a run checks (``spark_jobs/verify/index_plan``), pure."""
+"""Which seqs of the search index a run checks (``spark_jobs/steps/verify/index_plan``), pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from spark_jobs.verify.index_plan import Check, behind, plan, summary
+from spark_jobs.steps.verify.index_plan import Check, behind, plan, summary
 from watch_service.store.index_runs import Window
 
 pytestmark = [pytest.mark.unit]
