@@ -317,3 +317,106 @@ def test_cycles_are_found() -> None:
         ["compat", "server", "compat"]
     ]
     assert layer_cycles({("a", "b"), ("b", "c")}) == []
+
+
+# -- inside spark_jobs: steps never import each other, the base never reaches up, no circle ------
+# The modules every step and command may stand on; they import nothing of spark_jobs but each
+# other (what two steps share moves here).
+SPARK_BASE = ("spark_jobs.common", "spark_jobs.layout", "spark_jobs.readers")
+# The one circle left inside spark_jobs: the transparency-log command, its verifier and time
+# travel (issue 33's modules). The test fails when a circle appears and when this one is gone.
+KNOWN_SPARK_CIRCLES = {
+    frozenset({"spark_jobs.time_travel", "spark_jobs.tlog_command", "spark_jobs.tlog_verify"})
+}
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def step_of(name: str) -> str | None:
+    """``verify`` for ``spark_jobs.steps.verify.main``; None outside the steps."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["spark_jobs", "steps"] else None
+
+
+def spark_violation(importer: str, target: str) -> str | None:
+    """The rule an import between two spark_jobs modules breaks, or None."""
+    if not _within(target, "spark_jobs") or target == "spark_jobs":
+        return None
+    mine, theirs = step_of(importer), step_of(target)
+    if mine and theirs and mine != theirs:
+        return "a step never imports another step: what two steps share moves to common/"
+    base = any(_within(importer, b) for b in SPARK_BASE)
+    if base and not any(_within(target, b) for b in SPARK_BASE):
+        return f"the base ({', '.join(SPARK_BASE)}) imports nothing above it"
+    return None
+
+
+def spark_edges() -> set[tuple[str, str]]:
+    """(importer, imported) between spark_jobs modules, imports inside functions included."""
+    return {
+        (module_name(Path(imp.path)), imp.target)
+        for imp in project_imports()
+        if imp.path.startswith("spark_jobs/") and _within(imp.target, "spark_jobs")
+    }
+
+
+def circles(edges: set[tuple[str, str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        if a != b:
+            graph.setdefault(a, set()).add(b)
+            graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = {stack.pop()}
+            while node not in part:
+                part.add(stack.pop())
+            if len(part) > 1:
+                found.add(frozenset(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_spark_jobs_steps_and_base_import_downward() -> None:
+    broken = sorted(
+        f"{a} imports {b}: {rule}" for a, b in spark_edges() if (rule := spark_violation(a, b))
+    )
+    assert not broken, "spark_jobs layering:\n" + "\n".join(broken)
+
+
+def test_no_circle_inside_spark_jobs() -> None:
+    found = circles(spark_edges())
+    assert found == KNOWN_SPARK_CIRCLES, "circles inside spark_jobs:\n" + "\n".join(
+        " <-> ".join(sorted(c)) for c in found
+    )
+
+
+def test_the_spark_checks_themselves() -> None:
+    step = "spark_jobs.steps.verify.main"
+    assert spark_violation(step, "spark_jobs.steps.backfill.writes") is not None
+    assert spark_violation(step, "spark_jobs.steps.verify.transforms") is None
+    assert spark_violation(step, "spark_jobs.common.tables") is None
+    assert spark_violation("spark_jobs.common.tables", "spark_jobs.legacy") is not None
+    assert spark_violation("spark_jobs.common.tables", "spark_jobs.readers") is None
+    assert spark_violation("spark_jobs.runner", "spark_jobs.steps.reconcile.main") is None
+    edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d"), ("f", "f")}
+    assert circles(edges) == {frozenset("abc"), frozenset("de")}

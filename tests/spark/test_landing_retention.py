@@ -1,13 +1,13 @@
 """Landing retention: the plan (pure: exact kept and deleted names) and its deletes on a local
-folder and on the tests' S3 server (``spark_jobs.maintenance.landing_plan`` / ``landing``)."""
+folder and on the tests' S3 server (``spark_jobs.steps.maintenance.landing_plan`` / ``landing``)."""
 
 import datetime as dt
 
 import pyarrow as pa
 import pytest
 
-from spark_jobs.maintenance import landing as retention
-from spark_jobs.maintenance import landing_plan as lp
+from spark_jobs.steps.maintenance import landing as retention
+from spark_jobs.steps.maintenance import landing_plan as lp
 from tests.support import ON_BOTH_STORAGES
 from watch_service.protocol.landing_keys import SegmentKey, segment_key, segments_since
 

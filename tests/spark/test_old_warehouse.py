@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import legacy
-from spark_jobs.common.tables import WarehouseError
+from spark_jobs.common.errors import WarehouseError
 from spark_jobs.layout import Layout
 from spark_jobs.old_warehouse import compact_state, finish_swaps, last_writers, partition_key
 from watch_service.storage import Location, Storage

@@ -1,5 +1,5 @@
 """The search index's two entry points on the test PostgreSQL: the sync writer (the Spark
-backfill's, also through ``spark_jobs.backfill.search``) and the async one (the sink's) write
+backfill's, also through ``spark_jobs.steps.backfill.search``) and the async one (the sink's) write
 the same documents from the same records, skip what PostgreSQL refuses, and batch large sets."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from spark_jobs.backfill import search as backfill_search
+from spark_jobs.steps.backfill import search as backfill_search
 from tests.support import unique
 from watch_service.store.search_index import (
     BATCH,

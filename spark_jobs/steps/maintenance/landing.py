@@ -1,7 +1,7 @@
 """Landing retention, done: the segments ``landing_plan`` lets go are deleted through
 ``watch_service.storage`` (no Spark: a listing and deletes).
 
-    python -m spark_jobs.maintenance.landing --landing LOCATION --work LOCATION
+    python -m spark_jobs.steps.maintenance.landing --landing LOCATION --work LOCATION
         [--retention-hours 168]            (or AUDITSYNC_LANDING_RETENTION_HOURS)
 
 The runs on record come from ``pipeline_runs`` of the warehouse's catalog (each passed run's
@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from spark_jobs.layout import Layout
-from spark_jobs.maintenance import landing_plan as lp
+from spark_jobs.steps.maintenance import landing_plan as lp
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing_keys import DAY_RE, HOUR_RE, LEGACY, SegmentKey, parse_segment
 from watch_service.storage import Storage
@@ -126,7 +126,7 @@ def run(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_jobs.maintenance.landing",
+        prog="python -m spark_jobs.steps.maintenance.landing",
         description="Delete landing segments compacted, reconciled and verified by a passed "
         "run and older than the retention.",
     )

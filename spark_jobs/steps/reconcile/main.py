@@ -1,6 +1,6 @@
 """reconcile's entry point: judge the window of every (consumer, topic) delivered to.
 
-    spark-submit spark_jobs/reconcile/main.py --work DIR --run-id ID [--num-partitions N]
+    spark-submit spark_jobs/steps/reconcile/main.py --work DIR --run-id ID [--num-partitions N]
         [--full]
 
 Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from its
@@ -32,22 +32,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import jdbc, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
+from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
-from spark_jobs.reconcile import evidence, rewind
-from spark_jobs.reconcile.late import (
+from spark_jobs.steps.reconcile import evidence, rewind
+from spark_jobs.steps.reconcile.late import (
     held_copies,
     late_copies,
     merge_summary,
     rejudge,
-    seq_runs,
 )
-from spark_jobs.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
-from spark_jobs.reconcile.scope import (
+from spark_jobs.steps.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
+from spark_jobs.steps.reconcile.scope import (
     PROGRESS,
     SCOPE,
     SIGNALLED,
@@ -55,7 +55,7 @@ from spark_jobs.reconcile.scope import (
     rewound_frames,
     signalled_ranges,
 )
-from spark_jobs.reconcile.transforms import reconcile, summarize
+from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
@@ -188,7 +188,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         )
     latest = tables.compact_state(spark, layout)["batch"]
     if latest < last:
-        raise tables.WarehouseError(
+        raise errors.WarehouseError(
             f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
             f"holds batches up to {latest} only: this is not the warehouse those runs used"
         )

@@ -1,6 +1,6 @@
 """backfill's entry point.
 
-    spark-submit spark_jobs/backfill/main.py --work DIR --run-id ID
+    spark-submit spark_jobs/steps/backfill/main.py --work DIR --run-id ID
         [--target {audit_log,search_index,both}] [--num-partitions N] [--max-pushdown-ranges N]
 
 Re-reads from PostgreSQL (bounded to their seq runs) the ``silent_gap`` and ``mismatch``
@@ -23,20 +23,20 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.backfill.search import upsert_documents
-from spark_jobs.backfill.transforms import (
+from spark_jobs.common import jdbc, progress, step_cache, store, tables
+from spark_jobs.common.cli import add_database, job_parser
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
+from spark_jobs.common.seq_ranges import seq_runs
+from spark_jobs.common.session import build_session, stop_session
+from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.search import upsert_documents
+from spark_jobs.steps.backfill.transforms import (
     delivered_rows,
     repair_keys,
     search_records,
     source_rows,
 )
-from spark_jobs.backfill.writes import write_audit_log
-from spark_jobs.common import jdbc, progress, step_cache, store, tables
-from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
-from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
-from spark_jobs.reconcile.late import seq_runs
+from spark_jobs.steps.backfill.writes import write_audit_log
 from watch_service.store import runs
 
 BOTH = "both"
@@ -63,13 +63,6 @@ def build_parser():
     return parser
 
 
-def run_details(spark: SparkSession, layout: Layout, run_ids: list[str]) -> DataFrame:
-    """The detail of these runs (those whose rows still exist), with a ``run_id``."""
-    return tables.runs_rows(spark, layout, "detail", run_ids).select(
-        *[F.col(f.name) for f in DETAIL.fields], "run_id"
-    )
-
-
 def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
     """Seq runs of the repair keys per topic; each topic's whole span beyond ``limit``."""
     spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(keys).limit(limit + 1).collect()]
@@ -94,7 +87,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
     detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)
-    everything = detail.unionByName(run_details(spark, layout, carried).drop("run_id"))
+    everything = detail.unionByName(tables.run_details(spark, layout, carried).drop("run_id"))
     keys = step_cache.cache(repair_keys(everything))
     spans = repair_spans(keys, args.max_pushdown_ranges)
     records = jdbc.read_records_in(

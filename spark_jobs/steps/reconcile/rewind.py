@@ -12,8 +12,8 @@ it has not read nor miss that the source it judged against is gone:
   path (``late.py``) and again once the head passes them (``revisit.py``).
 - **Digests.** Each run keeps one hash per range of the source records it judged
   (``range_digests``: ranges are the judged seqs of a ``BUCKET``-aligned block, the hash
-  sha256 over ``"<seq>:<sha256 hex of data>\\n"`` lines in seq order, which PostgreSQL
-  computes the same way: ``watch_service.store.runs.RANGE_DIGEST``), stored in
+  sha256 over ``"<seq>:<sha256 hex of data>\\n"`` lines in seq order, written once in
+  ``watch_service.protocol.hashes`` for Spark, PostgreSQL and Python), stored in
   ``reconcile_digests`` in the run's commit.
 - **Evidence.** A later run re-hashes, in PostgreSQL, only the stored ranges that its late
   copies, its landed ``rewound`` frames or a head below them meet (``suspect_spans``). Where a
@@ -36,6 +36,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common.schemas import SOURCE_RECORDS, conform
 from spark_jobs.common.spans import merge as merge_spans
+from watch_service.protocol import hashes
 from watch_service.store.runs import DIGEST_BUCKET
 
 BUCKET = DIGEST_BUCKET
@@ -79,14 +80,14 @@ def range_digests(records: DataFrame) -> DataFrame:
     """One digest per (topic, BUCKET-aligned block) of the records: (topic, seq_from, seq_to,
     digest) over the records present, from the first to the last."""
     src = conform(records, SOURCE_RECORDS)
-    line = F.concat(F.col("seq").cast("string"), F.lit(":"), F.sha2("data", 256), F.lit("\n"))
+    line = F.expr(hashes.spark_digest_line("seq", "data"))
     blocks = src.groupBy("topic", F.floor(F.col("seq") / BUCKET).alias("block")).agg(
         F.min("seq").alias("seq_from"),
         F.max("seq").alias("seq_to"),
         F.sort_array(F.collect_list(F.struct(F.col("seq"), line.alias("line")))).alias("lines"),
     )
-    text = F.array_join(F.transform("lines", lambda x: x["line"]), "")
-    return conform(blocks.withColumn("digest", F.sha2(text, 256)), DIGESTS)
+    digest = F.expr(hashes.spark_range_digest("transform(lines, x -> x.line)"))
+    return conform(blocks.withColumn("digest", digest), DIGESTS)
 
 
 def suspect_spans(
@@ -121,7 +122,9 @@ def rewound_seqs(
         .groupBy("topic", "seq")
         .agg(F.max_by("source_hash", "order").alias("was"))
     )
-    current = conform(now, SOURCE_RECORDS).select("topic", "seq", F.sha2("data", 256).alias("is"))
+    current = conform(now, SOURCE_RECORDS).select(
+        "topic", "seq", F.expr(hashes.spark_payload_hash("data")).alias("is")
+    )
     head_map = F.create_map(*[x for t, h in sorted(heads.items()) for x in (F.lit(t), F.lit(h))])
     head = head_map[F.col("topic")] if heads else F.lit(None).cast("long")
     joined = inside.join(current, on=["topic", "seq"], how="left")

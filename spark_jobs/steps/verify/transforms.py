@@ -17,20 +17,11 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, REMAINING, conform
+from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LEFT, REMAINING, conform
 
 GROUP = ["run_id", "consumer", "topic", "status"]
-# A defect detail row with how many of its seqs are still unrepaired.
-LEFT = StructType(
-    [
-        StructField("run_id", StringType(), False),
-        *DETAIL.fields,
-        StructField("left", LongType(), False),
-    ]
-)
 
 
 def _with_run(detail: DataFrame) -> DataFrame:

@@ -25,12 +25,13 @@ Rules, first match wins:
 ``silent_gap`` (defect)     anything else: due, never delivered, never signalled
 ==========================  ===============================================================
 
-Hashes: a source record's is ``sha2(data_text, 256)``; a delivered copy's is the landed
-``data_sha256`` (the sink hashes exactly the text it lands, after any corruption; recomputed
-from ``data`` when absent). A copy with no payload at all (``include_data: false``) cannot
-be compared and counts as matching. In the detail, ``delivered_hash`` is set only where it
-says something ``source_hash`` does not: a mismatch's (largest) copy hash, and the copy hash
-of a seq with no source row (phantom, trimmed_after_delivery).
+Hashes: a source record's is the payload hash of its text (``protocol.hashes``); a delivered
+copy's is the landed ``data_sha256`` (the sink hashes exactly the text it lands, after any
+corruption; recomputed from ``data`` when absent). A copy with no payload at all
+(``include_data: false``) cannot be compared and counts as matching. In the detail,
+``delivered_hash`` is set only where it says something ``source_hash`` does not: a mismatch's
+(largest) copy hash, and the copy hash of a seq with no source row (phantom,
+trimmed_after_delivery).
 
 Ranges, not rows, for loss: records and delivered copies are judged per seq (there is one row
 of each anyway), but the seqs of a ``gaps`` row nobody delivered are never enumerated. They
@@ -61,12 +62,13 @@ from spark_jobs.common.schemas import (
     SUMMARY,
     conform,
 )
-from spark_jobs.reconcile.scope import (
+from spark_jobs.steps.reconcile.scope import (
     SCOPE,
     SIGNALLED,
     consumer_scope,
     signalled_ranges,
 )
+from watch_service.protocol import hashes
 from watch_service.protocol.landing import KIND_RECORD
 
 KEY = ["scope_id", "seq"]
@@ -118,7 +120,10 @@ def _names(scope: DataFrame) -> DataFrame:
 def expected_seqs(records: DataFrame, scope: DataFrame) -> DataFrame:
     """Source records, once per consumer that has them in its window."""
     src = conform(records, SOURCE_RECORDS).select(
-        "topic", "seq", "node", F.unhex(F.sha2("data", 256)).alias("source_hash")
+        "topic",
+        "seq",
+        "node",
+        F.unhex(F.expr(hashes.spark_payload_hash("data"))).alias("source_hash"),
     )
     return conform(
         _in_window(src, scope, ["topic"]).select(
@@ -159,7 +164,9 @@ def copy_hashes(deliveries: DataFrame) -> DataFrame:
         "consumer",
         "topic",
         "seq",
-        F.unhex(F.coalesce(F.col("data_sha256"), F.sha2("data", 256))).alias("hash"),
+        F.unhex(F.coalesce(F.col("data_sha256"), F.expr(hashes.spark_payload_hash("data")))).alias(
+            "hash"
+        ),
     )
 
 

@@ -1,6 +1,6 @@
 """compact's entry point: the landing segments not yet compacted -> one new deliveries batch.
 
-    spark-submit spark_jobs/compact/main.py --landing LOCATION --work LOCATION --run-id ID
+    spark-submit spark_jobs/steps/compact/main.py --landing LOCATION --work LOCATION --run-id ID
 
 Lists each consumer's segments (``<landing>/<consumer>/<YYYY-MM-DD>/<HH>/part-*.parquet``, a
 path, ``file://`` or ``s3://``) from the folder of its last compacted segment on
@@ -26,12 +26,12 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, local_rows, progress, step_cache, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.compact.transforms import LAST_FRAMES, compact, last_frames
 from spark_jobs.layout import Layout
+from spark_jobs.steps.compact.transforms import LAST_FRAMES, compact, last_frames
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
 from watch_service.storage import Storage
@@ -61,7 +61,7 @@ def new_segments(names: list[str], state: dict) -> list[Segment]:
         if last <= through:
             continue
         if first <= through:
-            raise tables.WarehouseError(
+            raise errors.WarehouseError(
                 f"landing segment {name} overlaps frames already compacted "
                 f"(through frame {through})"
             )

@@ -1,6 +1,6 @@
 """verify's entry point: the pipeline's quality gate.
 
-    spark-submit spark_jobs/verify/main.py --work DIR --run-id ID [--examples N]
+    spark-submit spark_jobs/steps/verify/main.py --work DIR --run-id ID [--examples N]
 
 Counts the defects (silent_gap, mismatch, phantom) of this run's verdicts, and of earlier runs
 whose repairs were still open, that the audit log does not repair; writes them to the run's
@@ -20,15 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.backfill.main import run_details
-from spark_jobs.backfill.writes import inside
 from spark_jobs.common import progress, step_cache, store, tables
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
+from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
-from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
+from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 
 
@@ -107,7 +106,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
         "run_id", F.lit(args.run_id)
     )
-    older = run_details(spark, layout, carried).filter(
+    older = tables.run_details(spark, layout, carried).filter(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
     detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.backfill.transforms import merge_audit_log
 from spark_jobs.common import step_cache, tables
 from spark_jobs.common.schemas import AUDIT_LOG, columns, conform
+from spark_jobs.common.seq_ranges import inside
 from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.transforms import merge_audit_log
 
 MERGE_VIEW = "auditsync_audit_log_updates"
 
@@ -33,13 +34,6 @@ def seq_bounds(rows: DataFrame) -> list[tuple[str, int, int]]:
         .agg(F.min("seq").alias("lo"), F.max("seq").alias("hi"))
         .collect()
     ]
-
-
-def inside(bounds: list[tuple[str, int, int]], prefix: str = "") -> Column:
-    cond = F.lit(False)
-    for topic, lo, hi in bounds:
-        cond = cond | ((F.col(f"{prefix}topic") == topic) & F.col(f"{prefix}seq").between(lo, hi))
-    return cond
 
 
 def _sql_inside(bounds: list[tuple[str, int, int]], alias: str) -> str:

@@ -22,8 +22,8 @@ from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
 from spark_jobs.common.schemas import DELIVERIES, DETAIL, GAPS, LEDGER, conform
-from spark_jobs.reconcile.scope import SCOPE
-from spark_jobs.reconcile.transforms import EXPECTED
+from spark_jobs.steps.reconcile.scope import SCOPE
+from spark_jobs.steps.reconcile.transforms import EXPECTED
 from watch_service.protocol.landing import KIND_RECORD
 
 

@@ -1,11 +1,11 @@
 """maintenance's entry point: small files rewritten, old snapshots expired, orphans removed.
 
-    spark-submit spark_jobs/maintenance/main.py --work LOCATION [--run-id ID]
+    spark-submit spark_jobs/steps/maintenance/main.py --work LOCATION [--run-id ID]
         [--snapshot-retention-hours 168] [--target-file-size-mb 128] [--table NAME ...]
 
 Per warehouse table (``spark_jobs.layout.TABLES``) that has a snapshot: Iceberg's
 ``rewrite_data_files``, ``expire_snapshots`` and ``remove_orphan_files`` procedures, with the
-limits ``spark_jobs.maintenance.plan`` decides: no snapshot a pipeline run started within the
+limits ``spark_jobs.steps.maintenance.plan`` decides: no snapshot a pipeline run started within the
 retention references is expired (``pipeline_runs.snapshots``), nor the one holding compact's
 state. One progress line per table; the figures (data files before/after, snapshots expired,
 orphans removed, per table and in total) are the step's result (an XCom under Airflow).
@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.common import progress, store, tables
+from spark_jobs.common import errors, progress, store, tables
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session
 from spark_jobs.layout import NAMESPACE, TABLES, Layout
-from spark_jobs.maintenance import plan
+from spark_jobs.steps.maintenance import plan
 from watch_service.store import runs
 
 
@@ -103,7 +103,7 @@ def maintain(
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Maintain every table (or ``--table``s) that has a snapshot; returns the figures."""
     if not args.database_url:
-        raise tables.WarehouseError(
+        raise errors.WarehouseError(
             "maintenance needs the catalog's database: --database-url or AUDITSYNC_DATABASE_URL"
         )
     timer = progress.Timer()

@@ -32,6 +32,7 @@ from spark_jobs.common.schemas import (
     columns,
     conform,
 )
+from watch_service.protocol import hashes
 from watch_service.protocol.landing import KIND_RECORD
 
 _RANK_EXISTING = 2
@@ -88,7 +89,7 @@ def delivered_rows(deliveries: DataFrame, detail: DataFrame) -> DataFrame:
         .filter(F.col("status").isin(st.DELIVERED, st.TRIMMED_AFTER_DELIVERY))
         .select("consumer", "topic", "seq", "status", "source_hash")
     )
-    hashed = records.withColumn("data_sha256", F.sha2("data", 256))
+    hashed = records.withColumn("data_sha256", F.expr(hashes.spark_payload_hash("data")))
     kept = hashed.join(judged, on=["consumer", "topic", "seq"], how="inner").filter(
         (F.col("status") == st.TRIMMED_AFTER_DELIVERY)
         | (F.col("data_sha256") == F.col("source_hash"))
@@ -107,7 +108,9 @@ def source_rows(records: DataFrame, keys: DataFrame) -> DataFrame:
         keys.select("topic", "seq"), on=["topic", "seq"], how="left_semi"
     )
     return _audit_rows(
-        wanted.withColumn("data_sha256", F.sha2("data", 256)), F.lit(st.ORIGIN_BACKFILL), F.lit(1)
+        wanted.withColumn("data_sha256", F.expr(hashes.spark_payload_hash("data"))),
+        F.lit(st.ORIGIN_BACKFILL),
+        F.lit(1),
     )
 
 

@@ -21,9 +21,9 @@ from pyspark.sql.types import LongType, StringType
 
 from spark_jobs.common import jdbc, local_rows, tables
 from spark_jobs.common.schemas import struct
+from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.layout import Layout
-from spark_jobs.reconcile import rewind
-from spark_jobs.reconcile.late import seq_runs
+from spark_jobs.steps.reconcile import rewind
 from watch_service.store import runs
 
 # Each committed run and its order: the last batch it read.

@@ -35,7 +35,7 @@ cursor passed was judged with what the consumer had then).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
@@ -48,8 +48,9 @@ from spark_jobs.common.schemas import (
     SUMMARY,
     conform,
 )
-from spark_jobs.reconcile.scope import SCOPE
-from spark_jobs.reconcile.transforms import copy_hashes
+from spark_jobs.steps.reconcile.scope import SCOPE
+from spark_jobs.steps.reconcile.transforms import copy_hashes
+from watch_service.protocol import hashes
 
 
 def late_copies(deliveries: DataFrame, scope: DataFrame) -> DataFrame:
@@ -79,19 +80,6 @@ def held_copies(held: DataFrame, late: DataFrame) -> DataFrame:
     )
 
 
-def seq_runs(late: DataFrame) -> DataFrame:
-    """Contiguous runs of late seqs per topic, (topic, lo, hi) with lo exclusive: the bounded
-    source read (a re-sent stretch is one run, whatever its length)."""
-    seqs = late.select("topic", "seq").distinct()
-    island = F.col("seq") - F.row_number().over(Window.partitionBy("topic").orderBy("seq"))
-    return (
-        seqs.withColumn("island", island)
-        .groupBy("topic", "island")
-        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
-        .drop("island")
-    )
-
-
 def rejudge(
     late: DataFrame,
     ledger: DataFrame,
@@ -103,7 +91,7 @@ def rejudge(
     """(detail rows of changed verdicts, ledger rows, summary deltas without run_id).
     ``rewound``: (topic, range_from, range_to) the source wrote again."""
     src = conform(records, SOURCE_RECORDS).select(
-        "topic", "seq", F.unhex(F.sha2("data", 256)).alias("source_hash")
+        "topic", "seq", F.unhex(F.expr(hashes.spark_payload_hash("data"))).alias("source_hash")
     )
     per = late.join(src, on=["topic", "seq"], how="left")
     if "is_copy" not in per.columns:
