@@ -1,7 +1,7 @@
 """Two commits side by side: the watch and pipeline benchmarks, same session, same machine.
 
 Run it before landing a change to the engine, the web layer, the serving code or the pipeline
-steps (README, "Benchmarks"). It is a benchmark, not a test: it prints, it does not assert.
+steps (docs/benchmarks.md). It is a benchmark, not a test: it prints, it does not assert.
 
 ``python bench/compare.py BASE [HEAD] [--benches watch,pipeline] [--repeats 3] [--budget-min 90]``
 

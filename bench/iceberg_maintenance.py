@@ -48,7 +48,7 @@ Measured here (``--runs 200``, load 2.3-10, 2026-11-26): the bound held before a
 took the data files of all tables from 597-692 back to 105-197 in 15-22 s; a run's CPU, median
 per 50-run block, went 11.0, 8.4, 8.0, 7.1 s and its wall time 27.6, 9.5, 9.3, 8.6 s (the first
 block beside the test suite). Before ``common/step_cache``, a run's CPU grew from 24 s to
-56-62 s within 29 runs (the README).
+56-62 s within 29 runs (docs/benchmarks.md).
 
 ``python bench/iceberg_maintenance.py [--runs 200] [--maintain-every 50] [--records 40]
 [--retention-runs 96] [--quick]`` (``--quick``: 4 runs, a pass every 2, 2-3 minutes).

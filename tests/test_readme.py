@@ -1,4 +1,5 @@
-"""The README works when followed literally, top to bottom.
+"""The README works when followed literally, top to bottom, and then the docs/ pages in the
+site's order (mkdocs.yml's ``nav``): the pages continue the README's shell.
 
 Its ```` ```console ```` blocks are transcripts: a ``$ `` line is a command (the lines after it
 that start with whitespace continue it), a ``# `` line is a comment, every other line is the
@@ -6,8 +7,9 @@ output the command before it prints; ``…`` in an output stands for any text (t
 e2e test starts the Quickstart's ``auditsync serve`` on a fresh embedded PostgreSQL (its own
 home and ports: ``8400`` and ``54329`` in the README become the test's free ports, and
 ``.venv/bin/auditsync`` this interpreter's ``-m watch_service.cli``), runs every console block
-in document order in one shell, compares each output and exit status (0; 28 for a curl cut by
-its ``--max-time``), presses Ctrl-C where the README says so and compares what ``serve`` prints,
+in document order (the README, then each page) in one shell, compares each output and exit
+status (0; 28 for a curl cut by its ``--max-time``), presses Ctrl-C where the docs say so and
+compares what ``serve`` prints,
 then runs the rest (``auditsync db stop``). The unit tests keep the rest of the README true: the
 first screen, every link inside the repository, the configuration table against ``settings``,
 and every ``make`` target and ``auditsync`` command it names.
@@ -27,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from watch_service.cli import _DELEGATED, build_parser
 from watch_service.settings import _ENV
@@ -35,6 +38,7 @@ from watch_service.store.cluster import EmbeddedPostgres
 from .support import ROOT, free_port
 
 README = ROOT / "README.md"
+SITE = ROOT / "mkdocs.yml"
 CTRL_C_MARK = "auditsync: stopped the service"
 SERVE_LINE = ".venv/bin/auditsync serve"
 TIMEOUT_S = 60
@@ -45,6 +49,7 @@ class Block:
     lang: str
     lines: tuple[str, ...]
     line_no: int
+    source: str = "README"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +57,21 @@ class Step:
     command: str
     expected: str
     line_no: int
+    source: str = "README"
 
 
-def blocks(text: str) -> list[Block]:
+def pages() -> list[Path]:
+    """The docs/ site's pages in its nav order (mkdocs.yml), each once."""
+    nav = yaml.safe_load(SITE.read_text())["nav"]
+    return [ROOT / "docs" / page for entry in nav for page in entry.values()]
+
+
+def documents() -> list[tuple[str, str]]:
+    """(name, text) of the README, then of every docs page, in the order they are read."""
+    return [(path.relative_to(ROOT).as_posix(), path.read_text()) for path in [README, *pages()]]
+
+
+def blocks(text: str, source: str = "README") -> list[Block]:
     """The fenced code blocks of a Markdown text, in order."""
     found, lines = [], text.splitlines()
     i = 0
@@ -62,7 +79,7 @@ def blocks(text: str) -> list[Block]:
         m = re.match(r"^```(\S*)\s*$", lines[i])
         if m:
             end = lines.index("```", i + 1)
-            found.append(Block(m.group(1), tuple(lines[i + 1 : end]), i + 1))
+            found.append(Block(m.group(1), tuple(lines[i + 1 : end]), i + 1, source))
             i = end
         i += 1
     return found
@@ -77,7 +94,7 @@ def steps(block: Block) -> list[Step]:
 
     def flush() -> None:
         if command:
-            out.append(Step("\n".join(command), "\n".join(expected), start))
+            out.append(Step("\n".join(command), "\n".join(expected), start, block.source))
 
     in_command = False
     for n, line in enumerate(block.lines, block.line_no + 1):
@@ -103,17 +120,17 @@ def matches(expected: str, actual: str) -> bool:
 # -- the README run -------------------------------------------------------------------------
 
 
-def segments(text: str) -> tuple[list[Step], str, list[Step]]:
+def segments(docs: list[tuple[str, str]]) -> tuple[list[Step], str, list[Step]]:
     """The steps before the Ctrl-C point, what serve prints there, the steps after it."""
     before: list[Step] = []
     after: list[Step] = []
     ctrl_c = None
-    for block in blocks(text):
+    for block in (b for name, text in docs for b in blocks(text, name)):
         if block.lang == "text" and block.lines and block.lines[0].startswith(CTRL_C_MARK):
             ctrl_c = block.lines[0]
         elif block.lang == "console":
             (before if ctrl_c is None else after).extend(steps(block))
-    assert ctrl_c is not None, "the README shows what Ctrl-C on serve prints"
+    assert ctrl_c is not None, "the README or a docs page shows what Ctrl-C on serve prints"
     return before, ctrl_c, after
 
 
@@ -139,10 +156,10 @@ def run_steps(todo: list[Step], env: dict[str, str], port: int) -> None:
         int(parts[i + 1]): (parts[i], int(parts[i + 2])) for i in range(0, len(parts) - 1, 3)
     }
     for i, step in enumerate(todo):
-        assert i in results, f"README line {step.line_no}: did not run\n{done.stderr}"
+        assert i in results, f"{step.source} line {step.line_no}: did not run\n{done.stderr}"
         actual, status = results[i]
         allowed = 28 if "--max-time" in step.command else 0
-        where = f"README line {step.line_no}: {step.command}"
+        where = f"{step.source} line {step.line_no}: {step.command}"
         assert status == allowed, f"{where}\nexit {status}\n{actual}\n{done.stderr}"
         expected = step.expected.replace(":8400", f":{port}").rstrip("\n")
         actual = actual.rstrip("\n")
@@ -165,9 +182,8 @@ def by_topic(lines: str) -> str:
 
 @pytest.mark.e2e
 async def test_the_readme_runs_top_to_bottom():
-    text = README.read_text()
-    assert SERVE_LINE in text
-    before, ctrl_c, after = segments(text)
+    assert SERVE_LINE in README.read_text()
+    before, ctrl_c, after = segments(documents())
     assert len(before) >= 10 and after
     home = Path(tempfile.mkdtemp(prefix="auditsync-readme-"))
     home.chmod(0o755)  # the embedded cluster runs as postgres when the tests run as root
@@ -215,7 +231,16 @@ async def test_the_readme_runs_top_to_bottom():
 
 unit = pytest.mark.unit
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-DOCS = [README, ROOT / "ARCHITECTURE.md", *sorted((ROOT / "watch_service").rglob("*.md"))]
+DOCS = [
+    README,
+    ROOT / "ARCHITECTURE.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "watch_service").rglob("*.md")),
+]
+# a repository path written as code in a docs page (`watch_service/…/x.json`): the site cannot
+# link outside docs/, so these are checked here instead
+TRACKED_TOP = {"watch_service", "spark_jobs", "plugins", "dags", "tests", "bench", "docs"}
+REPO_PATH = re.compile(r"^(?:[\w.-]+/)+[\w.-]+\.(?:md|py|json|txt|yml|yaml|toml|sql|proto)$")
 
 
 def code_text(text: str) -> str:
@@ -244,15 +269,31 @@ def test_every_link_stays_inside_the_repository(doc):
 
 
 @unit
+def test_every_pages_nav_entry_is_a_page_and_every_page_is_in_the_nav():
+    assert sorted(p.name for p in pages()) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+@unit
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_every_repository_path_a_page_names_exists(page):
+    named = [s for s in re.findall(r"`([^`\n]+)`", page.read_text()) if REPO_PATH.match(s)]
+    # only paths from the repository's root (`watch_service/…`), not generated `.local/…` ones
+    # nor ones relative to a folder the text names (`authz/test_x.py` under tests/)
+    rooted = [s for s in named if s.split("/")[0] in TRACKED_TOP]
+    missing = [s for s in rooted if not (ROOT / s).exists()]
+    assert missing == [], f"{page.name}: {missing}"
+
+
+@unit
 def test_the_configuration_table_is_every_setting():
-    text = README.read_text()
+    text = (ROOT / "docs" / "operations.md").read_text()
     table = text[text.index("## Configuration") : text.index("### Keys file")]
     assert set(re.findall(r"^\| `([A-Z_]+)` \|", table, re.M)) == set(_ENV)
 
 
 @unit
 def test_every_make_target_and_command_named_exists():
-    code = code_text(README.read_text())
+    code = "\n".join(code_text(text) for _, text in documents())
     makefile = (ROOT / "Makefile").read_text()
     for target in set(re.findall(r"\bmake ([a-z][a-z-]*)", code)):
         assert re.search(rf"^{target}:", makefile, re.M), f"make {target}"

@@ -170,7 +170,7 @@ it receives as Parquet; a Spark pipeline reconciles deliveries and proves nothin
 
 Start with `auditsync serve` (it starts the embedded PostgreSQL in $AUDITSYNC_HOME/pg, migrates
 and serves on 127.0.0.1:8400); stop the database afterwards with `auditsync db stop`. Settings
-come from the environment (AUDITSYNC_*, DATABASE_URL; see the README) and a few flags."""
+come from the environment (AUDITSYNC_*, DATABASE_URL; see docs/operations.md) and a few flags."""
 
 
 def version() -> str:

@@ -118,7 +118,7 @@ def worker_settings(settings: Settings, index: int, workers: int) -> Settings:
     """A worker's settings: the supervisor's, with the gRPC surfaces on worker 0 alone and the
     service-wide tail cache budget divided (``share``). ``max_streams`` stays whole: the
     workers count their streams together (``web.stream_slots``). ``pool_min``/``pool_max``
-    stay whole too: they are per worker by definition (README, Configuration)."""
+    stay whole too: they are per worker by definition (docs/operations.md, Configuration)."""
     tail = share(settings.tail_cache_bytes, index, workers)
     if index == 0:
         return dataclasses.replace(settings, tail_cache_bytes=tail)

@@ -31,7 +31,7 @@ AIRFLOW_SERVICES = (
     "airflow-triggerer",
 )
 ALERTS_START = "python -m watch_service.tools.airflow_env --alerts "
-# Every alert setting airflow_env takes (the README's table lists the same).
+# Every alert setting airflow_env takes (docs/operations.md's table lists the same).
 ALERT_SETTINGS = sorted(
     k for k in OVERRIDES if k.startswith("AUDITSYNC_ALERT_") or k == "AUDITSYNC_VERIFY_DEADLINE_S"
 )
@@ -243,7 +243,7 @@ def test_alerts_are_off_by_default_and_reach_every_airflow_service(services):
             "host": hook,
         }
         assert on["AUDITSYNC_VERIFY_DEADLINE_S"] == "3600"
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "operations.md").read_text()
     table = readme[readme.index("### Pipeline and DAG settings") :]
     assert [k for k in ALERT_SETTINGS if f"| `{k}` |" not in table] == []
 
