@@ -117,12 +117,11 @@ def test_pandas_and_spark_judge_a_slice_alike(tmp_path, monkeypatch):
     """A small slice is validated as a pandas DataFrame (``operators.held``), a large one on
     Spark: the same suites say the same of the same rows either way, nulls in integer columns
     and all."""
-    from pyspark.sql import SparkSession
-
     from auditsync_plugin import quality
     from auditsync_plugin.operators import held
     from auditsync_plugin.quality_summary import summarize
     from spark_jobs.common import statuses as st
+    from spark_jobs.common.session import job_session
 
     monkeypatch.setenv("PYSPARK_PYTHON", __import__("sys").executable)
     rows = {
@@ -154,15 +153,15 @@ def test_pandas_and_spark_judge_a_slice_alike(tmp_path, monkeypatch):
         },
     }
     paths = {name: _write(tmp_path / name, cols) for name, cols in rows.items()}
-    spark = SparkSession.builder.master("local[1]").getOrCreate()
     bounds = quality.Bounds(max_ts_ms=TS + 1)
     statuses = (st.SUMMARY_STATUSES, st.DEFECTS, (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL))
     texts = {}
-    for engine, local_rows in (("pandas", 10), ("pyspark", 1)):
-        frames = {n: held(spark.read.parquet(p), local_rows) for n, p in paths.items()}
-        assert {type(f).__module__.split(".")[0] for f in frames.values()} == {engine}
-        results = quality.run(str(tmp_path / engine), frames, "r", bounds, *statuses)
-        texts[engine] = summarize(results, "report").text().splitlines()
+    with job_session("quality_engines", master="local[1]") as spark:
+        for engine, local_rows in (("pandas", 10), ("pyspark", 1)):
+            frames = {n: held(spark.read.parquet(p), local_rows) for n, p in paths.items()}
+            assert {type(f).__module__.split(".")[0] for f in frames.values()} == {engine}
+            results = quality.run(str(tmp_path / engine), frames, "r", bounds, *statuses)
+            texts[engine] = summarize(results, "report").text().splitlines()
     assert texts["pandas"] == texts["pyspark"]
     lines = texts["pandas"]
     assert lines[0] == (
