@@ -192,7 +192,9 @@ def airflow_home(
         LOG_KEY_CONN: json.dumps({"conn_type": "generic", "password": str(LOG_SIGNER)}),
     }
     home = AirflowHome(local, full)
-    home.run("db", "migrate", check=True, timeout=180)
+    # a bound against a hang, not a target: about 3 s alone, over 180 s at load 24-30 (three
+    # workers' homes migrating at once on a machine shared with other suites)
+    home.run("db", "migrate", check=True, timeout=900)
     spark_connect_server.wait_ready(connect_settings, connect)
     return home
 
