@@ -28,8 +28,9 @@ spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline
 was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
-[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N]`` (``--quick``: sizes
-0,100000, one DAG run each).
+[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N] [--index]`` (``--quick``:
+sizes 0,100000, one DAG run each; ``--index``: the consumer keeps the search index, a
+document per record, and each run's index verify is timed).
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ def load() -> str:
 class World:
     """The source (PostgreSQL) and one consumer's landing zone, grown together."""
 
-    def __init__(self, url: str, landing: str, prefix: str) -> None:
+    def __init__(self, url: str, landing: str, prefix: str, index: bool = False) -> None:
         from watch_service.storage import Storage
 
+        self.index = index  # the sink's search index too: every record a document, its mark
         self.topics = tuple(f"{prefix}-{i}" for i in range(TOPIC_COUNT))
         self.url = url
         self.landing = landing
@@ -121,6 +123,12 @@ class World:
                     "UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
                     (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic),
                 )
+            if self.index:
+                conn.execute(
+                    "INSERT INTO search_index_marks (consumer, frame_no) VALUES (%s, %s) "
+                    "ON CONFLICT (consumer) DO UPDATE SET frame_no = excluded.frame_no",
+                    (CONSUMER, self.frame_no),
+                )
         return time.monotonic() - started
 
     def _chunk(self, conn, topic: str, lo: int, hi: int) -> None:
@@ -129,6 +137,11 @@ class World:
         with conn.cursor().copy("COPY records (topic, seq, ts, data) FROM STDIN") as copy:
             for s, d in zip(seqs, data):
                 copy.write_row((topic, s, TS0 + s * TS_STEP_MS, d))
+        if self.index:
+            columns = "doc_key, topic, seq, ts, data"
+            with conn.cursor().copy(f"COPY search_documents ({columns}) FROM STDIN") as copy:
+                for s, d in zip(seqs, data):
+                    copy.write_row((f"{topic}/{s}", topic, s, TS0 + s * TS_STEP_MS, d))
         frames = [(s - lo) // FRAME for s in seqs]
         first_frame = self.frame_no + 1
         frame_nos = [first_frame + f for f in frames]
@@ -172,25 +185,30 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
     with psycopg.connect(world.url, autocommit=True) as conn:
         runs.start_run(conn, run_id)
     seconds = {}
-    checks = log = 0.0
+    checks = log = index = 0.0
     for step in STEPS:
         t0 = time.monotonic()
         figures = runner.run_steps(spark, layout, world.url, steps=(step,))
         seconds[step] = time.monotonic() - t0
         checks += figures.get(step, {}).get("rewind_checks", {}).get("seconds", 0.0)
         log += figures.get(step, {}).get("log_seconds", 0.0)
+        index += (figures.get(step, {}).get("index") or {}).get("seconds", 0.0)
     seconds["total"] = sum(seconds.values())
     # Inside reconcile: the head cap, the phantom revisit, the rewind evidence, the digests.
     seconds["rewind_checks"] = checks
     seconds["log"] = log  # inside verify: the signed log's check, growth and signature
+    # Inside verify: the search index checked against the source (``--index``).
+    seconds["index_verify"] = index
     return seconds
 
 
-def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) -> dict[int, dict]:
+def history_runs(
+    root: str, url: str, sizes: list[int], new: int, storage: str, index: bool = False
+) -> dict[int, dict]:
     """The runs over growing history on one storage (``root``: a folder or an s3:// prefix)."""
     from spark_jobs.common.session import build_session
 
-    world = World(url, f"{root}/landing", f"bench-{storage}")
+    world = World(url, f"{root}/landing", f"bench-{storage}", index)
     work = f"{root}/warehouse"
     print(f"== storage {storage}: {root}", flush=True)
     spark = build_session(
@@ -387,6 +405,12 @@ def main(argv: list[str]) -> int:
         help="where the landing zone and warehouse live: file (a local folder) and/or s3 "
         "(a real S3 server on loopback, S3Proxy)",
     )
+    parser.add_argument(
+        "--index",
+        action="store_true",
+        help="keep the search index too (a document per record, the consumer's mark), so "
+        "verify checks it: its share of a run is printed",
+    )
     args = parser.parse_args(argv)
     # SIGTERM (run_all's overrun backstop, or an operator's kill) unwinds through the finally
     # blocks, so the PostgreSQL, S3 and Spark this run started are stopped.
@@ -418,7 +442,7 @@ def main(argv: list[str]) -> int:
                 store = ObjectStore(base / "s3").start(buckets=("bench",))
                 os.environ.update(store.config.environ())
                 root = "s3://bench/pipeline"
-            by_storage[storage] = history_runs(root, pg.url, sizes, args.new, storage)
+            by_storage[storage] = history_runs(root, pg.url, sizes, args.new, storage, args.index)
     finally:
         if store is not None:
             store.stop()
@@ -446,6 +470,12 @@ def main(argv: list[str]) -> int:
                 f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x  "
                 f"rewind checks {r.get('rewind_checks', 0) / r['total']:.1%} of the run "
                 f"(target < 5 %), signed log {r.get('log', 0) / r['total']:.1%} (target <= 5 %)"
+                + (
+                    f"  index verify {r['index_verify']:.2f} s, "
+                    f"{r['index_verify'] / r['total']:.1%} of the run (target <= 5 %)"
+                    if args.index
+                    else ""
+                )
             )
         print(f"empty in-process run: {fmt(results[-1])}")
         biggest = results[max(sizes)]["total"] / first

@@ -27,6 +27,8 @@ from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
+from spark_jobs.steps.verify.index_check import render as render_index
+from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 
@@ -102,6 +104,22 @@ def check_the_log(
     return log
 
 
+def check_the_index(layout: Layout, database_url: str) -> dict:
+    """The search index checked and repaired (``index_check``); a document still wrong after
+    the repair fails the run."""
+    index = verify_index(database_url, database_url, layout.catalog, layout.run_id)
+    if index["remaining"]:
+        with store.connect(database_url, transaction=True) as conn:
+            runs.mark_failed(
+                conn,
+                layout.run_id,
+                "verify",
+                f"search index: {index['remaining']} documents still wrong after repair",
+            )
+    print(render_index(index), flush=True)
+    return index
+
+
 @step_cache.releases_cache
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
@@ -164,7 +182,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     log_started = progress.Timer()
     log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
     log_seconds = log_started.seconds
-    passed = passed and log.ok
+    index = check_the_index(layout, args.database_url)
+    passed = passed and log.ok and index["remaining"] == 0
     counts = {
         "found": sum(r["found"] for r in mine),
         "remaining": sum(r["remaining"] for r in mine),
@@ -173,6 +192,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "carried_runs": len(carried),
         "log": log.status.split(":", 1)[0],
         "log_seconds": round(log_seconds, 3),
+        "index": index,
     }
     figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
