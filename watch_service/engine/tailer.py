@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from watch_service.engine.fanout import Flags, LiveSet, LiveSink
 from watch_service.protocol.paging import build_page
@@ -36,8 +36,7 @@ from watch_service.store.topics import AppendResult
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
-
-    from watch_service.engine.hub import Hub
+    from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger("auditsync.tailer")
 
@@ -88,8 +87,23 @@ def cache_encoder(
     return encoded
 
 
+class TailerHost(Protocol):
+    """What a tailer uses of the hub that owns it (``engine.hub.Hub``), handed in when the hub
+    makes it: the pool it reads through, the byte budget all tailers' caches share, the wait
+    for a WAL flush and the observer of its pushes. The tailer never imports the hub."""
+
+    pool: AsyncConnectionPool
+    cache_limit: int
+    cache_total: int
+
+    def cache_grew(self, added: int) -> None: ...
+    def cache_bounded(self) -> None: ...
+    def await_flush(self, tailer: Tailer, lsn: int, head: int) -> None: ...
+    def pushed(self, newest_ts_ms: int, frames: int) -> None: ...
+
+
 class Tailer:
-    def __init__(self, hub: Hub, topic: str) -> None:
+    def __init__(self, hub: TailerHost, topic: str) -> None:
         self.hub, self.topic = hub, topic
         self.head = -1  # newest seq known committed
         self.durable_head = -1  # newest seq whose commit is flushed
@@ -153,8 +167,7 @@ class Tailer:
 
     def _grew(self, added: int) -> None:
         self.cache_bytes += added
-        if self.hub is not None:
-            self.hub.cache_grew(added)
+        self.hub.cache_grew(added)
 
     def _extend(self, fresh: list[CachedRecord]) -> None:
         """``fresh`` (the records right after the cache) joins it, its bytes counted."""
@@ -164,8 +177,7 @@ class Tailer:
     def _bound(self) -> None:
         """Drop the oldest cached records while the caches hold more than their byte bound (or
         this one more than ``CACHE_RECORDS``): only this cache grew, so only it shrinks."""
-        limit = self.hub.cache_limit if self.hub is not None else CACHE_BYTES
-        over = self.hub.cache_total - limit if self.hub is not None else self.cache_bytes - limit
+        over = self.hub.cache_total - self.hub.cache_limit
         drop, freed = max(0, len(self.cache) - CACHE_RECORDS), 0
         for item in self.cache[:drop]:
             freed += item.size
@@ -177,8 +189,7 @@ class Tailer:
             assert self.cache_after is not None
             self.cache_after += drop
             self._grew(-freed)
-        if self.hub is not None:
-            self.hub.cache_bounded()
+        self.hub.cache_bounded()
 
     def join(self, sink: LiveSink) -> bool:
         """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
