@@ -467,7 +467,7 @@ class Tailer:
     def _queue_limit(self) -> int:
         """Bytes of offered records that may wait for the tailer's task: an eighth of the
         caches' bound, as a read holds at most (``_page_limit``)."""
-        return (self.hub.cache_limit if self.hub is not None else CACHE_BYTES) // 8
+        return self.hub.cache_limit // 8
 
     def _page_limit(self) -> int:
         """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one
