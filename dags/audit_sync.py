@@ -17,7 +17,7 @@ from auditsync_plugin.run_lifecycle import FinishRunOperator, keep_runs, with_ru
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.spark_step import SparkStepOperator
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = step_args.project()
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:
 # the DAG processor parses this file constantly). See watch_service/tools/airflow_env.py.
 SCHEDULE = os.environ.get("AUDITSYNC_SCHEDULE", "*/15 * * * *")
