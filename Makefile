@@ -75,9 +75,10 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 # Three workers (pytest-xdist) on the suite's units (tests/conftest.py); `-p no:xdist` or
-# `-n 0` runs it serially.
+# `-n 0` runs it serially. The last line printed is the suite's wall time and the CPU-seconds
+# pytest and its children used (watch_service/tools/cpu_time.py).
 test: setup lint
-	$(PY) -m pytest -n 3 --durations=25
+	$(PY) -m watch_service.tools.cpu_time -- $(PY) -m pytest -n 3 --durations=25
 
 demo: setup
 	$(PY) -m watch_service.tools.demo

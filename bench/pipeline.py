@@ -85,6 +85,7 @@ class World:
         self.store = Storage.at(landing).child(CONSUMER)
         self.heads = dict.fromkeys(self.topics, 0)
         self.frame_no = 0
+        self.folder = ""  # the landing folder new segments go to ("": the root)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE records SET UNLOGGED")  # a throwaway cluster: speed only
             conn.execute(
@@ -151,7 +152,7 @@ class World:
             },
             schema=SCHEMA,
         )
-        self.store.write_parquet(segment_name(first_frame, self.frame_no), table)
+        self.store.write_parquet(segment_name(first_frame, self.frame_no, self.folder), table)
 
 
 def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float]:

@@ -44,6 +44,15 @@ PATHS = step_args.Paths(
 CONSUMERS = "{{ var.value.get('auditsync_consumers', '') }}"
 # Handed to the steps in their environment, never in a process's arguments (visible in `ps`).
 STEP_ENV = {step_args.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
+# verify signs the audit log with the password of the connection auditsync_log_key (a note
+# signing key, `auditsync audit-log keygen`); without it the run's log is recorded unsigned.
+VERIFY_ENV = {
+    **STEP_ENV,
+    "AUDITSYNC_LOG_SIGNING_KEY": (
+        "{{ (conn.get('auditsync_log_key').password or '') "
+        "if conn.get('auditsync_log_key') else '' }}"
+    ),
+}
 
 AUDIT_LOG = Asset(
     name="auditsync_audit_log", uri="auditsync://warehouse/audit_log", group="auditsync"
@@ -74,7 +83,7 @@ def spark_job(
         step=job,
         application=step_args.application(PROJECT, job),
         application_args=step_args.args(job, PATHS, target=target),
-        env_vars=STEP_ENV,
+        env_vars=VERIFY_ENV if job == "verify" else STEP_ENV,
         conn_id="spark_default",
         spark_binary=SPARK_SUBMIT,
         name=f"audit_sync.{task_id}",
@@ -107,14 +116,19 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
    tombstoned, filtered, silent gap, mismatch, phantom …
 5. **backfill_audit_log** ∥ **backfill_search_index** — re-read what is missing or mismatched
    from PostgreSQL and write it, idempotently.
-6. **verify** — fails the run when a defect is left after backfill.
+6. **verify** — fails the run when a defect is left after backfill; then checks each topic's
+   signed audit log against the audit log (a window of signed seqs a run, the new ones after
+   backfill's repair) and signs its new checkpoint with the connection `auditsync_log_key`'s
+   password (recorded `unsigned` without it). A row or tile changed after signing fails the
+   run, naming the topic and the first bad seq.
 7. **quality** — Great Expectations checkpoints over this run's slice (its deliveries,
    reconcile detail and summary, the audit-log partitions it wrote); Data Docs under
    *Browse → Reconciliation*. The `audit_full` DAG re-verifies all history on demand.
 8. **publish** — asset events for the audit log, search index, reconciliation and report.
 9. **finish_run** — the teardown of `start_run`, whatever the outcome: the runs beyond the
    newest `AUDITSYNC_KEEP_RUNS` (default 96) lose their `detail`, `summary` and `remaining`
-   partitions and their run-table rows (`spark_jobs/lifecycle.py`).
+   partitions and their run-table rows; their ledger rows move to its one `(pruned)` partition
+   and their digest ranges merge per block (`spark_jobs/lifecycle.py`).
 
 A task after `start_run` that fails for good (no retry left) marks the run `failed` in
 `pipeline_runs`, with the task and its one-line reason, as the Reconciliation page shows it;

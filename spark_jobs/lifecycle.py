@@ -10,9 +10,12 @@
 * :func:`prune` — after a run, the runs beyond the newest ``keep`` lose their per-run rows: the
   Iceberg partitions of ``PRUNED_TABLES`` (a metadata-only delete through pyiceberg: the files
   go when maintenance expires the snapshots that held them) and then their run-table rows
-  (``watch_service.store.run_retention``, which says which runs are never pruned). The ledger
-  is kept: late copies are judged against it. The runner calls it after its steps, the DAG
-  from its ``finish_run`` teardown.
+  (``watch_service.store.run_retention``, which says which runs are never pruned). Their
+  ``ledger`` rows move, in one commit, into one partition (``tables.PRUNED_LEDGER``) that
+  reconcile reads with the kept runs', since late copies are judged against them: the ledger
+  keeps every verdict but no longer a partition per run (maintenance compacts that
+  partition's files). The runner calls it after its steps, the DAG from its ``finish_run``
+  teardown.
 
 ``keep`` is ``AUDITSYNC_KEEP_RUNS`` (:func:`keep_runs`, default 96: a day of 15-minute runs).
 Deleting a run's rows leaves the snapshots that kept runs reference, so time travel of every
@@ -21,6 +24,7 @@ kept run works. Nothing here starts a JVM: the Airflow task that prunes needs no
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,29 +91,66 @@ def prune(database_url: str, layout: Layout, keep: int) -> list[str]:
         removed, oldest_kept = run_retention.choose(
             run_retention.runs_by_age(conn, layout.catalog), keep, layout.run_id
         )
+        committed = runs.committed_runs(conn, layout.catalog) & set(removed)
     if not removed:
         return []
-    delete_partitions(database_url, layout, removed)
+    delete_partitions(database_url, layout, removed, committed)
     with store.connect(database_url, transaction=True) as conn:
         run_retention.forget(conn, layout.catalog, removed, oldest_kept)
     return removed
 
 
-def delete_partitions(database_url: str, layout: Layout, run_ids: list[str]) -> None:
-    """Delete these runs' partitions of :data:`PRUNED_TABLES` (one commit per table that holds
-    any; a table not created yet is skipped)."""
+def delete_partitions(
+    database_url: str, layout: Layout, run_ids: list[str], committed: set[str]
+) -> None:
+    """Delete these runs' partitions of :data:`PRUNED_TABLES` and of the ledger, the
+    ``committed`` runs' ledger rows moved to ``tables.PRUNED_LEDGER`` (a crashed run's are
+    never read, so they go); one commit per table; a table not created yet is skipped."""
     from pyiceberg.exceptions import NoSuchTableError
-    from pyiceberg.expressions import In
 
     from spark_jobs import readers
     from spark_jobs.common import tables  # pyspark, no JVM
 
     catalog = readers.catalog(layout, database_url)
-    # pyiceberg's ``In(term, literals)``: its pydantic model misleads mypy about the signature.
+    with warnings.catch_warnings():
+        # A run that wrote no rows to a table (it failed first) has no partition there.
+        warnings.filterwarnings("ignore", "Delete operation did not match any records")
+        for name in (*PRUNED_TABLES, "ledger"):
+            try:
+                table = catalog.load_table(f"{NAMESPACE}.{name}")
+            except NoSuchTableError:
+                continue
+            if name == "ledger":
+                move_ledger(table, run_ids, committed)
+            else:
+                table.delete(_among(tables.run_column(name), run_ids))
+
+
+def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:
+    """In one commit, delete these runs' ledger partitions and append the ``committed`` ones'
+    rows to ``tables.PRUNED_LEDGER``. A re-run of a prune that committed this finds the
+    partitions gone: nothing moves twice."""
+    import pyarrow as pa
+
+    from spark_jobs.common import tables
+
+    column = tables.run_column("ledger")
+    rows = None
+    if committed:
+        rows = table.scan(row_filter=_among(column, sorted(committed))).to_arrow()
+    with table.transaction() as tx:
+        tx.delete(_among(column, run_ids))
+        if rows is not None and rows.num_rows:
+            at = rows.schema.get_field_index(column)
+            field = rows.schema.field(at)
+            moved = pa.array([tables.PRUNED_LEDGER] * rows.num_rows, field.type)
+            tx.append(rows.set_column(at, field, moved))
+
+
+def _among(column: str, values: list[str]) -> Any:
+    """pyiceberg's ``In(column, values)`` (its pydantic model misleads mypy about the
+    signature)."""
+    from pyiceberg.expressions import In
+
     among: Any = In
-    for name in PRUNED_TABLES:
-        try:
-            table = catalog.load_table(f"{NAMESPACE}.{name}")
-        except NoSuchTableError:
-            continue
-        table.delete(among(tables.run_column(name), tuple(run_ids)))
+    return among(column, tuple(values))

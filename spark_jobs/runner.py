@@ -201,9 +201,14 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
             flush=True,
         )
         return EXIT_STEP_ERROR
+    pruning = time.monotonic()
     removed = lifecycle.prune(url, layout, args.keep_runs or lifecycle.KEEP_RUNS)
     if removed:
-        print(f"[pipeline] retention: removed the outputs of {len(removed)} old run(s)", flush=True)
+        print(
+            f"[pipeline] retention: removed the outputs of {len(removed)} old run(s) "
+            f"({time.monotonic() - pruning:.1f} s)",
+            flush=True,
+        )
     if not figures["verify"]["passed"]:
         print(
             f"[pipeline] FAILED quality gate: defects remain after backfill "

@@ -111,9 +111,19 @@ def verify(
                 f"of size {since.size} (run {from_run})"
             ) from None
     start = since.size if since else 0
-    signed = _Expected(log, src, cp.size)
+    check_range(log, src, table, snapshot, start, cp.size)
+    return Verified(log.topic, start, cp, since)
+
+
+def check_range(
+    log: TopicLog, src: tiles.TileHashes, table: Table, snapshot: int | None, start: int, end: int
+) -> None:
+    """Recompute seqs ``start + 1 .. end`` from the audit log at ``snapshot`` and compare each
+    with the signed tree ``src`` authenticates; raises :class:`VerifyFailure` at the first seq
+    that differs. Its cost follows ``end - start``."""
+    signed = _Expected(log, src, src.size)
     seq, last = start + 1, None
-    for row in rows_from(table, snapshot, log.topic, start, [], upto=cp.size):
+    for row in rows_from(table, snapshot, log.topic, start, [], upto=end):
         at = int(row["seq"])
         if at == last:
             raise VerifyFailure(log.topic, at, "the audit log holds it twice")
@@ -127,7 +137,6 @@ def verify(
         if found != signed.hash(at):
             raise VerifyFailure(log.topic, at, "the audit log's row is not the row that was signed")
         last, seq = at, at + 1
-    while seq <= cp.size:
+    while seq <= end:
         _no_row(log.topic, seq, signed)
         seq += 1
-    return Verified(log.topic, start, cp, since)

@@ -84,6 +84,25 @@ LONG_UNITS = (
 )
 
 
+# After LONG_UNITS, the units of these folders (a JVM, Airflow or a stack of processes each: tens
+# of seconds to minutes a module) go before the rest (a pure or PostgreSQL module takes seconds),
+# so the queue ends with its shortest units and the three workers finish together.
+HEAVY_FOLDERS = ("tests/airflow/", "tests/e2e/", "tests/spark/", "tests/compose/")
+
+
+def unit_order(units: list[str]) -> list[str]:
+    """The order units are handed out in: LONG_UNITS as listed, then the heavy folders' units,
+    then the rest, each group in its given order (xdist's: most tests first). Pure."""
+    rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
+
+    def key(unit: str) -> tuple[int, int]:
+        if unit in rank:
+            return (0, rank[unit])
+        return (1, 0) if unit.startswith(HEAVY_FOLDERS) else (2, 0)
+
+    return sorted(units, key=key)
+
+
 def work_unit(nodeid: str) -> str:
     """The unit of work a test belongs to under ``pytest -n N``: its shared unit, or its module
     and storage, or else its module (so a module's fixtures are built once, on one worker)."""
@@ -100,7 +119,7 @@ def work_unit(nodeid: str) -> str:
 def pytest_xdist_make_scheduler(config, log):
     """``pytest -n 3`` runs the suite on three workers. xdist's ``loadgroup`` cannot be used (its
     marks are lost under pytest 9, which derives node ids), so the scheduler is xdist's
-    per-scope one with our units, the long ones first."""
+    per-scope one with our units, in ``unit_order``."""
     from xdist.scheduler import LoadScopeScheduling
 
     class UnitScheduling(LoadScopeScheduling):
@@ -111,8 +130,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             if not self._ordered:
-                rank = {unit: i for i, unit in enumerate(LONG_UNITS)}
-                units = sorted(self.workqueue, key=lambda u: rank.get(u, len(rank)))
+                units = unit_order(list(self.workqueue))
                 queue = self.workqueue.copy()
                 self.workqueue.clear()
                 self.workqueue.update((u, queue[u]) for u in units)

@@ -167,6 +167,115 @@ def test_pruning_deletes_exactly_the_oldest_runs_rows(pg_url, tmp_path):
 
 
 @pytest.mark.unit
+def test_merge_plan_merges_whole_unchanged_blocks_only():
+    # (topic, seq_from, seq_to, digest as judged, digest now, run_id, records now)
+    parts = [
+        ("t", 1, 300, "a", "a", "r1", 300),
+        ("t", 301, 1023, "b", "b", "r2", 723),  # block 0: merged, judged last by r2
+        ("t", 1024, 1100, "c", "c", "r2", 77),
+        ("t", 1101, 1200, "d", "D", "r3", 100),  # block 1: a range changed since: kept
+        ("t", 2048, 2100, "e", "e", "r3", 53),  # block 2: one range, nothing to merge
+        ("u", 5, 9, "f", "f", "r1", 5),
+        ("u", 9, 20, "g", "g", "r2", 12),  # overlapping ranges: kept
+        ("v", 1, 2, "h", None, "r1", 0),
+        ("v", 3, 4, "i", None, "r2", 0),  # trimmed since (no digest now): kept
+    ]
+    assert run_retention.merge_plan(parts) == [("t", 1, 1023, "r2", 1023)]
+    assert run_retention.merge_plan([]) == []
+
+
+@pytest.mark.pg
+def test_every_run_table_stays_bounded_over_many_runs(pg_url, tmp_path):
+    """12 runs, each judging the next 250 seqs of a 3,000-record topic and pruning with keep 3,
+    as the runner and the DAG's finish_run do. After every prune each run table holds the same
+    bounded count whatever the history: 3 runs' rows, the alerts sent since the oldest kept
+    run, and digests of one range per block plus the kept runs' partial ones. At the end every
+    block is one range whose digest is the source's, and a trim drops the trimmed block's."""
+    prefix, topic = unique("bounded"), unique("digests")
+    ids = [f"{prefix}-run-{i}" for i in range(13)]
+    keep, per_run, records = 3, 250, 3000
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO topics (name, head_seq) VALUES (%s, %s)", (topic, records))
+        conn.execute(
+            "INSERT INTO records (topic, seq, ts, data) "
+            "SELECT %s, g, g, json_build_object('n', g) FROM generate_series(1, %s) g",
+            (topic, records),
+        )
+
+    def digest(conn, lo: int, hi: int) -> str:
+        key = {"topic": topic, "lo": lo, "hi": hi}
+        return conn.execute(run_retention.UNION_DIGEST, key).fetchone()[0]
+
+    def counts(conn, catalog: str) -> dict[str, int]:
+        def one(sql: str, *args: object) -> int:
+            return conn.execute(sql, args).fetchone()[0]
+
+        return {
+            "pipeline_runs": one(
+                "SELECT count(*) FROM pipeline_runs WHERE warehouse = %s", catalog
+            ),
+            "reconcile_runs": one(
+                "SELECT count(*) FROM reconcile_runs WHERE warehouse = %s", catalog
+            ),
+            "reconcile_windows": one(
+                "SELECT count(*) FROM reconcile_windows WHERE run_id = ANY(%s)", ids
+            ),
+            "reconcile_summary": one(
+                "SELECT count(*) FROM reconcile_summary WHERE run_id = ANY(%s)", ids
+            ),
+            "alerts_sent": one("SELECT count(*) FROM alerts_sent WHERE run_id = ANY(%s)", ids),
+            "reconcile_digests": one(
+                "SELECT count(*) FROM reconcile_digests WHERE warehouse = %s", catalog
+            ),
+        }
+
+    seen = []
+    for i, run_id in enumerate(ids):
+        layout = Layout("", str(tmp_path / "warehouse"), run_id)
+        at = T0 + dt.timedelta(minutes=15 * i)
+        lo, hi = per_run * i + 1, min(records, per_run * (i + 1))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            windows = [("c1", topic, 0, lo - 1, hi, None)]
+            _run(conn, layout.catalog, run_id, at, i + 1, windows, [("c1", topic, "ok", 1, 0)])
+            pieces = []  # the judged seqs split at block boundaries, as range_digests does
+            while lo <= hi:
+                end = min(hi, (lo // runs.DIGEST_BUCKET + 1) * runs.DIGEST_BUCKET - 1)
+                pieces.append((topic, lo, end, digest(conn, lo, end)))
+                lo = end + 1
+            runs.store_digests(conn, layout.catalog, run_id, pieces)
+            conn.execute(
+                "INSERT INTO alerts_sent (dag_id, run_id, kind, channel, sent_at) "
+                "VALUES ('audit_sync', %s, 'defects_found', 'email', %s)",
+                (run_id, at),
+            )
+            if i == len(ids) - 1:  # retention trims block 0 before the last run's prune
+                conn.execute("DELETE FROM records WHERE topic = %s AND seq < 1024", (topic,))
+                conn.execute("UPDATE topics SET earliest_seq = 1024 WHERE name = %s", (topic,))
+        lifecycle.prune(pg_url, layout, keep)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            seen.append(counts(conn, layout.catalog))
+
+    runs_rows = [min(i + 1, keep) for i in range(len(ids))]
+    for name in ("pipeline_runs", "reconcile_runs", "reconcile_windows", "reconcile_summary"):
+        assert [c[name] for c in seen] == runs_rows, name
+    assert [c["alerts_sent"] for c in seen] == runs_rows
+    # Digest rows: a pruned run's blocks merge into one range each (the prunes after runs 3,
+    # 7 and 11 merge blocks 0, 1 and 2), so never more than the blocks plus the kept runs'
+    # partial ranges; the last prune drops the trimmed block 0.
+    assert [c["reconcile_digests"] for c in seen] == [1, 2, 3, 1, 3, 4, 4, 2, 4, 5, 5, 3, 2]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT seq_from, seq_to, digest, run_id FROM reconcile_digests "
+            "WHERE warehouse = %s ORDER BY seq_from",
+            (layout.catalog,),
+        ).fetchall()
+        assert rows == [
+            (1024, 2047, digest(conn, 1024, 2047), ids[8]),
+            (2048, 3000, digest(conn, 2048, 3000), ids[11]),
+        ]
+
+
+@pytest.mark.unit
 def test_the_runner_refuses_a_bad_keep_runs(capsys, monkeypatch):
     from spark_jobs import runner
 

@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from spark_jobs.layout import JOBS
 
 CONNECT_CONN_ID = "spark_connect_default"
+LOG_SIGNING_KEY_ENV = "AUDITSYNC_LOG_SIGNING_KEY"
 OUTPUT_TAIL_LINES = 40
 
 
@@ -123,6 +124,8 @@ class SparkStepOperator(SparkSubmitOperator):
         # In this process the URL is parsed like any flag: it is no process's argument here.
         url = (self.env_vars or {}).get(DATABASE_URL_ENV)
         args = module.build_parser().parse_args([*argv, *(["--database-url", url] if url else [])])
+        # verify's signing key, from the task's environment like the URL (not this process's)
+        args.log_signing_key = (self.env_vars or {}).get(LOG_SIGNING_KEY_ENV) or None
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out):

@@ -35,6 +35,10 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 COMPACT_PROPERTY = "auditsync.compact"
 RUN_PROPERTY = "auditsync.run-id"
 STEP_PROPERTY = "auditsync.step"
+# The ledger partition that holds the pruned runs' ledger rows (spark_jobs.lifecycle.prune):
+# reconcile reads it with the committed runs' partitions, so late copies of seqs a pruned run
+# judged are judged against their verdicts. Not a run id: no run is ever called this.
+PRUNED_LEDGER = "(pruned)"
 
 _RUN = StructField("run_id", StringType(), False)
 _BATCH = StructField("batch", LongType(), False)

@@ -124,10 +124,10 @@ def windows_of(scope_rows: list) -> list[jdbc.Window]:
 def _ledger(
     spark: SparkSession, layout: Layout, committed: set[str], pin: bool = False
 ) -> DataFrame:
-    """Committed runs' ledger rows (a crashed run's rows, never committed, are ignored);
-    ``pin``: as the table is now (``tables.pinned``), for a frame cached across this run's own
-    ledger write."""
-    runs_ = sorted(committed - {layout.run_id})
+    """Committed runs' ledger rows and the pruned runs' (``tables.PRUNED_LEDGER``; a crashed
+    run's rows, never committed, are ignored); ``pin``: as the table is now
+    (``tables.pinned``), for a frame cached across this run's own ledger write."""
+    runs_ = [*sorted(committed - {layout.run_id}), tables.PRUNED_LEDGER]
     return conform(tables.runs_rows(spark, layout, "ledger", runs_, pin=pin), LEDGER)
 
 

@@ -36,8 +36,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common.schemas import SOURCE_RECORDS, conform
 from spark_jobs.common.spans import merge as merge_spans
+from watch_service.store.runs import DIGEST_BUCKET
 
-BUCKET = 1024
+BUCKET = DIGEST_BUCKET
 # Above any seq: the open end of "everything above the head".
 TOP = 2**62
 DIGESTS = StructType(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import tlog_run
 from spark_jobs.backfill.main import run_details
 from spark_jobs.backfill.writes import inside
 from spark_jobs.common import progress, step_cache, store, tables
@@ -28,7 +29,7 @@ from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
 from spark_jobs.verify.transforms import LEFT, defect_report, remaining_defects
-from watch_service.store import runs
+from watch_service.store import runs, tlog_runs
 
 
 def build_parser():
@@ -71,6 +72,27 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
     )
     within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
     return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
+
+
+def check_the_log(
+    layout: Layout, database_url: str, signing_key: str | None = None
+) -> tlog_run.RunLog:
+    """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
+    a failed check fails the run, naming the topic and the first bad seq. The key is
+    ``signing_key`` (a Spark Connect task's), else the settings'."""
+    from watch_service import settings as settings_mod
+
+    with store.connect(database_url) as conn:
+        previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
+    log = tlog_run.check_and_publish(
+        layout, database_url, settings_mod.load(log_signing_key=signing_key), previous
+    )
+    with store.connect(database_url, transaction=True) as conn:
+        tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
+        if log.failure is not None:
+            runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
+    print(f"verify: signed audit log {log.status}", flush=True)
+    return log
 
 
 @step_cache.releases_cache
@@ -132,12 +154,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             carried_left,
             still_open,
         )
+    log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
+    passed = passed and log.ok
     counts = {
         "found": sum(r["found"] for r in mine),
         "remaining": sum(r["remaining"] for r in mine),
         "carried_left": carried_left,
         "passed": passed,
         "carried_runs": len(carried),
+        "log": log.status.split(":", 1)[0],
     }
     figures = {"seconds": timer.seconds, **counts}
     store.record_step(args, "verify", figures)

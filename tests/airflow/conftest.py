@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from watch_service.protocol.tlog import note
 from watch_service.settings import Settings
 from watch_service.sink.faults import FaultPolicy
 from watch_service.tools import spark_connect as spark_connect_server
@@ -47,6 +48,8 @@ if str(ROOT / "plugins") not in sys.path:
 BIN = Path(sys.executable).parent
 CONSUMER = "primary"
 CONNECT_CONN = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
+LOG_KEY_CONN = "AIRFLOW_CONN_AUDITSYNC_LOG_KEY"
+LOG_SIGNER = note.Signer.generate("auditsync.test/airflow")
 FAULT_POLICY = FaultPolicy(drop_fraction=0.03, corrupt=2, seed=11)
 FAULTS = [
     *("--fault-drop-fraction", str(FAULT_POLICY.drop_fraction)),
@@ -185,6 +188,8 @@ def airflow_home(
         **env,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # verify signs each topic's audit log with this connection's password (issue 33)
+        LOG_KEY_CONN: json.dumps({"conn_type": "generic", "password": str(LOG_SIGNER)}),
     }
     home = AirflowHome(local, full)
     home.run("db", "migrate", check=True, timeout=180)

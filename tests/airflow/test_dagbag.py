@@ -147,12 +147,19 @@ def test_the_maintenance_wiring(parsed):
 
 
 def test_no_credentials_in_process_arguments(parsed):
-    """The database URL reaches the Spark steps in their environment, never in argv (``ps``)."""
+    """The database URL reaches the Spark steps in their environment, never in argv (``ps``);
+    so does verify's audit-log signing key (the connection auditsync_log_key's password)."""
     assert len(parsed["spark_argv"]) == 5
+    key = (
+        "{{ (conn.get('auditsync_log_key').password or '') "
+        "if conn.get('auditsync_log_key') else '' }}"
+    )
     for task, argv in parsed["spark_argv"].items():
         assert not any("database-url" in a or "get_uri" in a for a in argv), (task, argv)
+        assert not any("log_key" in a for a in argv), (task, argv)
         assert parsed["spark_env"][task] == {
-            "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"
+            "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}",
+            **({"AUDITSYNC_LOG_SIGNING_KEY": key} if task == "verify" else {}),
         }, task
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from spark_jobs import readers
 from spark_jobs.layout import Layout
+from watch_service.protocol.tlog import note
 
-from .conftest import CONSUMER, pg_rows
+from .conftest import CONSUMER, LOG_SIGNER, pg_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
 BACKFILL = ["backfill_audit_log", "backfill_search_index"]
@@ -63,6 +64,19 @@ def test_faults_are_found_backfilled_and_the_checkpoint_passes(fault_run, landin
     )
     assert (status, remaining) == ("passed", 0)
     assert found == sum(landing.faults.values())
+    # verify signed each topic's audit log, after the repair, with the connection's key
+    [(log_status, checkpoints)] = pg_rows(
+        pg_url,
+        "SELECT log_status, checkpoints FROM pipeline_runs WHERE run_id = %s",
+        fault_run.run_id,
+    )
+    assert log_status == "signed"
+    assert {t: c["size"] for t, c in checkpoints.items()} == landing.topics
+    for topic, c in checkpoints.items():
+        opened = note.open_checkpoint(
+            c["note"], LOG_SIGNER.verifier, f"auditsync.test/airflow/{topic}"
+        )
+        assert (opened.size, note.Checkpoint.text(opened).split("\n")[2]) == (c["size"], c["root"])
 
 
 def test_the_audit_log_is_complete_and_unique(fault_run, landing, pg_url):

@@ -198,3 +198,43 @@ def test_a_run_that_failed_before_reconcile_is_one_line_naming_its_step():
         '<span class="failure-reason">OSError: &lt;not a directory&gt;</span></div>'
     ) in html
     assert html.count('class="failure bad"') == 1
+
+
+def test_each_run_shows_its_checkpoint_and_a_failed_log_check_is_red() -> None:
+    from auditsync_plugin.ui.runs import pivot
+
+    def row(run_id: str, log_status: str | None, checkpoint: dict | None) -> dict:
+        return {
+            "run_id": run_id,
+            "run_status": "passed",
+            "consumer": "c1",
+            "topic": "orders",
+            "status": "delivered",
+            "count": 5,
+            "log_status": log_status,
+            "checkpoint": checkpoint,
+        }
+
+    signed = {"size": 8, "root": "nO1A+x==", "note": "…"}
+    lines = pivot(
+        [
+            row("r3", "failed: orders: seq 5 differs from the signed log: …", {"old_size": 8}),
+            row("r2", "signed", signed),
+            row("r1", "unsigned: no signing key", None),
+            row("r0", None, None),
+        ],
+        (),
+        (),
+    )
+    html = render_page(lines, docs_available=False)
+    assert re.findall(r'<div class="checkpoint (\w+)"[^>]*>checkpoint: ([^<]*)<', html) == [
+        ("bad", "no checkpoint · "),
+        ("muted", "size 8, root nO1A+x== · "),
+        ("muted", "no checkpoint · "),
+    ]
+    assert re.findall(r'<span class="signature">(\w+)</span>', html) == [
+        "failed",
+        "signed",
+        "unsigned",
+    ]
+    assert 'title="failed: orders: seq 5 differs from the signed log: …"' in html

@@ -27,11 +27,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs import readers, runner
+from spark_jobs import readers, runner, tlog_run
 from spark_jobs.common import statuses as st
 from spark_jobs.layout import STEPS, Layout
+from spark_jobs.tlog_store import TopicLog
+from watch_service import settings
 from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig
+from watch_service.protocol.tlog import note
+from watch_service.storage import Storage
+from watch_service.store import tlog_runs
 from watch_service.store import topics as store
 
 from ..support import TEST_JVM_OPTIONS, unique
@@ -144,6 +149,69 @@ def _summary(url: str, run_id: str) -> dict:
     return {"rows": {(c, t, s): (n, r, ex) for c, t, s, n, r, ex in rows}, "run": run}
 
 
+def _run_log(url: str, run_id: str) -> tuple | None:
+    with psycopg.connect(url) as conn:
+        return tlog_runs.run_log(conn, run_id)
+
+
+def _edit_data_file(house: Layout, url: str, topic: str) -> None:
+    """Seq 3's payload (and its hash, so the row is self-consistent) changed in place in the
+    Iceberg data file that holds it: no commit, no new snapshot."""
+    import hashlib
+
+    table = readers.load(house, url, "audit_log")
+    for path in table.inspect.files().column("file_path").to_pylist():
+        local = path.removeprefix("file:")
+        rows = pq.read_table(local)
+        if not any(
+            t == topic and q == 3
+            for t, q in zip(rows["topic"].to_pylist(), rows["seq"].to_pylist())
+        ):
+            continue
+        data = [
+            '{"i":3,"s":"forged"}' if t == topic and q == 3 else d
+            for t, q, d in zip(
+                rows["topic"].to_pylist(), rows["seq"].to_pylist(), rows["data"].to_pylist()
+            )
+        ]
+        sha = [
+            hashlib.sha256(d.encode()).hexdigest() if t == topic and q == 3 else h
+            for t, q, d, h in zip(
+                rows["topic"].to_pylist(),
+                rows["seq"].to_pylist(),
+                data,
+                rows["data_sha256"].to_pylist(),
+            )
+        ]
+        rows = rows.set_column(
+            rows.schema.get_field_index("data"),
+            rows.schema.field("data"),
+            pa.array(data, rows.schema.field("data").type),
+        )
+        rows = rows.set_column(
+            rows.schema.get_field_index("data_sha256"),
+            rows.schema.field("data_sha256"),
+            pa.array(sha, rows.schema.field("data_sha256").type),
+        )
+        pq.write_table(rows, local)
+        return
+    raise AssertionError(f"no data file holds {topic} seq 3")
+
+
+def _rewrite_with_seq_changed(house: Layout, url: str, topic: str) -> None:
+    """The topic's rows rewritten through Iceberg (an overwrite commit), seq 1 now seq 4."""
+    from pyiceberg.expressions import EqualTo
+
+    table = readers.load(house, url, "audit_log")
+    rows = table.scan(row_filter=EqualTo("topic", topic)).to_arrow()  # type: ignore[call-arg, arg-type]
+    seqs = [4 if q == 1 else q for q in rows["seq"].to_pylist()]
+    rows = rows.set_column(
+        rows.schema.get_field_index("seq"), rows.schema.field("seq"), pa.array(seqs, pa.int64())
+    )
+    with pytest.warns(UserWarning, match="falling back to copy-on-write"):  # pyiceberg 0.12
+        table.overwrite(rows, overwrite_filter=EqualTo("topic", topic))  # type: ignore[call-arg, arg-type]
+
+
 def _search(url: str, a: str) -> list:
     with psycopg.connect(url) as conn:
         return conn.execute(
@@ -239,7 +307,14 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
     search = _search(pg_url, a)
     assert [(k, s) for k, s, _ in search] == [(f"{a}/2", 2), (f"{a}/k3", 3)]
 
-    # The same run id again: same rows everywhere, and no second migration.
+    no_key = _run_log(pg_url, run_id)
+    assert no_key == (tlog_run.NO_KEY, {})
+    assert "verify: signed audit log unsigned: no signing key" in out
+
+    # The same run id again, now with a signing key: same rows everywhere, no second migration,
+    # and each topic's audit log signed by verify (A stops at 3: 4 was owed to no consumer).
+    signer = note.Signer.generate("auditsync.test/pipeline")
+    monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
     again_run = _pipeline(argv)
     assert again_run.returncode == runner.EXIT_FAILED_GATE, again_run.stderr[-3000:]
     assert _summary(pg_url, run_id) == first
@@ -250,6 +325,47 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
         == audit[cols].astype(str).sort_values(["topic", "seq"]).values.tolist()
     )
     assert _search(pg_url, a) == search
+    status, checkpoints = _run_log(pg_url, run_id)
+    assert status == tlog_run.SIGNED
+    assert {t: (c["old_size"], c["checked"], c["size"]) for t, c in checkpoints.items()} == {
+        a: (0, [0, 0], 3),
+        b: (0, [0, 0], 8),
+    }
+    log_b = TopicLog.at(Storage(house.warehouse), b, signer.verifier)
+    assert log_b.open(checkpoints[b]["note"]).size == 8
+    assert checkpoints[b]["note"] == log_b.signed(8) == log_b.signed()
 
-    # The audit log that run left, signed, proved and verified (and then tampered with).
-    check_the_signed_log(monkeypatch, capsys, pg_url, tmp_path / "work", a, b)
+    # The audit log that run left, signed, proved and verified (and then tampered with) by
+    # hand, on a log of its own; then the pipeline's log is checked as the next run's verify
+    # checks it: the row deleted (B's 5), then a tile overwritten, each named exactly.
+    work = tmp_path / "work"
+    (work / "tlog").rename(work / "tlog.pipeline")
+    check_the_signed_log(monkeypatch, capsys, pg_url, work, a, b)
+    (work / "tlog").rename(work / "tlog.cli")
+    (work / "tlog.pipeline").rename(work / "tlog")
+    monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
+    nxt = Layout("", str(work), unique("run"))
+    found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
+    assert (found.failure, found.checkpoints[a]["checked"]) == (
+        f"{b}: seq 5 differs from the signed log: the audit log has no row of it; the signed "
+        f"log holds a record",
+        [0, 3],
+    )
+    for tamper, seq, why in (
+        (_edit_data_file, 3, "the audit log's row is not the row that was signed"),
+        (
+            _rewrite_with_seq_changed,
+            1,
+            "the audit log has no row of it; the signed log holds a record",
+        ),
+    ):
+        tamper(house, pg_url, a)
+        found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
+        assert found.failure == f"{a}: seq {seq} differs from the signed log: {why}"
+    tile = work / "tlog" / a / "tile" / "0" / "000.p" / "3"
+    tile.write_bytes(bytes(32) + tile.read_bytes()[32:])
+    found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
+    assert found.status == (
+        f"failed: the tiles of {a}: the tiles of the right edge (tile/0/000.p/3) do not hash "
+        f"to the root"
+    )

@@ -2,8 +2,9 @@
 ``finish_run`` call), on real Iceberg tables and a real PostgreSQL: five cheap runs, each one
 row in every run-partitioned table written through the jobs' own table module (as each step
 writes its partition) and a reconcile commit; keep 2. Exactly the oldest 3 runs' partitions of
-``detail``, ``summary`` and ``remaining`` and their run-table rows go, the ledger keeps every
-run's, and each kept run still reads its tables as it left them (time travel)."""
+``detail``, ``summary`` and ``remaining`` and their run-table rows go, the ledger's rows of
+those runs move to its one partition of pruned runs, and each kept run still reads its tables as
+it left them (time travel)."""
 
 from __future__ import annotations
 
@@ -95,7 +96,11 @@ def test_pruning_keeps_the_newest_runs_and_their_time_travel(spark, pg_url, tmp_
     assert removed == pruned[::-1]
     for name in lifecycle.PRUNED_TABLES:
         assert run_ids(layout, pg_url, name) == set(kept), name
-    assert run_ids(layout, pg_url, "ledger") == set(ids)  # late copies are judged against it
+    # The pruned runs' ledger rows live on in one partition (late copies are judged against
+    # them): the ledger no longer gains a partition with every run.
+    assert run_ids(layout, pg_url, "ledger") == {*kept, tables.PRUNED_LEDGER}
+    archived = readers.load(layout, pg_url, "ledger").scan().to_arrow()
+    assert archived["run_id"].to_pylist().count(tables.PRUNED_LEDGER) == len(pruned)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for table in ("pipeline_runs", "reconcile_runs"):
             rows = conn.execute(

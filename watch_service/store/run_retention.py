@@ -12,9 +12,21 @@ except the current one and those a later run still needs:
 Forgetting a run deletes its ``pipeline_runs``, ``reconcile_runs`` (its ``reconcile_windows``
 with it) and ``reconcile_summary`` rows, after adding its net verdicts to
 ``reconcile_summary_pruned``, so the cumulative summary a full audit must reproduce is
-unchanged. ``reconcile_digests`` are kept: each is the latest judged digest of a seq range,
-not a run's, and the rewind check compares the source with them whatever run judged it.
-``alerts_sent`` rows older than the oldest kept run go too (keyed by Airflow's run ids).
+unchanged. ``alerts_sent`` rows older than the oldest kept run go too (keyed by Airflow's run
+ids).
+
+``reconcile_digests`` are the latest judged digest of each seq range, whatever run judged it,
+and the rewind check compares the source with them. Each run adds a partial range to every
+block (``runs.DIGEST_BUCKET`` seqs) it judged, so forgetting runs bounds them two ways:
+
+* the blocks a pruned run judged are merged into one range each (:func:`merge_plan`) when
+  every partial range still hashes as judged and the source holds no record between them:
+  the merged digest, hashed now, is then exactly the digest of what was judged. A block with a
+  changed range stays as it is (it is evidence for the next run);
+* ranges wholly below their topic's ``earliest_seq`` (trimmed by retention or deletion) go: a
+  trimmed seq is never rewound, so such a range is never evidence.
+
+So the table holds about one row per retained block plus the kept runs' partial ranges.
 
 Every query reads the warehouse's runs, which pruning bounds to ``keep`` plus the protected
 ones, so a prune costs what it deletes, not the history. Functions take a DB-API connection and
@@ -24,7 +36,10 @@ never commit: call :func:`forget` inside one transaction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
+
+from watch_service.store.runs import DIGEST_BUCKET, RANGE_DIGEST
 
 # The warehouse's runs, newest first, with whether a later run needs them.
 RUNS_BY_AGE = """
@@ -56,6 +71,33 @@ FORGET = [
     "DELETE FROM pipeline_runs WHERE run_id = ANY(%(run_ids)s)",
 ]
 FORGET_ALERTS = "DELETE FROM alerts_sent WHERE sent_at < %(before)s"
+# Every range in the blocks the pruned runs judged, with its digest now and its record count.
+DIGEST_BLOCKS = f"""
+WITH blocks AS (
+    SELECT DISTINCT topic, seq_from / {DIGEST_BUCKET} AS block FROM reconcile_digests
+     WHERE warehouse = %(warehouse)s AND run_id = ANY(%(run_ids)s)
+)
+SELECT d.topic, d.seq_from, d.seq_to, d.digest, d.run_id, h.now, h.n
+  FROM reconcile_digests d
+  JOIN blocks b ON d.topic = b.topic AND d.seq_from / {DIGEST_BUCKET} = b.block
+ CROSS JOIN LATERAL (SELECT {RANGE_DIGEST} AS now, count(*) AS n FROM records r
+                      WHERE r.topic = d.topic AND r.seq BETWEEN d.seq_from AND d.seq_to) h
+ WHERE d.warehouse = %(warehouse)s
+ ORDER BY d.topic, d.seq_from
+"""
+UNION_DIGEST = f"""SELECT {RANGE_DIGEST}, count(*) FROM records r
+                    WHERE r.topic = %(topic)s AND r.seq BETWEEN %(lo)s AND %(hi)s"""
+DROP_RANGES = """DELETE FROM reconcile_digests
+                  WHERE warehouse = %(warehouse)s AND topic = %(topic)s
+                    AND seq_from BETWEEN %(lo)s AND %(hi)s"""
+INSERT_RANGE = """INSERT INTO reconcile_digests
+                  (warehouse, topic, seq_from, seq_to, digest, run_id)
+                  VALUES (%(warehouse)s, %(topic)s, %(lo)s, %(hi)s, %(digest)s, %(run_id)s)"""
+FORGET_TRIMMED = """DELETE FROM reconcile_digests d USING topics t
+                     WHERE d.warehouse = %(warehouse)s AND d.topic = t.name
+                       AND d.seq_to < t.earliest_seq"""
+# (topic, seq_from, seq_to, digest as judged, digest now, run_id, records now)
+Part = tuple[str, int, int, str, str | None, str, int]
 
 
 def choose(
@@ -91,3 +133,42 @@ def forget(conn: Any, warehouse: str, run_ids: Sequence[str], oldest_kept: Any) 
         cur.execute(sql, key)
     if oldest_kept is not None:
         cur.execute(FORGET_ALERTS, {"before": oldest_kept})
+    merge_digests(conn, warehouse, run_ids)
+    cur.execute(FORGET_TRIMMED, {"warehouse": warehouse})
+
+
+def merge_plan(parts: Sequence[Part]) -> list[tuple[str, int, int, str, int]]:
+    """(topic, lo, hi, run_id, records) of each block to merge into one range, from its ranges
+    sorted by (topic, seq_from): a block of two or more ranges that all hash now as judged and
+    do not overlap. ``run_id`` is the run that judged the highest range; ``records`` the count
+    the merged range must hold now (more means a record between the ranges) (pure)."""
+    blocks: dict[tuple[str, int], list[Part]] = {}
+    for part in parts:
+        blocks.setdefault((part[0], part[1] // DIGEST_BUCKET), []).append(part)
+    plan = []
+    for (topic, _), ranges in blocks.items():
+        unchanged = all(now == digest for _, _, _, digest, now, _, _ in ranges)
+        apart = all(a[2] < b[1] for a, b in pairwise(ranges))
+        if len(ranges) > 1 and unchanged and apart:
+            records = sum(p[6] for p in ranges)
+            plan.append((topic, ranges[0][1], ranges[-1][2], ranges[-1][5], records))
+    return plan
+
+
+def merge_digests(conn: Any, warehouse: str, run_ids: Sequence[str]) -> int:
+    """Merge the partial ranges of the blocks ``run_ids`` judged (:func:`merge_plan`); returns
+    the blocks merged. Call inside the prune's transaction."""
+    cur = conn.cursor()
+    cur.execute(DIGEST_BLOCKS, {"warehouse": warehouse, "run_ids": list(run_ids)})
+    parts = [(r[0], int(r[1]), int(r[2]), r[3], r[5], r[4], int(r[6])) for r in cur.fetchall()]
+    merged = 0
+    for topic, lo, hi, run_id, records in merge_plan(parts):
+        key = {"warehouse": warehouse, "topic": topic, "lo": lo, "hi": hi}
+        cur.execute(UNION_DIGEST, key)
+        digest, count = cur.fetchone()
+        if digest is None or count != records:
+            continue  # a record between the ranges: the union is not what was judged
+        cur.execute(DROP_RANGES, key)
+        cur.execute(INSERT_RANGE, {**key, "digest": digest, "run_id": run_id})
+        merged += 1
+    return merged

@@ -70,12 +70,14 @@ RECENT_RUNS = """
 WITH recent AS (
     SELECT run_id, status AS run_status, started_at, finished_at,
            (snapshots ->> 'audit_log')::bigint AS audit_snapshot,
-           steps -> 'reconcile' -> 'rewound' AS rewound, failed_step, failure_reason
+           steps -> 'reconcile' -> 'rewound' AS rewound, failed_step, failure_reason,
+           log_status, checkpoints
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
 SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
        s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining,
-       r.rewound -> s.topic AS rewound, r.failed_step, r.failure_reason
+       r.rewound -> s.topic AS rewound, r.failed_step, r.failure_reason, r.log_status,
+       r.checkpoints -> s.topic AS checkpoint
 FROM recent r LEFT JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """
@@ -131,6 +133,9 @@ INSERT_WINDOW = """INSERT INTO reconcile_windows
                    VALUES (%s, %s, %s, %s, %s, %s, %s)"""
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
+# A digest's range lies in one block of DIGEST_BUCKET seqs (seq // DIGEST_BUCKET), in Spark
+# (spark_jobs.reconcile.rewind) and here.
+DIGEST_BUCKET = 1024
 # The sha256 of "<seq>:<sha256 hex of data>\n" over a range's records in seq order: the digest
 # reconcile computes in Spark for the ranges it judges (spark_jobs.reconcile.rewind).
 RANGE_DIGEST = """encode(sha256(convert_to(string_agg(

@@ -158,6 +158,21 @@ def _failure(line: TopicLine) -> str:
     )
 
 
+def _checkpoint(line: TopicLine) -> str:
+    """The topic's signed checkpoint this run recorded: size, root and signature status; red
+    when the run's check of the signed log failed (nothing before the first signed run)."""
+    if not line.log_status:
+        return ""
+    word = line.log_status.split(":", 1)[0]
+    css = "bad" if word == "failed" else "muted"
+    cp = line.checkpoint or {}
+    shown = f"size {cp['size']}, root {cp['root']}" if "size" in cp else "no checkpoint"
+    return (
+        f'<div class="checkpoint {css}" title="{_e(line.log_status)}">checkpoint: '
+        f'{_e(shown)} · <span class="signature">{_e(word)}</span></div>'
+    )
+
+
 def _runs_table(page: Page) -> str:
     head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
         f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
@@ -169,7 +184,7 @@ def _runs_table(page: Page) -> str:
         body.append(
             f"<tr><td>{_e(line.run_id)}{_audit_link(line)}</td>"
             f'<td>{status}<div class="muted">{_e(line.finished_at)}</div>{_rewound(line)}'
-            f"{_failure(line)}</td>"
+            f"{_failure(line)}{_checkpoint(line)}</td>"
             f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
             f"{cells}</tr>"
         )

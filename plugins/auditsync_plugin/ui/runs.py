@@ -33,6 +33,8 @@ class TopicLine:
     rewound_ranges: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     failed_step: str = ""  # the task or step that failed for good, and its one-line reason
     failure_reason: str = ""
+    log_status: str = ""  # the signed audit log: signed | unsigned: why | failed: why
+    checkpoint: Mapping[str, Any] | None = None  # this topic's: size, root (base64), note
 
 
 def pivot(
@@ -57,6 +59,8 @@ def pivot(
                 audit_snapshot=row.get("audit_snapshot"),
                 failed_step=str(row.get("failed_step") or ""),
                 failure_reason=str(row.get("failure_reason") or ""),
+                log_status=str(row.get("log_status") or ""),
+                checkpoint=row.get("checkpoint"),
             )
         if row.get("status") is None:
             continue
