@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from pipeline import World  # noqa: E402
+from pipeline import World, load  # noqa: E402
 from psycopg import sql  # noqa: E402
 from year_landing import seed_history  # noqa: E402
 
@@ -113,11 +113,6 @@ SEED_SQL = [
               %(t0)s + i * interval '15 minutes' + interval '1 minute'
          FROM generate_series(1, %(runs)s) i""",
 ]
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def counts(url: str) -> dict[str, int]:

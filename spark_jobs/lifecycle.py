@@ -91,9 +91,9 @@ def prune(database_url: str, layout: Layout, keep: int) -> list[str]:
         removed, oldest_kept = run_retention.choose(
             run_retention.runs_by_age(conn, layout.catalog), keep, layout.run_id
         )
+        if not removed:
+            return []
         committed = runs.committed_runs(conn, layout.catalog) & set(removed)
-    if not removed:
-        return []
     delete_partitions(database_url, layout, removed, committed)
     with store.connect(database_url, transaction=True) as conn:
         run_retention.forget(conn, layout.catalog, removed, oldest_kept)
@@ -112,18 +112,21 @@ def delete_partitions(
     from spark_jobs.common import tables  # pyspark, no JVM
 
     catalog = readers.catalog(layout, database_url)
+
+    def load(name: str) -> Any:
+        try:
+            return catalog.load_table(f"{NAMESPACE}.{name}")
+        except NoSuchTableError:
+            return None
+
     with warnings.catch_warnings():
         # A run that wrote no rows to a table (it failed first) has no partition there.
         warnings.filterwarnings("ignore", "Delete operation did not match any records")
-        for name in (*PRUNED_TABLES, "ledger"):
-            try:
-                table = catalog.load_table(f"{NAMESPACE}.{name}")
-            except NoSuchTableError:
-                continue
-            if name == "ledger":
-                move_ledger(table, run_ids, committed)
-            else:
+        for name in PRUNED_TABLES:
+            if (table := load(name)) is not None:
                 table.delete(_among(tables.run_column(name), run_ids))
+        if (ledger := load("ledger")) is not None:
+            move_ledger(ledger, run_ids, committed)
 
 
 def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:

@@ -106,7 +106,8 @@ def rows_from(
         lo = hi
 
 
-def _current(table: Table, snapshot_id: int | None) -> int | None:
+def current_snapshot(table: Table, snapshot_id: int | None) -> int | None:
+    """``snapshot_id``, else the table's current snapshot (None for an empty table)."""
     if snapshot_id is not None:
         return snapshot_id
     current = table.current_snapshot()
@@ -143,7 +144,7 @@ def publish(
 
     layout = Layout("", work, "")
     table = time_travel.load(layout, database_url)
-    snapshot = _current(table, snapshot_id)
+    snapshot = current_snapshot(table, snapshot_id)
     storage = Storage(layout.warehouse)
     out = []
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -263,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
 
             table = time_travel.load(layout, database_url())
             found = tlog_verify.verify(
-                log, table, _current(table, None), args.from_run, args.to_run
+                log, table, current_snapshot(table, None), args.from_run, args.to_run
             )
             print(found.line())
     except tlog_verify.VerifyFailure as exc:

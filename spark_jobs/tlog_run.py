@@ -26,11 +26,12 @@ history.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Any
 
 from spark_jobs.layout import Layout
-from spark_jobs.tlog_command import _current, publish, signer_of, verifier_of
+from spark_jobs.tlog_command import current_snapshot, publish, signer_of, verifier_of
 from spark_jobs.tlog_store import TlogError, TopicLog
 from spark_jobs.tlog_verify import VerifyFailure, check_range
 from watch_service.protocol.tlog import note
@@ -93,7 +94,7 @@ def check_and_publish(
         table = time_travel.load(layout, database_url)
     except time_travel.TimeTravelError:  # no audit log yet: nothing to sign
         return RunLog(SIGNED if signer else NO_KEY, {})
-    snapshot = _current(table, None)
+    snapshot = current_snapshot(table, None)
     storage = Storage(layout.warehouse)
     out: dict[str, dict[str, Any]] = {}
     for topic in time_travel.topics(table, snapshot):
@@ -119,7 +120,7 @@ def check_and_publish(
     ):
         out[p.topic].update(
             size=p.checkpoint.size,
-            root=note.Checkpoint.text(p.checkpoint).split("\n")[2],
+            root=base64.b64encode(p.checkpoint.root).decode(),
             note=p.signed,
         )
     return RunLog(SIGNED, out)
