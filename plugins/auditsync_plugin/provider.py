@@ -4,7 +4,9 @@ which may differ from Airflow's own database).
 
 Installed from the wheel, the DAG files ship as package data in ``auditsync_plugin/dags``
 (``DAGS_FOLDER``): point Airflow's ``dags_folder`` (or a ``LocalDagBundle``) at it, nothing
-copied. The UI stays a plugin, registered through the ``airflow.plugins`` entry point.
+copied. The UI stays a plugin, registered through the ``airflow.plugins`` entry point only:
+the provider info names no plugin (Airflow would register it a second time from there, and
+report the second as an import error).
 """
 
 from __future__ import annotations
@@ -39,8 +41,5 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-class-name": "auditsync_plugin.runs_hook.PipelineRunsHook",
                 "connection-type": "auditsync_pg",
             },
-        ],
-        "plugins": [
-            {"name": "auditsync", "plugin-class": "auditsync_plugin.plugin.AuditsyncPlugin"}
         ],
     }

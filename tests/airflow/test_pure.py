@@ -383,7 +383,7 @@ def test_airflow_env_for_the_embedded_defaults(tmp_path: Path):
     )
     assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/proj/dags"
-    assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == "/proj/plugins"
+    assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(tmp_path / "airflow" / "plugins")
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
