@@ -138,7 +138,7 @@ def deliver(alert: Alert, settings: AlertSettings, pg_conn_id: str = PG_CONN_ID)
     """Send ``alert`` on every channel that has not sent it yet; the channels used."""
     from watch_service.store import alerts as ledger
 
-    from .runs_hook import PipelineRunsHook
+    from .hooks.pipeline_runs import PipelineRunsHook
 
     used = []
     with closing(PipelineRunsHook(pg_conn_id).get_conn()) as conn:
@@ -211,7 +211,7 @@ class AuditsyncAlert(BaseNotifier):
         from watch_service.store import alerts as ledger
         from watch_service.store import runs
 
-        from .runs_hook import PipelineRunsHook, database_url
+        from .hooks.pipeline_runs import PipelineRunsHook, database_url
 
         with closing(PipelineRunsHook(self.pg_conn_id).get_conn()) as conn:
             row = runs.get_run(conn, self.pipeline_run_id)
@@ -236,8 +236,8 @@ class AuditsyncAlert(BaseNotifier):
             return []
 
     def _lag(self, context: Any, dag_id: str, run_id: str, error: str) -> Alert:
-        from .hooks import WatchServiceError, WatchServiceHook
-        from .landing_store import landing_storage
+        from .hooks.landing_store import landing_storage
+        from .hooks.watch_service import WatchServiceError, WatchServiceHook
         from .sink_cursors import decide, read_positions, split_consumers
 
         end = context.get("data_interval_end") or context.get("logical_date")

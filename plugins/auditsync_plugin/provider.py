@@ -34,11 +34,11 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [_version()],
         "connection-types": [
             {
-                "hook-class-name": "auditsync_plugin.hooks.WatchServiceHook",
+                "hook-class-name": "auditsync_plugin.hooks.watch_service.WatchServiceHook",
                 "connection-type": "auditsync_watch",
             },
             {
-                "hook-class-name": "auditsync_plugin.runs_hook.PipelineRunsHook",
+                "hook-class-name": "auditsync_plugin.hooks.pipeline_runs.PipelineRunsHook",
                 "connection-type": "auditsync_pg",
             },
         ],

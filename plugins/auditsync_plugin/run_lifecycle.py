@@ -10,7 +10,7 @@
 
 Clearing a task of a run clears its setup too, so a re-tried run goes back to ``running``
 through ``start_run`` and then to its outcome. The run tables are reached through
-:class:`~auditsync_plugin.runs_hook.PipelineRunsHook`.
+:class:`~auditsync_plugin.hooks.pipeline_runs.PipelineRunsHook`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class RunFailed(BaseNotifier):
     def notify(self, context: Any) -> None:
         from spark_jobs.lifecycle import one_line
 
-        from .runs_hook import PipelineRunsHook
+        from .hooks.pipeline_runs import PipelineRunsHook
 
         step = str(context["ti"].task_id)
         reason = one_line(context.get("exception") or "failed")
@@ -103,7 +103,7 @@ class FinishRunOperator(BaseOperator):
         from spark_jobs import lifecycle
         from spark_jobs.layout import Layout
 
-        from .runs_hook import database_url
+        from .hooks.pipeline_runs import database_url
 
         layout = Layout(self.landing, self.warehouse, self.run_id_value)
         removed = lifecycle.prune(database_url(self.pg_conn_id), layout, self.keep)

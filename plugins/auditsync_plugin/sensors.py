@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from watch_service.storage import Storage, StorageError
 
-from .hooks import DEFAULT_CONN_ID, WatchServiceHook
-from .landing_store import aws_conn_id_setting, landing_storage
+from .hooks.landing_store import aws_conn_id_setting, landing_storage
+from .hooks.watch_service import DEFAULT_CONN_ID, WatchServiceHook
 from .sink_cursors import decide, read_positions, split_consumers
 
 

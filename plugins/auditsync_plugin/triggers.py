@@ -15,8 +15,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from .hooks import WatchServiceError, WatchServiceHook
-from .landing_store import landing_storage
+from .hooks.landing_store import landing_storage
+from .hooks.watch_service import WatchServiceError, WatchServiceHook
 from .sink_cursors import decide, read_positions
 
 

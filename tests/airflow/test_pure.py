@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from auditsync_plugin import step_args as jobs
-from auditsync_plugin.hooks import (
+from auditsync_plugin.hooks.watch_service import (
     Request,
     WatchServiceError,
     WatchServiceHook,

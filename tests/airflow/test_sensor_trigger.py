@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from auditsync_plugin.hooks import WatchServiceHook
+from auditsync_plugin.hooks.watch_service import WatchServiceHook
 from auditsync_plugin.sensors import SinkCursorSensor
 from auditsync_plugin.triggers import SinkCursorTrigger
 
