@@ -11,8 +11,8 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from auditsync_plugin import step_args
-from auditsync_plugin.landing_retention import LandingRetentionOperator
-from auditsync_plugin.spark_step import SparkStepOperator
+from auditsync_plugin.operators.landing_retention import LandingRetentionOperator
+from auditsync_plugin.operators.spark_step import SparkStepOperator
 
 PROJECT = step_args.project()
 # Parse-time settings come from the process environment only (see audit_sync.py).

@@ -171,7 +171,7 @@ def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):
     env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_JDBC_JAR": str(jar)})
     assert env["AUDITSYNC_JDBC_JAR"] == str(jar)
     assert "AUDITSYNC_JDBC_JAR" not in airflow_env(Settings(local_dir=tmp_path), {})
-    from auditsync_plugin.spark_step import SparkStepOperator
+    from auditsync_plugin.operators.spark_step import SparkStepOperator
 
     monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
     op = SparkStepOperator(task_id="t", step="compact", application="x.py")
@@ -183,7 +183,7 @@ def test_the_jars_go_where_the_masters_executors_load_them(tmp_path, monkeypatch
     executor of every spark-submit. A local master's executors run in the driver's JVM: the
     jars go on its class path. A cluster's workers that hold the jars
     (``AUDITSYNC_SPARK_WORKER_JARS``) load them from there. Only otherwise are they sent."""
-    from auditsync_plugin.spark_step import SparkStepOperator
+    from auditsync_plugin.operators.spark_step import SparkStepOperator
     from spark_jobs.common.session import WORKER_JARS_ENV, classpath, submit_options
 
     monkeypatch.delenv(WORKER_JARS_ENV, raising=False)

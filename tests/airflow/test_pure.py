@@ -357,7 +357,7 @@ def test_templated_roots_survive_path_building():
 def test_publish_refuses_a_run_that_did_not_pass():
     from airflow.sdk.exceptions import AirflowFailException
 
-    from auditsync_plugin.operators import published_extra
+    from auditsync_plugin.operators.pipeline import published_extra
 
     extra = published_extra("R", ("passed", 3, 0, {"compact": {"seconds": 1.5, "rows": 9}}))
     assert extra == {

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from auditsync_plugin.operators import QualityCheckpointOperator
+from auditsync_plugin.operators.pipeline import QualityCheckpointOperator
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(600)]
 TS = 1_750_000_000_000

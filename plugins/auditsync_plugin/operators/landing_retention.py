@@ -37,8 +37,8 @@ class LandingRetentionOperator(BaseOperator):
         from spark_jobs.maintenance import landing, landing_plan
         from watch_service.storage import StorageError
 
-        from .hooks.landing_store import landing_storage
-        from .hooks.pipeline_runs import database_url
+        from ..hooks.landing_store import landing_storage
+        from ..hooks.pipeline_runs import database_url
 
         try:
             hours = landing_plan.retention_hours(self.retention_hours)

@@ -121,9 +121,9 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common import statuses as st
         from spark_jobs.common.session import job_session
 
-        from . import quality
-        from .hooks.pipeline_runs import database_url
-        from .quality_summary import summarize
+        from .. import quality
+        from ..hooks.pipeline_runs import database_url
+        from ..quality_summary import summarize
 
         if self.datasets:
             check_outputs(self.datasets)
@@ -197,7 +197,7 @@ class StartRunOperator(BaseOperator):
         from spark_jobs.layout import Layout
         from watch_service.store import runs
 
-        from .hooks.pipeline_runs import PipelineRunsHook
+        from ..hooks.pipeline_runs import PipelineRunsHook
 
         hook = PipelineRunsHook(self.pg_conn_id)
         catalog = Layout("", self.warehouse, "").catalog if self.warehouse else None
@@ -240,7 +240,7 @@ class PublishOperator(BaseOperator):
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
-        from .hooks.pipeline_runs import PipelineRunsHook
+        from ..hooks.pipeline_runs import PipelineRunsHook
 
         row = PipelineRunsHook(self.pg_conn_id).run_row(self.run_id_value)
         extra = published_extra(self.run_id_value, row)
