@@ -19,7 +19,7 @@ from auditsync_plugin.operators.pipeline import (
 from auditsync_plugin.operators.run_lifecycle import FinishRunOperator, keep_runs, with_run_failed
 from auditsync_plugin.operators.spark_step import SparkStepOperator
 from auditsync_plugin.retries import retry_args
-from auditsync_plugin.sensors import SinkCursorSensor
+from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
 
 PROJECT = step_args.project()
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:

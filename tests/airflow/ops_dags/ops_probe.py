@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from auditsync_plugin import deadlines, notifiers
 from auditsync_plugin.retries import RETRY_ARGS
-from auditsync_plugin.sensors import SinkCursorSensor
+from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
 
 ALERTS = notifiers.AlertSettings.from_env(os.environ)
 CLOSED_PORT = os.environ.get("OPS_CLOSED_PORT", "1")
