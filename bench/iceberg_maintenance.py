@@ -12,8 +12,8 @@ every warehouse table a run writes gets that run's commits, as in production. A 
 quality gate fails stops the bench.
 
 Every ``--maintain-every`` N runs (default 50) the real maintenance step runs
-(``spark_jobs.maintenance.main.run``: rewrite, expire, remove orphans, with the production
-expiry rule of ``spark_jobs.maintenance.plan``). The maintenance DAG is daily and a day of
+(``spark_jobs.steps.maintenance.main.run``: rewrite, expire, remove orphans, with the production
+expiry rule of ``spark_jobs.steps.maintenance.plan``). The maintenance DAG is daily and a day of
 15-minute runs is 96 runs. N = 50 is about half a day: 200 runs give four passes, so the state
 between passes is seen four times, not twice. The bound below takes N as a parameter, and
 production's is the same with N = 96. The retention is counted in runs because the bench
@@ -77,7 +77,7 @@ from spark_jobs import lifecycle, readers, runner  # noqa: E402
 from spark_jobs.common import tables  # noqa: E402
 from spark_jobs.common.session import build_session, stop_session  # noqa: E402
 from spark_jobs.layout import TABLES, Layout  # noqa: E402
-from spark_jobs.maintenance import main as maintenance  # noqa: E402
+from spark_jobs.steps.maintenance import main as maintenance  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402

@@ -11,7 +11,7 @@ summary, as compact leaves it) says every frame up to N is consumed:
 * **fresh**: the same state, no history.
 
 Then, ``--repeats`` times on each (interleaved, so both see the same machine load), it lands
-``--new`` segments after the state and times compact alone (``spark_jobs.compact.main.run``,
+``--new`` segments after the state and times compact alone (``spark_jobs.steps.compact.main.run``,
 in-process). Prints the medians, their ratio (target <= 1.1) and the load average, and what
 one listing of the whole history (the listing compact made before the dated layout) costs.
 Not a test: it reports, it does not assert.
@@ -167,7 +167,7 @@ class Zone:
 
     def compact(self, spark, new: int, run_id: str) -> float:
         """Land ``new`` segments in the current hour's folder, time compact alone."""
-        from spark_jobs.compact.main import run
+        from spark_jobs.steps.compact.main import run
 
         folder = folder_of(dt.datetime.now(dt.UTC))
         for _ in range(new):

@@ -30,7 +30,7 @@ with DAG(
     doc_md=__doc__
     + """
 
-One Spark step, `spark_jobs/maintenance/main.py`, over every table of the warehouse in the
+One Spark step, `spark_jobs/steps/maintenance/main.py`, over every table of the warehouse in the
 `auditsync_warehouse` Variable (the same one `audit_sync` writes), on Spark Connect when the
 `spark_connect_default` connection exists, else `spark-submit` through `spark_default`:
 

@@ -34,6 +34,13 @@ LEGACY_PROPERTY = "auditsync.legacy"
 # Every Spark job Airflow runs: the pipeline's steps, and maintenance (its own daily DAG,
 # never part of a pipeline run).
 JOBS = (*STEPS, "maintenance")
+
+
+def step_package(job: str) -> str:
+    """The dotted package of a Spark job, e.g. ``spark_jobs.steps.verify``."""
+    return f"spark_jobs.steps.{job}"
+
+
 NAMESPACE = "audit"
 TABLES = (
     "deliveries",

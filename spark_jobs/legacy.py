@@ -1,8 +1,9 @@
 """The one-time conversion of a warehouse the hand-written Parquet layouts left behind into the
-Iceberg tables (``spark_jobs.layout``): ``tables.attach`` calls ``convert`` when a session
-first opens the warehouse (at the start of every step), and it costs one or two file lookups
-unless there is something to convert. The old layouts lived on one local filesystem that the
-driver and the executors share, so only a local warehouse is looked at.
+Iceberg tables (``spark_jobs.layout``), run when asked: ``auditsync pipeline convert``. A run
+never converts: ``tables.attach`` refuses an old layout with one line naming that command
+(``spark_jobs.common.old_layout``, which also says what an old layout looks like). The old
+layouts lived on one local filesystem that the driver and the executors share, so only a
+local warehouse is looked at.
 
 Layout 2 (the incremental pipeline before Iceberg, marked by ``_layout.json`` {"version": 2,
 "id"}): every committed batch, verdict and audit-log row (``spark_jobs.old_warehouse`` says
@@ -19,14 +20,13 @@ history), as the move from layout 1 to 2 did.
 Crash-safe: each table's append is one Iceberg commit carrying ``auditsync.legacy = <old
 id>``, and a table that has one is not appended again; the re-keying is idempotent; the old
 folders move aside to ``<work>/legacy-layout<N>/`` last (the marker, or layout 1's
-``deliveries/``, the very last), so a conversion killed anywhere finishes on the next step.
-One message on stderr says what was converted and where the old files are. The tables'
+``deliveries/``, the very last), so a conversion killed anywhere finishes when the command runs
+again. One message on stderr says what was converted and where the old files are. The tables'
 history starts at the conversion (``spark_jobs.time_travel`` refuses a time before it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import sys
@@ -35,52 +35,16 @@ from collections.abc import Callable, Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.common import store, tables
-from spark_jobs.common.schemas import DETAIL, SUMMARY
+from spark_jobs.common.old_layout import MARKER, Found, detect
+from spark_jobs.common.schemas import DETAIL, LEFT, SUMMARY
 from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
-from spark_jobs.verify.transforms import LEFT
 from watch_service.storage import Storage
 from watch_service.store import runs
 
-MARKER = "_layout.json"
 # Moved aside in this order, the marker last (``deliveries.layout1`` is what the move from
 # layout 1 to 2 left).
 FOLDERS = ("deliveries.layout1", "audits", "runs", "ledger", "audit_log", "deliveries")
-
-
-@dataclasses.dataclass(frozen=True)
-class Found:
-    """An old warehouse: its layout version and the id its runs are keyed by ("" if none)."""
-
-    version: int
-    old_id: str
-
-    @property
-    def key(self) -> str:
-        """The ``auditsync.legacy`` value of its converted tables' commits."""
-        return self.old_id or f"layout{self.version}"
-
-    @property
-    def aside(self) -> str:
-        return f"legacy-layout{self.version}"
-
-
-def detect(house: Storage) -> Found | None:
-    """The old layout at ``house``, or None (nothing to convert)."""
-    if not house.location.is_local:
-        return None  # the hand-written layouts lived on one local filesystem only
-    marker = house.read_bytes(MARKER)
-    if marker is not None:
-        value = json.loads(marker)
-        if value.get("version") != 2:
-            raise tables.WarehouseError(
-                f"{house.uri(MARKER)}: layout version {value.get('version')}; only layout 2 "
-                f"(or layout 1, without a marker) can be converted"
-            )
-        return Found(2, str(value.get("id") or ""))
-    if house.is_folder("deliveries"):
-        return Found(2 if house.is_folder("deliveries/_batches") else 1, "")
-    return None
 
 
 def message(layout: Layout, found: Found, batch: int, added: Mapping[str, int], moved: int) -> str:
@@ -151,7 +115,7 @@ def convert(
     if found.old_id:
         with store.connect(database_url) as conn:
             runs.move_warehouse(conn, found.old_id, layout.catalog)
-            # Every step converts first, so the catalog's runs are all the old warehouse's.
+            # A run refuses an old layout, so the catalog's runs are all the old warehouse's.
             moved = len(runs.committed_runs(conn, layout.catalog))
     for name in (*FOLDERS, MARKER):
         if house.exists(name):

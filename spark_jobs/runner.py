@@ -5,6 +5,7 @@
                              [--keep-runs 96] [--conf KEY=VALUE ...]
     auditsync pipeline audit --landing LOCATION --work LOCATION [same options]
     auditsync pipeline findings --run RUN_ID [--work LOCATION] [--json] [filters]
+    auditsync pipeline convert --work LOCATION [--database-url URL] [--master local[2]] ...
 
 ``findings`` prints a run's defect ranges and whether each was repaired (no Spark session:
 ``spark_jobs.findings``).
@@ -18,6 +19,10 @@ run, the per-run rows of runs older than the newest ``--keep-runs`` (default
 ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
 (``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
 passes, 1 when defects remain after backfill, 2 when a step fails to run.
+
+``convert`` turns a warehouse the hand-written Parquet layouts left into the Iceberg tables,
+once (``spark_jobs.legacy``); a run meeting such a warehouse stops at its first step with one
+line naming this command.
 
 ``audit`` compacts what is new, then re-judges ALL history the incremental runs consumed
 from scratch (``reconcile --full``) and compares, per consumer, topic and status, with the
@@ -36,7 +41,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings, lifecycle
-from spark_jobs.layout import STEPS, Layout
+from spark_jobs.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 
 EXIT_FAILED_GATE = 1
@@ -64,10 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     for action, text in (
         ("run", ("one incremental run: compact -> reconcile -> backfill -> verify")),
         ("audit", "re-judge all history and compare with the runs"),
+        ("convert", "convert a hand-written-layout warehouse into the Iceberg tables, once"),
     ):
         p = sub.add_parser(action, help=text)
         p.add_argument(
-            "--landing", required=True, help="the sink's landing zone: a path, file:// or s3://"
+            "--landing",
+            required=action != "convert",
+            default="",
+            help="the sink's landing zone: a path, file:// or s3://",
         )
         p.add_argument(
             "--work", required=True, help="the warehouse: a path, file:// or s3://bucket/prefix"
@@ -119,7 +128,7 @@ def _database_url(given: str | None) -> str:
 def _step_module(step: str):
     import importlib
 
-    return importlib.import_module(f"spark_jobs.{step}.main")
+    return importlib.import_module(f"{step_package(step)}.main")
 
 
 def run_steps(
@@ -151,7 +160,7 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     """Compact what is new, then ``reconcile --full``: figures with ``agree`` and
     ``differences``."""
     run_steps(spark, layout, database_url, partitions, steps=("compact",))
-    from spark_jobs.reconcile.main import run as reconcile
+    from spark_jobs.steps.reconcile.main import run as reconcile
 
     figures = reconcile(spark, layout.namespace("reconcile", database_url, partitions, full=True))
     print(progress_line("audit", figures["seconds"], figures), flush=True)
@@ -167,13 +176,27 @@ def _session(args: argparse.Namespace):
     return build_session("auditsync-pipeline", master=args.master, conf=conf)
 
 
+def convert(spark, layout: Layout, database_url: str) -> int:
+    """``convert`` with an existing session: the old layout's rows into the Iceberg tables,
+    once; exit 0 (also when there was nothing to convert)."""
+    from spark_jobs import legacy
+    from spark_jobs.common import tables
+
+    tables.create(spark, layout, database_url)
+    if legacy.convert(spark, layout, database_url) is None:
+        print(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert", flush=True)
+    return 0
+
+
 def execute(spark, args: argparse.Namespace, url: str) -> int:
-    """One ``run`` or ``audit`` with an existing session; the exit status."""
+    """One ``run``, ``audit`` or ``convert`` with an existing session; the exit status."""
     from spark_jobs.common import store
 
     run_id = args.run_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     layout = Layout(args.landing, args.work, run_id)
     started = time.monotonic()
+    if args.action == "convert":
+        return convert(spark, layout, url)
     if args.action == "audit":
         figures = audit(spark, layout, url, args.num_partitions)
         for line in figures["differences"]:
@@ -232,7 +255,9 @@ def main(argv: list[str]) -> int:
     from watch_service.storage import Location, StorageError
 
     try:
-        Location.parse(args.landing), Location.parse(args.work)
+        Location.parse(args.work)
+        if args.landing:
+            Location.parse(args.landing)
         if args.keep_runs is None:
             args.keep_runs = lifecycle.keep_runs(os.environ)
     except (StorageError, SettingsError) as exc:

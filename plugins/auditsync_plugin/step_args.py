@@ -15,7 +15,7 @@ import importlib.util
 from pathlib import Path
 
 from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import JOBS, STEPS, step_flags
+from spark_jobs.layout import JOBS, STEPS, step_flags, step_package
 
 DATABASE_ENV = DATABASE_URL_ENV
 
@@ -45,7 +45,7 @@ def project() -> Path:
 def application(project: Path, job: str) -> str:
     if job not in JOBS:
         raise ValueError(f"unknown Spark job {job!r}; expected one of {JOBS}")
-    return str(project / "spark_jobs" / job / "main.py")
+    return str(project.joinpath(*step_package(job).split("."), "main.py"))
 
 
 def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None) -> list[str]:
@@ -63,7 +63,7 @@ def args(job: str, paths: Paths, partitions: int = 4, target: str | None = None)
 
 
 def maintenance_args(warehouse: str, retention_hours: str, target_file_mb: str) -> list[str]:
-    """``spark_jobs/maintenance/main.py`` arguments (templated values pass through as text)."""
+    """``spark_jobs/steps/maintenance/main.py`` arguments (templated values pass as text)."""
     return [
         "--work",
         warehouse,

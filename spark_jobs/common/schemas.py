@@ -75,6 +75,15 @@ DETAIL = StructType(
     + _fields(("copies", LongType()), nullable=False)
 )
 
+# verify's remaining defects: a defect detail row with how many of its seqs are still unrepaired.
+LEFT = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        *DETAIL.fields,
+        StructField("left", LongType(), False),
+    ]
+)
+
 # ``count``: seqs given ``status`` by this run; ``revised``: earlier runs' verdicts of
 # ``status`` this run replaced (late copies). Net over all runs: sum(count - revised).
 SUMMARY = StructType(

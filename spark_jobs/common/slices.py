@@ -10,9 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.common import store, tables
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, SUMMARY, conform
+from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEFT, SUMMARY, conform
 from spark_jobs.layout import Layout
-from spark_jobs.verify.transforms import LEFT
 from watch_service.store import runs
 
 

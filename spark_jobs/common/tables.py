@@ -24,11 +24,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common import local_rows
 from spark_jobs.common.jdbc import jdbc_target
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY, conform
+from spark_jobs.common.old_layout import refuse_old
+from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, LEFT, SUMMARY, conform
 from spark_jobs.layout import NAMESPACE, Layout
-from spark_jobs.verify.transforms import LEFT
-from watch_service.protocol.errors import AuditsyncError
-from watch_service.storage import S3Config, hadoop_conf
+from watch_service.storage import S3Config, Storage, hadoop_conf
 
 CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -80,10 +79,6 @@ BASE_PROPERTIES = {
 }
 
 
-class WarehouseError(AuditsyncError):
-    """The warehouse cannot be used as it is; the message says why and what to do."""
-
-
 def catalog_conf(layout: Layout, database_url: str, s3: S3Config | None = None) -> dict[str, str]:
     """The runtime settings that make ``layout.catalog`` an Iceberg catalog in this session
     (pure: tested without a JVM)."""
@@ -126,20 +121,17 @@ def ddl(layout: Layout, name: str) -> str:
 def attach(
     spark: SparkSession, layout: Layout, database_url: str, s3: S3Config | None = None
 ) -> None:
-    """Configure the warehouse's catalog in this session, create what is missing, and convert
-    a warehouse still in a hand-written Parquet layout (``spark_jobs.legacy``); once per
-    session (a marker setting says it was done)."""
+    """Configure the warehouse's catalog in this session and create what is missing; once per
+    session (a marker setting says it was done). A warehouse still in a hand-written Parquet
+    layout is refused with the command that converts it (``spark_jobs.common.old_layout``)."""
     conf = catalog_conf(layout, database_url, s3)
     _register(layout, database_url, s3)
     marker = f"spark.sql.catalog.{layout.catalog}.auditsync-attached"
     digest = str(hash(tuple(sorted(conf.items()))))
     if spark.conf.get(marker, None) == digest:
         return
+    refuse_old(Storage(layout.warehouse), layout.work)
     create(spark, layout, database_url, s3)
-    # Imported here: the conversion writes through this module.
-    from spark_jobs import legacy
-
-    legacy.convert(spark, layout, database_url)
     spark.conf.set(marker, digest)
 
 
@@ -200,6 +192,13 @@ def runs_rows(
         return local_rows.empty(spark, SCHEMAS[name][0])
     rows = pinned(spark, layout, name) if pin else read(spark, layout, name)
     return rows.filter(F.col(run_column(name)).isin(*run_ids))
+
+
+def run_details(spark: SparkSession, layout: Layout, run_ids: list[str]) -> DataFrame:
+    """The detail of these runs (those whose rows still exist), with a ``run_id``."""
+    return runs_rows(spark, layout, "detail", run_ids).select(
+        *[F.col(f.name) for f in DETAIL.fields], "run_id"
+    )
 
 
 def _writer(df: DataFrame, layout: Layout, name: str, properties: Mapping[str, str]) -> Any:

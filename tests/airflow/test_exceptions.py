@@ -1,11 +1,12 @@
 """The plugin's exception classes derive from the project's root, ``AuditsyncError`` (walked
-here rather than in ``tests/test_exceptions.py`` because importing the plugin loads Airflow)."""
+here rather than in ``tests/protocol/test_exceptions.py`` because importing the plugin loads
+Airflow)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ..test_exceptions import exception_classes, not_rooted
+from tests.protocol.test_exceptions import exception_classes, not_rooted
 
 pytestmark = pytest.mark.airflow
 

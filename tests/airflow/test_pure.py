@@ -325,7 +325,7 @@ def test_data_docs_names_in_the_store_cannot_leave_the_site():
 # -- jobs --------------------------------------------------------------------------------------
 def test_job_arguments_are_the_pipeline_runners():
     paths = jobs.Paths("/l", "/w", "R")
-    assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/verify/main.py"
+    assert jobs.application(Path("/p"), "verify") == "/p/spark_jobs/steps/verify/main.py"
     # The roots pass through as given (the step parses them; a template is rendered first).
     assert jobs.args("compact", paths) == ["--work", "/w", "--run-id", "R", "--landing", "/l"]
     assert jobs.args("verify", paths) == ["--work", "/w", "--run-id", "R"]

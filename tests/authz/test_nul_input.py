@@ -24,10 +24,10 @@ from authzed.api.v1 import (
 from authzed.api.v1.permission_service_pb2 import ImportBulkRelationshipsRequest
 from google.protobuf import any_pb2
 
+from tests.web.fuzz_requests import send_raw
 from watch_service.compat.proto import permify_base_v1_pb2 as pb
 from watch_service.protocol import authz as pa
 
-from ..fuzz_requests import send_raw
 from .spicedb_support import Op, defined_type, rel, struct, update
 from .test_permify_defects import create, tenant_id
 from .test_permify_errors import post

@@ -6,7 +6,9 @@ import datetime as dt
 
 import pytest
 
-from spark_jobs.backfill.transforms import (
+from spark_jobs.common import statuses as st
+from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
+from spark_jobs.steps.backfill.transforms import (
     delivered_rows,
     merge_audit_log,
     repair_keys,
@@ -14,10 +16,8 @@ from spark_jobs.backfill.transforms import (
     seq_ranges,
     source_rows,
 )
-from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
-from spark_jobs.compact.transforms import compact
-from spark_jobs.verify.transforms import defect_report, remaining_defects
+from spark_jobs.steps.compact.transforms import compact
+from spark_jobs.steps.verify.transforms import defect_report, remaining_defects
 
 from .builders import Stream, payload, sha
 

@@ -13,14 +13,20 @@ cap, keeps 21..30. Consumers, frame by frame (run 1 | run 2 | run 3):
 - ``gap`` (filters web-1) and ``gap2`` G: tombstone 1..10 | 21..30 (11..20 were never
   signalled: a retention gap whose verdict spans runs; unverifiable / silent gap).
 - ``joiner`` subscribes A at 5 in run 3 only (a consumer that joins late).
+
+A third warehouse makes the same three runs and prunes to the newest run
+after each (``lifecycle.prune``, keep 1, as the runner and the DAG do): run 3 judges the late
+copies of run 1's seqs against the pruned runs' ledger partition, and its verdicts are the
+same.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from spark_jobs import readers, runner
+from spark_jobs import lifecycle, readers, runner
 from spark_jobs.common import statuses as st
+from spark_jobs.common import tables
 from spark_jobs.common.store import connect
 from spark_jobs.layout import Layout
 from watch_service.store import runs
@@ -80,12 +86,19 @@ def world(request, spark, pg_url, object_store, tmp_path_factory):
     plan = streams(a, g)
     inc = Layout(places.join(root, "landing"), places.join(root, "inc"), "")
     figures, run_ids, cached, before = [], [], [], places.cached_plans(spark)
+    pruned = Layout(inc.landing, places.join(root, "pruned"), "")
+    pruned_late, pruned_away, pruned_ids = [], [], []
     for run in range(3):
         land(inc.landing, plan, run)
         layout = Layout(inc.landing, inc.work, unique("inc"))
         figures.append(runner.run_steps(spark, layout, pg_url, partitions=2))
         run_ids.append(layout.run_id)
         cached.append(places.cached_plans(spark) - before)
+        layout = Layout(inc.landing, pruned.work, unique("pruned"))
+        done = runner.run_steps(spark, layout, pg_url, partitions=2)
+        pruned_late.append(bool(done["reconcile"]["late"]))
+        pruned_away += lifecycle.prune(pg_url, layout, 1)
+        pruned_ids.append(layout.run_id)
     whole = Layout(inc.landing, places.join(root, "whole"), unique("whole"))
     whole_figures = runner.run_steps(spark, whole, pg_url, partitions=2)
     audit = runner.audit(spark, Layout(inc.landing, inc.work, unique("audit")), pg_url, 2)
@@ -100,6 +113,10 @@ def world(request, spark, pg_url, object_store, tmp_path_factory):
         "whole_figures": whole_figures,
         "audit": audit,
         "cached": cached,
+        "pruned": pruned,
+        "pruned_late": pruned_late,
+        "pruned_away": pruned_away,
+        "pruned_ids": pruned_ids,
     }
 
 
@@ -123,6 +140,19 @@ def test_incremental_runs_equal_one_run_over_everything(world):
         ("gap2-" + a, g, D): 10,
         ("joiner-" + a, a, D): 25,
     }
+
+
+def test_late_copies_judged_against_pruned_runs_give_the_same_verdicts(world):
+    """Run 3's late copies of 2, 4 and 6 revise verdicts that run 1 gave, whose ledger rows
+    the prune after run 2 moved to the pruned runs' partition."""
+    assert net(world["url"], world["pruned"]) == net(world["url"], world["inc"])
+    assert world["pruned_late"] == [False, True, True]
+    # run 1 goes after run 2; run 2 stays, as a run whose repairs are still open (its
+    # remaining 11) always does
+    first, second, third = world["pruned_ids"]
+    assert world["pruned_away"] == [first]
+    ledger = readers.load(world["pruned"], world["url"], "ledger").scan().to_arrow()
+    assert set(ledger["run_id"].to_pylist()) == {tables.PRUNED_LEDGER, second, third}
 
 
 def test_runs_with_late_copies_leave_nothing_cached(world):

@@ -1,8 +1,8 @@
-"""A warehouse in the hand-written layout 2 is converted into the Iceberg tables once, by the
-first step of a normal incremental run: every committed batch, verdict and audit-log row kept
-exactly, the incremental progress carried over (the run judges only the new segments), one
-message, the old folders aside; a conversion killed midway finishes exactly; nothing happens
-the second time.
+"""A warehouse in the hand-written layout 2 is converted into the Iceberg tables once, by
+``auditsync pipeline convert`` (a run meets it with one line naming that command): every
+committed batch, verdict and audit-log row kept exactly, the incremental progress carried
+over (the run judges only the new segments), one message, the old folders aside; a
+conversion killed midway finishes exactly; nothing happens the second time.
 
 The old warehouse is written file by file with pyarrow, as layout 2 laid it out (``B``'s name
 has a ``:``, escaped in its folder names as Spark wrote them). Source: ``A`` seqs 1..9, ``B``
@@ -27,11 +27,11 @@ import pytest
 from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructType
 
 from spark_jobs import legacy, readers, runner, time_travel
+from spark_jobs.common import errors, tables
 from spark_jobs.common import statuses as st
-from spark_jobs.common import tables
 from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
 from spark_jobs.layout import TABLES, Layout
-from spark_jobs.verify.transforms import LEFT
+from spark_jobs.steps.verify.transforms import LEFT
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.store import runs
 
@@ -223,6 +223,14 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
         with pytest.raises(Crash):
             legacy.convert(spark, layout, pg_url, crash_at(point))
     assert capsys.readouterr().err == ""
+    # A run refuses the old layout with one line naming the command; the command converts.
+    with pytest.raises(errors.WarehouseError) as refused:
+        runner.run_steps(spark, layout, pg_url, partitions=2)
+    assert str(refused.value) == (
+        f"{layout.work} is a layout-2 warehouse (hand-written Parquet): convert it once with "
+        f"`auditsync pipeline convert --work {layout.work}`, then run again"
+    )
+    assert runner.convert(spark, layout, pg_url) == 0
     figures = runner.run_steps(spark, layout, pg_url, partitions=2)
     err = capsys.readouterr().err
     assert err.count("[pipeline]") == 1 and err.count("layout-2 warehouse") == 1, err
@@ -308,8 +316,7 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
     with pytest.raises(time_travel.TimeTravelError, match="before the warehouse was converted"):
         time_travel.snapshot_of(table, target, "the audit log as run r2 left it")
 
-    # A second time (attach converts once per session, so ask the conversion itself): no
-    # message, no commit anywhere.
+    # A second time: no message, no commit anywhere.
     before = tables.snapshots(spark, layout, TABLES)
     assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""
@@ -325,7 +332,7 @@ def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp
     rows = [_audit("t", s, 1_700_000_000_000 + s) for s in (1, 2, 3)]
     _put(work / "audit_log/topic=t/date=2023-11-14/p.parquet", rows, AUDIT_LOG, ("topic", "date"))
     layout = Layout("", str(work), unique("l1"))
-    tables.attach(spark, layout, pg_url)
+    runner.convert(spark, layout, pg_url)
     err = capsys.readouterr().err
     assert err.count("[pipeline]") == 1 and "was a layout-1 warehouse" in err, err
     assert "(rows: audit_log 3)" in err and "compacted afresh" in err

@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import Row
 
 from spark_jobs.common import local_rows, tables
-from spark_jobs.reconcile.main import HELD
-from spark_jobs.reconcile.scope import SCOPE, SIGNALLED
+from spark_jobs.steps.reconcile.main import HELD
+from spark_jobs.steps.reconcile.scope import SCOPE, SIGNALLED
 
 pytestmark = pytest.mark.spark
 

@@ -16,8 +16,8 @@ import pytest
 
 from spark_jobs import readers
 from spark_jobs.common import tables
-from spark_jobs.maintenance import main as maintenance
-from spark_jobs.maintenance import plan
+from spark_jobs.steps.maintenance import main as maintenance
+from spark_jobs.steps.maintenance import plan
 
 from ..support import unique
 from .warehouse import build

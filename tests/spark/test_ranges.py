@@ -10,8 +10,8 @@ import pytest
 from spark_jobs.common import jdbc
 from spark_jobs.common import statuses as st
 from spark_jobs.common.schemas import GAPS, LANDING, SOURCE_RECORDS
-from spark_jobs.compact.transforms import compact
-from spark_jobs.reconcile.transforms import reconcile, summarize
+from spark_jobs.steps.compact.transforms import compact
+from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 
 from .builders import Stream, payload
 

@@ -24,12 +24,12 @@ def test_a_test_belongs_to_its_shared_unit_its_storage_or_its_module():
     assert work_unit("tests/airflow/test_phantom.py::test_x") == "airflow fault run"
     assert work_unit("tests/spark/test_crash.py::test_y[s3]") == "tests/spark/test_crash.py[s3]"
     assert work_unit("tests/spark/test_rewind.py::test_z[s3]") == "tests/spark/test_rewind.py"
-    assert work_unit("tests/test_cli.py::test_a") == "tests/test_cli.py"
+    assert work_unit("tests/service/test_cli.py::test_a") == "tests/service/test_cli.py"
 
 
 def test_long_units_first_then_heavy_folders_then_the_rest():
     units = [
-        "tests/test_cli.py",
+        "tests/service/test_cli.py",
         "tests/spark/test_rewind.py",
         "tests/e2e/test_credentials.py",
         "tests/sink/test_pure.py",
@@ -43,6 +43,6 @@ def test_long_units_first_then_heavy_folders_then_the_rest():
         "tests/e2e/test_credentials.py",
         "tests/spark/test_rewind.py",
         "tests/airflow/test_dagbag.py",
-        "tests/test_cli.py",
+        "tests/service/test_cli.py",
         "tests/sink/test_pure.py",
     ]

@@ -22,9 +22,10 @@ force just before the first frame (compact takes a consumer's start from its fir
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
+
+from watch_service.protocol import hashes
 
 STATE_FILE = "state.json"
 FOOTER_KEY = b"auditsync.sink"
@@ -73,9 +74,8 @@ COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
 NOT_NULL = frozenset({"consumer", "frame_no", "received_ms", "kind", "topic"})
 
 
-def payload_hash(data_json: str) -> str:
-    """SHA-256 hex of a payload's compact JSON text, as stored in PostgreSQL ``records.data``
-    (the service stores ``orjson.dumps(payloads.loads_exact(sent))``, numbers as sent, and
-    ``orjson.dumps(payloads.loads_exact(x)) == x`` for that text, so a consumer re-encoding a
-    delivered payload that way hashes the stored text)."""
-    return hashlib.sha256(data_json.encode()).hexdigest()
+# ``data_sha256`` is ``hashes.payload_hash`` of a payload's compact JSON text, as stored in
+# PostgreSQL ``records.data`` (the service stores ``orjson.dumps(payloads.loads_exact(sent))``,
+# numbers as sent, and ``orjson.dumps(payloads.loads_exact(x)) == x`` for that text, so a
+# consumer re-encoding a delivered payload that way hashes the stored text).
+payload_hash = hashes.payload_hash

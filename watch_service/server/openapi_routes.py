@@ -2,7 +2,7 @@
 
 The document is ``contract/openapi.json`` beside this module, written by hand next to the prose
 contract (``contract/http-api.md``) and read once when the module is imported, so a broken file
-fails at start, not on the first request. tests/test_openapi.py keeps it valid and equal, route
+fails at start, not on the first request. tests/web/test_openapi.py keeps it valid and equal, route
 for route, to what ``create_app`` registers. It is served without authentication: it describes
 the API, it holds no data.
 """

@@ -16,6 +16,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from watch_service.protocol import hashes
+
 START_RUN = """
 INSERT INTO pipeline_runs (run_id, warehouse) VALUES (%(run_id)s, %(warehouse)s)
 ON CONFLICT (run_id) DO UPDATE
@@ -134,13 +136,11 @@ INSERT_WINDOW = """INSERT INTO reconcile_windows
 INSERT_SUMMARY = """INSERT INTO reconcile_summary (run_id, consumer, topic, status, count, revised)
                     VALUES (%s, %s, %s, %s, %s, %s)"""
 # A digest's range lies in one block of DIGEST_BUCKET seqs (seq // DIGEST_BUCKET), in Spark
-# (spark_jobs.reconcile.rewind) and here.
+# (spark_jobs.steps.reconcile.rewind) and here.
 DIGEST_BUCKET = 1024
-# The sha256 of "<seq>:<sha256 hex of data>\n" over a range's records in seq order: the digest
-# reconcile computes in Spark for the ranges it judges (spark_jobs.reconcile.rewind).
-RANGE_DIGEST = """encode(sha256(convert_to(string_agg(
-    r.seq::text || ':' || encode(sha256(convert_to(r.data::text, 'UTF8')), 'hex') || chr(10),
-    '' ORDER BY r.seq), 'UTF8')), 'hex')"""
+# The digest of a range's records (``protocol.hashes``): reconcile computes it in Spark for the
+# ranges it judges (spark_jobs.steps.reconcile.rewind), a later run here.
+RANGE_DIGEST = hashes.sql_range_digest("r.seq", "r.data::text")
 SOURCE_HEADS = "SELECT name, head_seq FROM topics WHERE name = ANY(%(topics)s)"
 # Stored digests meeting any (topic, lo, hi) span (inclusive), with the range's digest now.
 DIGESTS_MEETING = f"""

@@ -237,7 +237,8 @@ async def live_steps(demo: Demo) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    log_only = "--log-only" in argv  # the log half only (fast; what tests/test_demo.py runs)
+    # the log half only (fast; what tests/service/test_demo.py runs)
+    log_only = "--log-only" in argv
     try:
         demo = Demo(settings_mod.load())
     except SettingsError as exc:

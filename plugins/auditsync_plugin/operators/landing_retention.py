@@ -1,5 +1,5 @@
 """The maintenance DAG's landing retention task: the segments a passed run verified and older
-than ``AUDITSYNC_LANDING_RETENTION_HOURS`` deleted (``spark_jobs.maintenance.landing``, no
+than ``AUDITSYNC_LANDING_RETENTION_HOURS`` deleted (``spark_jobs.steps.maintenance.landing``, no
 Spark), through the landing's storage as the plugin reaches it (``landing_store``)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class LandingRetentionOperator(BaseOperator):
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
-        from spark_jobs.maintenance import landing, landing_plan
+        from spark_jobs.steps.maintenance import landing, landing_plan
         from watch_service.storage import StorageError
 
         from ..hooks.landing_store import landing_storage

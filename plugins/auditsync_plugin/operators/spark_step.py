@@ -23,7 +23,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.layout import JOBS
+from spark_jobs.layout import JOBS, step_package
 
 CONNECT_CONN_ID = "spark_connect_default"
 LOG_SIGNING_KEY_ENV = "AUDITSYNC_LOG_SIGNING_KEY"
@@ -84,7 +84,7 @@ class SparkStepOperator(SparkSubmitOperator):
         remote = connect_url(self.connect_conn_id)
         if remote is not None:
             return self.run_connected(
-                importlib.import_module(f"spark_jobs.{self.step}.main"), remote
+                importlib.import_module(f"{step_package(self.step)}.main"), remote
             )
         if self._driver_error:
             raise AirflowException(self._driver_error)

@@ -1,0 +1,132 @@
+"""backfill's entry point.
+
+    spark-submit spark_jobs/steps/backfill/main.py --work DIR --run-id ID
+        [--target {audit_log,search_index,both}] [--num-partitions N] [--max-pushdown-ranges N]
+
+Re-reads from PostgreSQL (bounded to their seq runs) the ``silent_gap`` and ``mismatch``
+records of this run's detail and of earlier runs whose repairs are still open, and writes them
+with the run's verified deliveries to the Iceberg audit log (one row per topic+seq): seqs it
+does not hold yet by an append, better copies of seqs it holds by ``MERGE INTO`` on (topic,
+seq). Only the rows of those seqs are read (per topic, bounded by seq), so the cost follows the
+run's records, not the size of the day they land in. It upserts the repaired records into the
+search index in bounded chunks. ``--target`` does one of the two only (Airflow may run them as
+parallel tasks); the step is then recorded as ``backfill_<target>``. Re-running writes the same
+rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.common import jdbc, progress, step_cache, store, tables
+from spark_jobs.common.cli import add_database, job_parser
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
+from spark_jobs.common.seq_ranges import seq_runs
+from spark_jobs.common.session import build_session, stop_session
+from spark_jobs.layout import Layout
+from spark_jobs.steps.backfill.search import upsert_documents
+from spark_jobs.steps.backfill.transforms import (
+    delivered_rows,
+    repair_keys,
+    search_records,
+    source_rows,
+)
+from spark_jobs.steps.backfill.writes import write_audit_log
+from watch_service.store import runs
+
+BOTH = "both"
+TARGETS = ("audit_log", "search_index", BOTH)
+UPSERT_CHUNK = 5_000
+
+
+def build_parser():
+    parser = job_parser("backfill", "Repair the audit log and the search index.")
+    parser.add_argument("--work", required=True, help="the warehouse root")
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        default=BOTH,
+        help="what to repair (default both); Airflow may run the two apart",
+    )
+    parser.add_argument(
+        "--max-pushdown-ranges",
+        type=int,
+        default=1000,
+        help="above this many seq runs, read each topic's whole span",
+    )
+    add_database(parser, partitions=True)
+    return parser
+
+
+def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
+    """Seq runs of the repair keys per topic; each topic's whole span beyond ``limit``."""
+    spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(keys).limit(limit + 1).collect()]
+    if len(spans) <= limit:
+        return spans
+    return [
+        (r["topic"], r["lo"], r["hi"])
+        for r in keys.groupBy("topic")
+        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
+        .collect()
+    ]
+
+
+@step_cache.releases_cache
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Repair; returns the step's figures. ``hook(point)`` is called between the audit-log
+    partition swaps (tests kill the step there)."""
+    timer = progress.Timer()
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    with store.connect(args.database_url) as conn:
+        carried = runs.open_repairs(conn, layout.catalog, args.run_id)
+        batches = runs.run_batches(conn, args.run_id) or (1, 0)
+    detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)
+    everything = detail.unionByName(tables.run_details(spark, layout, carried).drop("run_id"))
+    keys = step_cache.cache(repair_keys(everything))
+    spans = repair_spans(keys, args.max_pushdown_ranges)
+    records = jdbc.read_records_in(
+        spark, jdbc.jdbc_target(args.database_url), spans, args.num_partitions
+    )
+    repaired = step_cache.cache(source_rows(records, keys))
+    counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
+    if args.target in (BOTH, "audit_log"):
+        deliveries = conform(
+            tables.read(spark, layout, "deliveries").filter(F.col("batch").between(*batches)),
+            DELIVERIES,
+        )
+        written = write_audit_log(
+            spark, layout, delivered_rows(deliveries, detail).unionByName(repaired), hook
+        )
+        counts.update(written)
+        store.record_snapshots(args, spark, layout, ("audit_log",))
+    if args.target in (BOTH, "search_index"):
+        indexed = refused = backfilled = 0
+        rows = (tuple(r) for r in search_records(repaired).toLocalIterator())
+        while chunk := list(itertools.islice(rows, UPSERT_CHUNK)):
+            done, bad = upsert_documents(args.database_url, chunk)
+            indexed, refused, backfilled = indexed + done, refused + bad, backfilled + len(chunk)
+        counts.update(backfilled=backfilled, indexed=indexed, index_refused=refused)
+    step = "backfill" if args.target == BOTH else f"backfill_{args.target}"
+    figures = {"seconds": timer.seconds, **counts}
+    store.record_step(args, step, figures)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = build_session("auditsync-backfill", args.master)
+    figures = run(spark, args)
+    step = "backfill" if args.target == BOTH else f"backfill_{args.target}"
+    progress.emit(step, figures["seconds"], figures)
+    stop_session(spark)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""compact's entry point: the landing segments not yet compacted -> one new deliveries batch.
+
+    spark-submit spark_jobs/steps/compact/main.py --landing LOCATION --work LOCATION --run-id ID
+
+Lists each consumer's segments (``<landing>/<consumer>/<YYYY-MM-DD>/<HH>/part-*.parquet``, a
+path, ``file://`` or ``s3://``) from the folder of its last compacted segment on
+(``protocol/landing_keys``), takes those after that segment, and appends them as batch N+1 to
+the Iceberg table ``deliveries``. The listing costs the landing root, the consumer roots and
+the folders written since the last run, whatever the history; root-level segments an earlier
+sink wrote are listed with their consumer's root until retention deletes them. Which segments
+the batch consumed, and each consumer's last frame and last folder, ride in the same commit as
+the rows (the snapshot's summary property ``auditsync.compact``, cumulative), so a crash before
+the commit leaves nothing and a re-run after it finds the segments consumed: every segment is
+compacted exactly once. Nothing new: no batch. The step's figures go to ``pipeline_runs`` when
+a database URL is given, with what landing retention reads (``consumed``, ``through``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.common import errors, local_rows, progress, step_cache, store, tables
+from spark_jobs.common.cli import add_database, job_parser
+from spark_jobs.common.schemas import LANDING
+from spark_jobs.common.session import build_session, stop_session
+from spark_jobs.layout import Layout
+from spark_jobs.steps.compact.transforms import LAST_FRAMES, compact, last_frames
+from watch_service.protocol.landing import FOOTER_BEFORE, footer
+from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
+from watch_service.storage import Storage
+
+CONSUMER_RE = re.compile(r"([^/]+)/(.+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    consumer: str
+    name: str  # relative to the landing root
+    first: int
+    last: int
+    folder: str = LEGACY  # "YYYY-MM-DD/HH" inside the consumer's landing; LEGACY: its root
+
+
+def new_segments(names: list[str], state: dict) -> list[Segment]:
+    """Segments after each consumer's ``segment_through``, in frame order (pure)."""
+    found: list[Segment] = []
+    for name in names:
+        m = CONSUMER_RE.fullmatch(name)
+        key = parse_segment(m.group(2)) if m else None
+        if m is None or key is None:
+            continue
+        consumer, first, last = m.group(1), key.first, key.last
+        through = state["consumers"].get(consumer, {}).get("segment_through", 0)
+        if last <= through:
+            continue
+        if first <= through:
+            raise errors.WarehouseError(
+                f"landing segment {name} overlaps frames already compacted "
+                f"(through frame {through})"
+            )
+        found.append(Segment(consumer, name, first, last, key.folder))
+    return sorted(found, key=lambda s: (s.consumer, s.first))
+
+
+def listed_names(landing: Storage, state: dict) -> list[str]:
+    """Each consumer's segments from the folder of its last compacted one on (every folder
+    for a consumer not compacted yet, or compacted before segments had folders)."""
+    names = []
+    for consumer in landing.folders():
+        since = state["consumers"].get(consumer, {}).get("folder", LEGACY)
+        keys = segments_since(landing.child(consumer).listing, since)
+        names += [f"{consumer}/{k.name}" for k in keys]
+    return names
+
+
+def progress_figures(state: dict, segments: list[Segment]) -> dict:
+    """What retention reads from the run's row (pure): ``consumed``, the frames this batch
+    took per consumer; ``through``, each consumer's last compacted frame and its folder."""
+    consumed: dict[str, list[int]] = {}
+    for seg in segments:
+        span = consumed.setdefault(seg.consumer, [seg.first, seg.last])
+        span[0], span[1] = min(span[0], seg.first), max(span[1], seg.last)
+    through = {
+        c: [v["segment_through"], v.get("folder", LEGACY)]
+        for c, v in state["consumers"].items()
+        if "segment_through" in v
+    }
+    return {"consumed": consumed, "through": through}
+
+
+def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list[tuple]:
+    """``LAST_FRAMES`` rows for the consumers compacted for the first time: the frame id in force
+    just before their first segment (its footer's ``before_frame_id``, the sink's session
+    start), numbered as the frame before it. Without it a consumer's first frame has no
+    previous id and reconcile falls back to what the frame shows (``min(seq) - 1``), which
+    puts a record lost from the very start of that frame out of scope. A segment without the
+    key (an older sink, a hand-written landing) gives no row."""
+    rows = []
+    seen = {c for c, v in state["consumers"].items() if "frame_no" in v}
+    for seg in segments:
+        if seg.consumer in seen:
+            continue
+        seen.add(seg.consumer)
+        found = footer(landing.parquet_schema(seg.name).metadata) or {}
+        if (before := found.get(FOOTER_BEFORE)) is not None:
+            rows.append((seg.consumer, seg.first - 1, before))
+    return rows
+
+
+def next_state(
+    state: dict, segments: list[Segment], lasts: dict[str, tuple[int, str | None]], run_id: str
+) -> dict:
+    """The cumulative state after a batch of ``segments`` (pure)."""
+    consumers = {k: dict(v) for k, v in state["consumers"].items()}
+    for seg in segments:
+        entry = consumers.setdefault(seg.consumer, {})
+        entry["segment_through"] = max(entry.get("segment_through", 0), seg.last)
+        entry["folder"] = max(entry.get("folder", LEGACY), seg.folder)
+    for consumer, (frame_no, frame_id) in lasts.items():
+        consumers.setdefault(consumer, {}).update(frame_no=frame_no, frame_id=frame_id)
+    return {"batch": state["batch"] + 1, "run_id": run_id, "consumers": consumers}
+
+
+def build_parser():
+    parser = job_parser("compact", "New landing segments -> a deliveries batch.")
+    parser.add_argument("--landing", required=True, help="the sink's landing zone (path or URI)")
+    parser.add_argument("--work", required=True, help="the warehouse (path or URI)")
+    add_database(parser)
+    return parser
+
+
+@step_cache.releases_cache
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Compact what is new; returns the step's figures. ``hook(point)`` is called just before
+    the commit (tests kill the step there)."""
+    timer = progress.Timer()
+    layout = Layout(args.landing, args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    state = tables.compact_state(spark, layout)
+    landing = Storage(layout.landing_location)
+    segments = new_segments(listed_names(landing, state), state)
+    counts: dict[str, object] = {"batch": None, "segments": 0, "rows": 0, "records": 0}
+    committed = state
+    if segments:
+        rows = spark.read.schema(LANDING).parquet(
+            *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
+        )
+        previous = local_rows.frame(
+            spark,
+            [
+                (c, v["frame_no"], v.get("frame_id"))
+                for c, v in state["consumers"].items()
+                if "frame_no" in v
+            ]
+            + first_starts(landing, segments, state),
+            LAST_FRAMES,
+        )
+        numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))
+        batch = step_cache.cache(numbered)
+        stats = batch.agg(
+            F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
+        ).first()
+        assert stats is not None  # an aggregate without grouping returns one row
+        lasts = {
+            r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(batch).collect()
+        }
+        record = next_state(state, segments, lasts, args.run_id)
+        if hook:
+            hook("compact.committing")
+        tables.append(
+            layout,
+            "deliveries",
+            batch,
+            {
+                tables.COMPACT_PROPERTY: json.dumps(record, sort_keys=True),
+                tables.RUN_PROPERTY: args.run_id,
+                tables.STEP_PROPERTY: "compact",
+            },
+        )
+        batch.unpersist()
+        committed = record
+        counts = {
+            "batch": record["batch"],
+            "segments": len(segments),
+            "rows": stats["rows"],
+            "records": stats["records"],
+        }
+    figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
+    store.record_step(args, "compact", figures)
+    store.record_snapshots(args, spark, layout, ("deliveries",))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = build_session("auditsync-compact", args.master)
+    figures = run(spark, args)
+    progress.emit("compact", figures["seconds"], figures)
+    stop_session(spark)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""reconcile's entry point: judge the window of every (consumer, topic) delivered to.
+
+    spark-submit spark_jobs/steps/reconcile/main.py --work DIR --run-id ID [--num-partitions N]
+        [--full]
+
+Reads the delivery batches no earlier run reconciled, continues each (consumer, topic) from its
+``reconciled_through`` in PostgreSQL up to the highest cursor it reached, capped at the topic's
+head read now (``rewind.cap_scope``: a window never passes the source's head), reads the source
+``records`` and ``gaps`` of those windows only (bounded in the JDBC query), judges late copies
+of earlier seqs and copies above the head (``late.py``), judges again the phantoms the head has
+since passed (``revisit.py``), looks for a rewound source where its late copies, landed
+``rewound`` frames and heads point (``evidence.py``), and writes the run's partitions of the
+Iceberg tables ``detail`` and ``summary`` (this run's verdicts only) and ``ledger``, and then,
+in ONE PostgreSQL transaction, the run's summary rows (``source_rewound`` rows counting the
+rewound seqs among them; the ranges are in the figures), windows, consumed batches and range
+digests. A crash before that commit leaves nothing an incremental run reads; a re-run redoes it.
+
+``--full`` is the audit mode: every batch the incremental runs consumed, judged from scratch
+into the tables ``audit_detail`` and ``audit_summary``, compared with the net verdicts of all
+incremental runs; nothing in PostgreSQL changes. Seqs that left the source (retention, topic
+deletion) after an incremental verdict judged them are judged with that verdict's source hash
+(``revisit.remembered``), so the audit agrees across trims and deletions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType
+
+from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import statuses as st
+from spark_jobs.common.cli import add_database, job_parser
+from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
+from spark_jobs.common.seq_ranges import seq_runs
+from spark_jobs.common.session import build_session, stop_session
+from spark_jobs.layout import Layout
+from spark_jobs.steps.reconcile import evidence, rewind
+from spark_jobs.steps.reconcile.late import (
+    held_copies,
+    late_copies,
+    merge_summary,
+    rejudge,
+)
+from spark_jobs.steps.reconcile.revisit import earlier_copies, phantoms_due, remembered, revisions
+from spark_jobs.steps.reconcile.scope import (
+    PROGRESS,
+    SCOPE,
+    SIGNALLED,
+    consumer_scope,
+    rewound_frames,
+    signalled_ranges,
+)
+from spark_jobs.steps.reconcile.transforms import reconcile, summarize
+from watch_service.store import runs
+
+DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
+_STR, _LONG = StringType(), LongType()
+DELTAS = struct(
+    ("consumer", _STR), ("topic", _STR), ("status", _STR), ("count", _LONG), ("revised", _LONG)
+)
+HELD = struct(("consumer", _STR), ("topic", _STR), ("range_from", _LONG), ("range_to", _LONG))
+DUE = struct(("consumer", _STR), ("topic", _STR), ("seq", _LONG))
+
+
+def build_parser():
+    parser = job_parser("reconcile", "Judge each (consumer, topic) window against PostgreSQL.")
+    parser.add_argument("--work", required=True, help="the warehouse root")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="audit mode: re-judge all history, compare, change nothing",
+    )
+    add_database(parser, partitions=True)
+    return parser
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """What reconcile holds on the driver, computed once: small (one row per consumer and topic,
+    one per range) and used several times."""
+
+    scope: DataFrame  # each window capped at its topic's head, read now
+    scope_rows: list[dict]
+    heads: dict[str, int]
+    signalled: DataFrame  # the ranges the consumers were told they lost
+    signalled_rows: list
+    rewound_rows: list  # the landed ``rewound`` frames' ranges (evidence of a rewind)
+
+
+def held_locally(
+    spark: SparkSession,
+    deliveries: DataFrame,
+    heads_of: Callable[[list[str]], dict[str, int]],
+    progress_rows: list | None = None,
+) -> Held:
+    """Scope, heads (read by ``heads_of``), signalled ranges and rewound frames."""
+    prior = None if progress_rows is None else local_rows.frame(spark, progress_rows, PROGRESS)
+    uncapped = consumer_scope(deliveries, prior).collect()
+    heads = heads_of(sorted({r["topic"] for r in uncapped}))
+    rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
+    scope = local_rows.frame(spark, [tuple(r.values()) for r in rows], SCOPE)
+    signalled_rows = signalled_ranges(deliveries).collect()
+    signalled = local_rows.frame(spark, signalled_rows, SIGNALLED)
+    rewound_rows = rewound_frames(deliveries).collect()
+    return Held(scope, rows, heads, signalled, signalled_rows, rewound_rows)
+
+
+def windows_of(scope_rows: list) -> list[jdbc.Window]:
+    """Per topic, the union of its scopes' windows: what PostgreSQL is asked for."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in scope_rows:
+        if r["lo"] is None or r["watermark"] is None or r["watermark"] <= r["lo"]:
+            continue
+        lo, hi = out.get(r["topic"], (r["lo"], r["watermark"]))
+        out[r["topic"]] = (min(lo, r["lo"]), max(hi, r["watermark"]))
+    return [(t, lo, hi) for t, (lo, hi) in out.items()]
+
+
+def _ledger(
+    spark: SparkSession, layout: Layout, committed: set[str], pin: bool = False
+) -> DataFrame:
+    """Committed runs' ledger rows and the pruned runs' (``tables.PRUNED_LEDGER``; a crashed
+    run's rows, never committed, are ignored); ``pin``: as the table is now
+    (``tables.pinned``), for a frame cached across this run's own ledger write."""
+    runs_ = [*sorted(committed - {layout.run_id}), tables.PRUNED_LEDGER]
+    return conform(tables.runs_rows(spark, layout, "ledger", runs_, pin=pin), LEDGER)
+
+
+def _late(
+    spark: SparkSession,
+    layout: Layout,
+    late: DataFrame,
+    spans: list[jdbc.Window],
+    heads: dict[str, int],
+    target: jdbc.JdbcTarget,
+    through: int,
+    committed: set[str],
+    rewound: DataFrame | None,
+):
+    """Late copies and copies above the head, judged against their seqs' current verdicts;
+    the source is read up to the head only (above it nothing is the source's yet)."""
+    capped = [(t, lo, min(hi, heads.get(t, 0))) for t, lo, hi in spans]
+    capped = [(t, lo, hi) for t, lo, hi in capped if hi > lo]
+    records = jdbc.read_records_in(spark, target, capped, 1)
+    gaps = jdbc.read_gaps_in(spark, target, capped)
+    pairs = late.select("consumer", "topic").distinct()
+    ledger = _ledger(spark, layout, committed, pin=True).join(  # rejudge caches what reads it
+        pairs, on=["consumer", "topic"], how="left_semi"
+    )
+    return rejudge(late, ledger, records, gaps, through, rewound)
+
+
+def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
+    """``source_rewound`` deltas: per (consumer, topic) judged now, the topic's rewound seqs."""
+    counts = rewind.seqs_in(found.reported)
+    return [
+        (r["consumer"], r["topic"], st.SOURCE_REWOUND, counts[r["topic"]], 0)
+        for r in scope_rows
+        if r["topic"] in counts
+    ]
+
+
+@step_cache.releases_cache
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
+    the PostgreSQL commit (tests kill the step there)."""
+    timer = progress.Timer()
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    house = layout.catalog
+    with store.connect(args.database_url) as conn:
+        last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
+        committed = runs.committed_runs(conn, house)
+        run_order = runs.run_order(conn, house)
+        phantoms = (
+            set()
+            if args.full
+            else {
+                (c, t)
+                for (c, t, status), n in runs.cumulative_summary(conn, house).items()
+                if status == st.PHANTOM and n > 0
+            }
+        )
+    latest = tables.compact_state(spark, layout)["batch"]
+    if latest < last:
+        raise errors.WarehouseError(
+            f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
+            f"holds batches up to {latest} only: this is not the warehouse those runs used"
+        )
+    first, through = (1, last) if args.full else (last + 1, latest)
+    detail_table, summary_table = (
+        ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
+    )
+    every = conform(tables.read(spark, layout, "deliveries"), DELIVERIES_BATCH)
+    deliveries = conform(every.filter(F.col("batch").between(first, through)), DELIVERIES)
+
+    def heads_of(topics: list[str]) -> dict[str, int]:
+        with store.connect(args.database_url) as conn:
+            return runs.source_heads(conn, topics)
+
+    driver = held_locally(spark, deliveries, heads_of, None if args.full else progress_rows)
+    scope, signalled, scope_rows, heads = (
+        driver.scope,
+        driver.signalled,
+        driver.scope_rows,
+        driver.heads,
+    )
+    target = jdbc.jdbc_target(args.database_url)
+    late = step_cache.cache(late_copies(deliveries, scope))
+    late_runs = (
+        [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
+        if late.limit(1).count() > 0
+        else []
+    )
+    rewind_timer = progress.Timer()  # what the rewind checks add to a run
+    found = evidence.Rewinds({}, [], 0)
+    unknown: list[str] = []
+    if not args.full:
+        with store.connect(args.database_url) as conn:
+            found = evidence.find(
+                spark,
+                conn,
+                layout,
+                target,
+                heads,
+                late_runs,
+                driver.signalled_rows,
+                run_order,
+                driver.rewound_rows,
+            )
+        if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
+            unknown = evidence.unknown_runs(spark, layout, committed)
+    # The ledger is read for a phantom revisit only where a phantom verdict stands.
+    due_rows = []
+    if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
+        due_rows = phantoms_due(_ledger(spark, layout, committed), scope).collect()
+    due = local_rows.frame(spark, due_rows, DUE) if due_rows else None
+    rewind_seconds = rewind_timer.seconds
+    judged_deliveries = deliveries
+    if due is not None:
+        history = every.filter(F.col("batch") < first)
+        judged_deliveries = deliveries.unionByName(
+            conform(earlier_copies(history, due), DELIVERIES)
+        )
+    windows = windows_of(scope_rows)
+    records = step_cache.cache(jdbc.read_records_in(spark, target, windows, args.num_partitions))
+    gaps = jdbc.read_gaps_in(spark, target, windows)
+    kept = (
+        remembered(evidence.earlier_verdicts(spark, layout, run_order), gaps, scope)
+        if args.full
+        else None
+    )
+    tables.replace_run(
+        layout,
+        detail_table,
+        args.run_id,
+        reconcile(judged_deliveries, records, gaps, scope, signalled, kept),
+    )
+    # Pinned: the late copies' rows are appended to the same partition below.
+    judged = tables.current_snapshot(spark, layout, detail_table)
+    window_detail = conform(
+        tables.run_rows(spark, layout, detail_table, args.run_id, judged), DETAIL
+    )
+    summary = summarize(window_detail, args.run_id)
+    ledger_rows = conform(
+        window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
+            "judged_batch", F.lit(through)
+        ),
+        LEDGER,
+    )
+    deltas: list[DataFrame] = []
+    if due is not None:
+        revised_ledger, revised = revisions(window_detail, due, through)
+        ledger_rows = ledger_rows.unionByName(revised_ledger)
+        deltas.append(revised)
+    if found.reported:
+        deltas.append(local_rows.frame(spark, _rewound_rows(scope_rows, found), DELTAS))
+    held = [] if args.full else rewind.held(progress_rows, found.ranges)
+    judged_late, spans = late, late_runs
+    if held:
+        judged_late = held_copies(local_rows.frame(spark, held, HELD), late)
+        spans = late_runs + [(t, a - 1, b) for _, t, a, b in held]
+    has_late = bool(held or late_runs)
+    if has_late:
+        late_detail, late_ledger, late_deltas = _late(
+            spark,
+            layout,
+            judged_late,
+            spans,
+            heads,
+            target,
+            through,
+            set() if args.full else committed,
+            found.frame(spark),
+        )
+        deltas.append(late_deltas)
+        ledger_rows = ledger_rows.unionByName(late_ledger)
+        tables.append(
+            layout,
+            detail_table,
+            late_detail.withColumn("run_id", F.lit(args.run_id)),
+            {tables.RUN_PROPERTY: args.run_id, tables.STEP_PROPERTY: "reconcile.late"},
+        )
+    for delta in deltas:
+        summary = merge_summary(summary, delta, args.run_id)
+    tables.replace_run(layout, summary_table, args.run_id, summary)
+    summary_rows = tables.run_rows(spark, layout, summary_table, args.run_id).collect()
+    net: dict[str, int] = {}
+    for r in summary_rows:
+        net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
+    counts = {
+        "batches": [first, through],
+        "scopes": len(scope_rows),
+        "seqs": sum(v for k, v in net.items() if k not in st.EVENT_STATUSES),
+        "defects": sum(net.get(k, 0) for k in st.DEFECTS),
+        **net,
+    }
+    if args.full:
+        records.unpersist()
+        return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
+    tables.replace_run(layout, "ledger", args.run_id, ledger_rows)
+    detail = tables.run_rows(spark, layout, "detail", args.run_id)
+    repairs_open = (
+        detail.filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
+        .limit(1)
+        .count()
+        > 0
+    )
+    windows_rows = [
+        (
+            r["consumer"],
+            r["topic"],
+            r["start_seq"],
+            r["lo"],
+            max(r["lo"], r["watermark"]),
+            r["filter_node"],
+        )
+        for r in scope_rows
+        if r["start_seq"] is not None and r["watermark"] is not None
+    ]
+    digest_timer = progress.Timer()
+    digests = (
+        [
+            (r["topic"], r["seq_from"], r["seq_to"], r["digest"])
+            for r in rewind.range_digests(records).collect()
+        ]
+        if windows
+        else []
+    )
+    digest_seconds = digest_timer.seconds
+    records.unpersist()
+    if hook:
+        hook("reconcile.committing")
+    with store.connect(args.database_url, transaction=True) as conn:
+        runs.commit_reconcile(
+            conn,
+            house,
+            args.run_id,
+            (first, through),
+            repairs_open,
+            windows_rows,
+            [
+                (r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
+                for r in summary_rows
+            ],
+        )
+        runs.store_digests(conn, house, args.run_id, found.digests + digests)
+    figures = {
+        "seconds": timer.seconds,
+        **counts,
+        "late": has_late,
+        "rewound": {t: [list(r) for r in rs] for t, rs in found.reported.items()},
+        "rewind_checks": {
+            "ranges": found.checked,
+            "seconds": round(rewind_seconds + digest_seconds, 3),
+            "digests_seconds": digest_seconds,
+        },
+        "runs_unknown_to_postgres": unknown,
+    }
+    store.record_step(args, "reconcile", figures)
+    store.record_snapshots(args, spark, layout, ("detail", "summary", "ledger"))
+    return figures
+
+
+def _compare(args, house: str, summary_rows: list) -> dict:
+    full = {
+        (r["consumer"], r["topic"], r["status"]): r["count"] - r["revised"]
+        for r in summary_rows
+        if r["count"] - r["revised"]
+    }
+    with store.connect(args.database_url) as conn:
+        incremental = {
+            k: n
+            for k, n in runs.cumulative_summary(conn, house).items()
+            if k[2] != st.SOURCE_REWOUND
+        }
+    keys = sorted(set(full) | set(incremental))
+    differences = [
+        (k, incremental.get(k, 0), full.get(k, 0))
+        for k in keys
+        if incremental.get(k, 0) != full.get(k, 0)
+    ]
+    return {
+        "agree": not differences,
+        "differences": [
+            f"{c}/{t}/{s}: incremental {i}, full {f}" for (c, t, s), i, f in differences[:20]
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = build_session("auditsync-reconcile", args.master)
+    figures = run(spark, args)
+    progress.emit("reconcile", figures["seconds"], figures)
+    stop_session(spark)
+    return 0 if figures.get("agree", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

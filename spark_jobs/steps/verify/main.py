@@ -1,0 +1,183 @@
+"""verify's entry point: the pipeline's quality gate.
+
+    spark-submit spark_jobs/steps/verify/main.py --work DIR --run-id ID [--examples N]
+
+Counts the defects (silent_gap, mismatch, phantom) of this run's verdicts, and of earlier runs
+whose repairs were still open, that the audit log does not repair; writes them to the run's
+partition of the Iceberg table ``remaining``, and in one PostgreSQL transaction records
+found/remaining counts and example seqs in ``reconcile_summary``, which runs still have open
+repairs, and the run's outcome in ``pipeline_runs``. Prints a readable summary; exits 1 when
+anything remains. The audit log is read only in the topics the defects are in, bounded by their
+seqs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import tlog_run
+from spark_jobs.common import progress, step_cache, store, tables
+from spark_jobs.common import statuses as st
+from spark_jobs.common.cli import add_database, job_parser
+from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
+from spark_jobs.common.seq_ranges import inside
+from spark_jobs.common.session import build_session, stop_session
+from spark_jobs.layout import Layout
+from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
+from watch_service.store import runs, tlog_runs
+
+
+def build_parser():
+    parser = job_parser("verify", "Fail when defects remain after backfill.")
+    parser.add_argument("--work", required=True, help="the warehouse root")
+    parser.add_argument("--examples", type=int, default=5, help="example seqs per group")
+    add_database(parser)
+    return parser
+
+
+def render(report: list) -> str:
+    """The human-readable verdict: one line per consumer, topic and defect status."""
+    left = [r for r in report if r["remaining"] > 0]
+    if not report:
+        return "verify: no defects found"
+    lines = [
+        (
+            f"verify: {sum(r['remaining'] for r in report)} of "
+            f"{sum(r['found'] for r in report)} defects remain after backfill"
+        )
+    ]
+    for r in sorted(report, key=lambda r: (r["consumer"], r["topic"], r["status"])):
+        examples = ", ".join(str(s) for s in r["example_seqs"] or [])
+        lines.append(
+            f"  {r['consumer']:<20} {r['topic']:<24} {r['status']:<11} "
+            f"found {r['found']:>8}  remaining {r['remaining']:>8}"
+            + (f"  e.g. seq {examples}" if examples else "")
+        )
+    if not left:
+        lines.append("verify: every defect was repaired")
+    return "\n".join(lines)
+
+
+def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> DataFrame:
+    """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
+    bounds = (
+        defects.groupBy("topic")
+        .agg(F.min("seq").alias("lo"), F.max("seq_to").alias("hi"))
+        .collect()
+    )
+    within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
+    return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
+
+
+def check_the_log(
+    layout: Layout, database_url: str, signing_key: str | None = None
+) -> tlog_run.RunLog:
+    """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
+    a failed check fails the run, naming the topic and the first bad seq. The key is
+    ``signing_key`` (a Spark Connect task's), else the settings'."""
+    from watch_service import settings as settings_mod
+
+    with store.connect(database_url) as conn:
+        previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
+    log = tlog_run.check_and_publish(
+        layout, database_url, settings_mod.load(log_signing_key=signing_key), previous
+    )
+    with store.connect(database_url, transaction=True) as conn:
+        tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
+        if log.failure is not None:
+            runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
+    print(f"verify: signed audit log {log.status}", flush=True)
+    return log
+
+
+@step_cache.releases_cache
+def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
+    the PostgreSQL commit."""
+    timer = progress.Timer()
+    layout = Layout("", args.work, args.run_id)
+    tables.attach(spark, layout, args.database_url)
+    with store.connect(args.database_url) as conn:
+        carried = runs.open_repairs(conn, layout.catalog, args.run_id)
+    own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
+        "run_id", F.lit(args.run_id)
+    )
+    older = tables.run_details(spark, layout, carried).filter(
+        F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+    )
+    detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))
+    tables.replace_run(
+        layout,
+        "remaining",
+        args.run_id,
+        remaining_defects(detail, audit_rows_for(spark, layout, detail)),
+    )
+    remaining = conform(tables.run_rows(spark, layout, "remaining", args.run_id), LEFT)
+    report = defect_report(detail, remaining, args.examples).collect()
+    still_open = sorted(
+        {
+            r["run_id"]
+            for r in remaining.filter(
+                F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+            )
+            .select("run_id")
+            .distinct()
+            .collect()
+        }
+    )
+    mine = [r for r in report if r["run_id"] == args.run_id]
+    carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
+    if hook:
+        hook("verify.committing")
+    with store.connect(args.database_url, transaction=True) as conn:
+        passed = runs.record_verify(
+            conn,
+            args.run_id,
+            [
+                (
+                    r["consumer"],
+                    r["topic"],
+                    r["status"],
+                    r["found"],
+                    r["remaining"],
+                    r["example_seqs"],
+                )
+                for r in mine
+            ],
+            st.DEFECTS,
+            carried,
+            carried_left,
+            still_open,
+        )
+    log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
+    passed = passed and log.ok
+    counts = {
+        "found": sum(r["found"] for r in mine),
+        "remaining": sum(r["remaining"] for r in mine),
+        "carried_left": carried_left,
+        "passed": passed,
+        "carried_runs": len(carried),
+        "log": log.status.split(":", 1)[0],
+    }
+    figures = {"seconds": timer.seconds, **counts}
+    store.record_step(args, "verify", figures)
+    store.record_snapshots(args, spark, layout, ("remaining",))
+    print(render(report), flush=True)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spark = build_session("auditsync-verify", args.master)
+    figures = run(spark, args)
+    progress.emit("verify", figures["seconds"], figures)
+    stop_session(spark)
+    return 0 if figures["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
