@@ -10,7 +10,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
-from auditsync_plugin import deadlines, notifiers, step_args
+from auditsync_plugin import deadlines, step_args
+from auditsync_plugin.notifications import notifiers
 from auditsync_plugin.operators.pipeline import (
     PublishOperator,
     QualityCheckpointOperator,

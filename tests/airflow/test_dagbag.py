@@ -106,7 +106,11 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     retries transient faults only; alerts are off, so the one callback a task carries is the
     run lifecycle's: a task after start_run that fails for good marks the run failed."""
     assert parsed["deadline"] == [
-        ["DagRunLogicalDateDeadline", 3600.0, "auditsync_plugin.notifiers.deadline_missed"]
+        [
+            "DagRunLogicalDateDeadline",
+            3600.0,
+            "auditsync_plugin.notifications.notifiers.deadline_missed",
+        ]
     ]
     assert set(parsed["retries"]) == set(parsed["tasks"])
     assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())

@@ -4,7 +4,7 @@
 sensor's failure); :func:`deadline_missed` is the deadline alert's callback. Each reads its
 facts — the run tables in PostgreSQL (``watch_service.store.runs`` / ``.alerts``), the run's
 defect ranges (``spark_jobs.findings``, as the findings view reads them), the sinks' cursors
-and the service's heads — builds one :class:`~auditsync_plugin.alerts.Alert` and hands
+and the service's heads — builds one :class:`~auditsync_plugin.notifications.alerts.Alert` and hands
 it to the configured channels: e-mail through the SMTP provider's ``SmtpNotifier``, and
 :class:`WebhookNotifier` (``{"text": …}``, accepted by Slack and Teams incoming webhooks).
 
@@ -138,7 +138,7 @@ def deliver(alert: Alert, settings: AlertSettings, pg_conn_id: str = PG_CONN_ID)
     """Send ``alert`` on every channel that has not sent it yet; the channels used."""
     from watch_service.store import alerts as ledger
 
-    from .hooks.pipeline_runs import PipelineRunsHook
+    from ..hooks.pipeline_runs import PipelineRunsHook
 
     used = []
     with closing(PipelineRunsHook(pg_conn_id).get_conn()) as conn:
@@ -211,7 +211,7 @@ class AuditsyncAlert(BaseNotifier):
         from watch_service.store import alerts as ledger
         from watch_service.store import runs
 
-        from .hooks.pipeline_runs import PipelineRunsHook, database_url
+        from ..hooks.pipeline_runs import PipelineRunsHook, database_url
 
         with closing(PipelineRunsHook(self.pg_conn_id).get_conn()) as conn:
             row = runs.get_run(conn, self.pipeline_run_id)
@@ -236,9 +236,9 @@ class AuditsyncAlert(BaseNotifier):
             return []
 
     def _lag(self, context: Any, dag_id: str, run_id: str, error: str) -> Alert:
-        from .hooks.landing_store import landing_storage
-        from .hooks.watch_service import WatchServiceError, WatchServiceHook
-        from .sink_cursors import decide, read_positions, split_consumers
+        from ..hooks.landing_store import landing_storage
+        from ..hooks.watch_service import WatchServiceError, WatchServiceHook
+        from ..sink_cursors import decide, read_positions, split_consumers
 
         end = context.get("data_interval_end") or context.get("logical_date")
         end_s = end.timestamp() if end is not None else time.time()
