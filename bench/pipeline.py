@@ -13,6 +13,12 @@ loopback port) and one local Spark session, then:
   steps on a Spark Connect server (``auditsync spark-connect``) and as one ``spark-submit``
   each, interleaved so both see the same machine load (medians of ``--dag-runs``).
 
+* the signed audit log's own costs, without Spark (``tlog_costs``): ``audit-log prove`` on a
+  tree of ``--tlog-leaves`` leaves (default 5 M) and ``audit-log verify --from --to`` between
+  runs a tenth and a hundredth of ``--tlog-rows`` (default 200,000) leaves apart; every timed
+  run above signs too (a generated key), and its ``log`` figure is verify's check, growth and
+  signature of the signed log (target: at most 5 % of the run).
+
 Prints per-step seconds, the ratio of each run to the run over an empty history (target: 5 M
 within 1.2 x) and of the Spark Connect DAG run to the spark-submit one (target: at most half),
 and the load average before and after. Not a test: it reports, it does not assert.
@@ -22,7 +28,9 @@ spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline
 was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
-[--skip-dag] [--quick]`` (``--quick``: sizes 0,100000, one DAG run each).
+[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N] [--index]`` (``--quick``:
+sizes 0,100000, one DAG run each; ``--index``: the consumer keeps the search index, a
+document per record, and each run's index verify is timed).
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from spark_jobs.layout import STEPS, Layout  # noqa: E402
+from watch_service.protocol.tlog.note import Signer  # noqa: E402
 from watch_service.settings import Settings  # noqa: E402
 from watch_service.sink.landing import SCHEMA, segment_name  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
@@ -76,9 +85,10 @@ def load() -> str:
 class World:
     """The source (PostgreSQL) and one consumer's landing zone, grown together."""
 
-    def __init__(self, url: str, landing: str, prefix: str) -> None:
+    def __init__(self, url: str, landing: str, prefix: str, index: bool = False) -> None:
         from watch_service.storage import Storage
 
+        self.index = index  # the sink's search index too: every record a document, its mark
         self.topics = tuple(f"{prefix}-{i}" for i in range(TOPIC_COUNT))
         self.url = url
         self.landing = landing
@@ -113,6 +123,12 @@ class World:
                     "UPDATE topics SET head_seq = %s, last_ts = %s WHERE name = %s",
                     (self.heads[topic], TS0 + self.heads[topic] * TS_STEP_MS, topic),
                 )
+            if self.index:
+                conn.execute(
+                    "INSERT INTO search_index_marks (consumer, frame_no) VALUES (%s, %s) "
+                    "ON CONFLICT (consumer) DO UPDATE SET frame_no = excluded.frame_no",
+                    (CONSUMER, self.frame_no),
+                )
         return time.monotonic() - started
 
     def _chunk(self, conn, topic: str, lo: int, hi: int) -> None:
@@ -121,6 +137,11 @@ class World:
         with conn.cursor().copy("COPY records (topic, seq, ts, data) FROM STDIN") as copy:
             for s, d in zip(seqs, data):
                 copy.write_row((topic, s, TS0 + s * TS_STEP_MS, d))
+        if self.index:
+            columns = "doc_key, topic, seq, ts, data"
+            with conn.cursor().copy(f"COPY search_documents ({columns}) FROM STDIN") as copy:
+                for s, d in zip(seqs, data):
+                    copy.write_row((f"{topic}/{s}", topic, s, TS0 + s * TS_STEP_MS, d))
         frames = [(s - lo) // FRAME for s in seqs]
         first_frame = self.frame_no + 1
         frame_nos = [first_frame + f for f in frames]
@@ -164,23 +185,30 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
     with psycopg.connect(world.url, autocommit=True) as conn:
         runs.start_run(conn, run_id)
     seconds = {}
-    checks = 0.0
+    checks = log = index = 0.0
     for step in STEPS:
         t0 = time.monotonic()
         figures = runner.run_steps(spark, layout, world.url, steps=(step,))
         seconds[step] = time.monotonic() - t0
         checks += figures.get(step, {}).get("rewind_checks", {}).get("seconds", 0.0)
+        log += figures.get(step, {}).get("log_seconds", 0.0)
+        index += (figures.get(step, {}).get("index") or {}).get("seconds", 0.0)
     seconds["total"] = sum(seconds.values())
     # Inside reconcile: the head cap, the phantom revisit, the rewind evidence, the digests.
     seconds["rewind_checks"] = checks
+    seconds["log"] = log  # inside verify: the signed log's check, growth and signature
+    # Inside verify: the search index checked against the source (``--index``).
+    seconds["index_verify"] = index
     return seconds
 
 
-def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) -> dict[int, dict]:
+def history_runs(
+    root: str, url: str, sizes: list[int], new: int, storage: str, index: bool = False
+) -> dict[int, dict]:
     """The runs over growing history on one storage (``root``: a folder or an s3:// prefix)."""
     from spark_jobs.common.session import build_session
 
-    world = World(url, f"{root}/landing", f"bench-{storage}")
+    world = World(url, f"{root}/landing", f"bench-{storage}", index)
     work = f"{root}/warehouse"
     print(f"== storage {storage}: {root}", flush=True)
     spark = build_session(
@@ -210,6 +238,77 @@ def history_runs(root: str, url: str, sizes: list[int], new: int, storage: str) 
     finally:
         spark.stop()
     return results
+
+
+def tlog_costs(base: Path, url: str, leaves: int, rows: int) -> dict[str, float]:
+    """The signed audit log's own costs, without Spark: ``audit-log prove`` on a tree of
+    ``leaves`` leaves (built with ``TopicLog.append``: tombstone leaves, so no audit-log rows
+    are needed), and ``audit-log verify --from --to`` between runs ``rows / 10`` and ``rows /
+    100`` leaves apart, on a pyiceberg audit log of ``rows`` rows in this PostgreSQL."""
+    import json
+
+    from spark_jobs import readers, tlog_command, tlog_verify
+    from spark_jobs.tlog_store import TopicLog
+    from watch_service.protocol.tlog import leaf, note
+    from watch_service.storage import Storage
+
+    out: dict[str, float] = {}
+    signer = note.Signer.generate("bench.auditsync/tlog")
+    warehouse = Storage.at(base / "tlog-bench")
+    big = TopicLog.at(warehouse, "big", signer.verifier)
+    t0 = time.monotonic()
+    big.append(signer, (leaf.tombstone("big", s, "ttl") for s in range(1, leaves + 1)))
+    out["build"] = time.monotonic() - t0
+    proves = []
+    for seq in (1, leaves // 2, leaves):  # each from a fresh log: no tile read is cached
+        t0 = time.monotonic()
+        tlog_command.prove(TopicLog.at(warehouse, "big", signer.verifier), seq).text()
+        proves.append(time.monotonic() - t0)
+    out["prove"] = max(proves)
+    print(f"tlog: {leaves:,}-leaf tree built in {out['build']:.1f} s; prove "
+          f"{', '.join(f'{p * 1000:.0f}' for p in proves)} ms ({load()})", flush=True)  # fmt: skip
+
+    layout = Layout("", str(base / "tlog-verify"), "")
+    catalog = readers.catalog(layout, url)
+    catalog.create_namespace("audit")
+    names = ("topic", "seq", "ts", "tag", "node", "meta", "data", "data_sha256", "origin")
+    kinds = (pa.string(), pa.int64(), pa.int64(), *[pa.string()] * 6)
+    schema = pa.schema([pa.field(n, k) for n, k in zip(names, kinds)])
+    table = catalog.create_table(
+        "audit.audit_log", schema=schema, location=Storage(layout.warehouse).uri("audit/audit_log")
+    )
+    with table.update_spec() as spec:
+        spec.add_identity("topic")
+
+    def add(first: int, last: int) -> None:
+        data = [json.dumps({"n": s}) for s in range(first, last + 1)]
+        table.append(pa.Table.from_pydict({
+            "topic": ["t"] * len(data), "seq": list(range(first, last + 1)),
+            "ts": [TS0 + s for s in range(first, last + 1)], "tag": [None] * len(data),
+            "node": [None] * len(data), "meta": [None] * len(data), "data": data,
+            "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
+            "origin": ["delivered"] * len(data)}, schema))  # fmt: skip
+
+    marks = [rows - rows // 10, rows - rows // 100, rows]
+    add(1, marks[0])
+    for i, mark in enumerate(marks):
+        if i:
+            add(marks[i - 1] + 1, mark)
+        tlog_command.publish(layout.work, url, signer, run_id=f"r{i}", topics=["t"], gaps={"t": []})
+    log = TopicLog.at(Storage(layout.warehouse), "t", signer.verifier)
+    table = readers.load(layout, url, "audit_log")
+    snap = tlog_command.current_snapshot(table, None)
+    for name, frm in (("verify_tenth", "r0"), ("verify_hundredth", "r1")):
+        t0 = time.monotonic()
+        tlog_verify.verify(log, table, snap, frm, "r2")
+        out[name] = time.monotonic() - t0
+    t0 = time.monotonic()
+    tlog_verify.verify(log, table, snap)
+    out["verify_all"] = time.monotonic() - t0
+    print(f"tlog: verify over {rows:,} rows: --from/--to {rows // 10:,} leaves apart "
+          f"{out['verify_tenth']:.2f} s, {rows // 100:,} apart {out['verify_hundredth']:.2f} s, "
+          f"all {out['verify_all']:.2f} s ({load()})", flush=True)  # fmt: skip
+    return out
 
 
 def fmt(seconds: dict[str, float]) -> str:
@@ -294,10 +393,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dag-only", action="store_true", help="only the empty DAG runs")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--tlog-only",
+        action="store_true",
+        help="only the signed audit log's own costs: prove on --tlog-leaves, verify --from --to",
+    )
+    parser.add_argument("--tlog-leaves", type=int, default=5_000_000)
+    parser.add_argument("--tlog-rows", type=int, default=200_000)
+    parser.add_argument(
         "--storages",
         default="file,s3",
         help="where the landing zone and warehouse live: file (a local folder) and/or s3 "
         "(a real S3 server on loopback, S3Proxy)",
+    )
+    parser.add_argument(
+        "--index",
+        action="store_true",
+        help="keep the search index too (a document per record, the consumer's mark), so "
+        "verify checks it: its share of a run is printed",
     )
     args = parser.parse_args(argv)
     # SIGTERM (run_all's overrun backstop, or an operator's kill) unwinds through the finally
@@ -315,7 +427,13 @@ def main(argv: list[str]) -> int:
     try:
         pg.start()
         migrate(pg.url)
+        tlog = tlog_costs(base, pg.url, args.tlog_leaves, args.tlog_rows)
+        if args.tlog_only:
+            storages, args.skip_dag = [], True
         dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n)
+        if not args.tlog_only:  # every run signs its audit log, as a run with a key does
+            signer = Signer.generate("bench.auditsync/pipeline")
+            os.environ["AUDITSYNC_LOG_SIGNING_KEY"] = str(signer)
         for storage in [] if args.dag_only else storages:
             root = str(base / "file")
             if storage == "s3":
@@ -324,12 +442,19 @@ def main(argv: list[str]) -> int:
                 store = ObjectStore(base / "s3").start(buckets=("bench",))
                 os.environ.update(store.config.environ())
                 root = "s3://bench/pipeline"
-            by_storage[storage] = history_runs(root, pg.url, sizes, args.new, storage)
+            by_storage[storage] = history_runs(root, pg.url, sizes, args.new, storage, args.index)
     finally:
         if store is not None:
             store.stop()
         pg.stop()
         shutil.rmtree(base, ignore_errors=True)
+    print(
+        f"\ntlog: prove on {args.tlog_leaves:,} leaves {tlog['prove'] * 1000:.0f} ms "
+        f"(target <= 200 ms); verify --from --to {tlog['verify_tenth']:.2f} s for "
+        f"{args.tlog_rows // 10:,} leaves, {tlog['verify_hundredth']:.2f} s for "
+        f"{args.tlog_rows // 100:,} (ratio {tlog['verify_tenth'] / tlog['verify_hundredth']:.1f}"
+        f", leaves ratio 10)"
+    )
     if dags:
         connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))
         print(
@@ -344,7 +469,13 @@ def main(argv: list[str]) -> int:
             print(
                 f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x  "
                 f"rewind checks {r.get('rewind_checks', 0) / r['total']:.1%} of the run "
-                "(target < 5 %)"
+                f"(target < 5 %), signed log {r.get('log', 0) / r['total']:.1%} (target <= 5 %)"
+                + (
+                    f"  index verify {r['index_verify']:.2f} s, "
+                    f"{r['index_verify'] / r['total']:.1%} of the run (target <= 5 %)"
+                    if args.index
+                    else ""
+                )
             )
         print(f"empty in-process run: {fmt(results[-1])}")
         biggest = results[max(sizes)]["total"] / first

@@ -104,8 +104,13 @@ def history_folders(n: int, newest: dt.datetime) -> list[tuple[str, int, int]]:
     return out
 
 
-def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -> tuple[int, str]:
-    """n consumed one-frame segments (fewer if ``budget_s`` runs out); (count, last folder)."""
+def seed_history(
+    store: Storage, n: int, newest: dt.datetime, budget_s: float, backing: Path | None = None
+) -> tuple[int, str]:
+    """n consumed one-frame segments (fewer if ``budget_s`` runs out); (count, last folder).
+    ``backing``: the S3 server's own folder (S3Proxy's filesystem backend, where an object is
+    a file at ``bucket/key``): the history is seeded there as hard links, as on file, instead
+    of one PUT each; every read of it still goes through the S3 API."""
     t0, done, last_folder = time.monotonic(), 0, ""
     template = segment_table(1, 1)
     sink = pa.BufferOutputStream()
@@ -117,13 +122,16 @@ def seed_history(store: Storage, n: int, newest: dt.datetime, budget_s: float) -
             if time.monotonic() - t0 > budget_s:
                 break
             names = [segment_key(folder, i, i) for i in range(first, last + 1)]
-            if store.location.is_local:
+            if store.location.is_local or backing is not None:
                 # one file per folder, the rest hard links to it (ext4 allows 65,000 a file)
-                Path(store.path(folder)).mkdir(parents=True, exist_ok=True)
-                tmpl = store.path(names[0])
-                pq.write_table(template, tmpl)
+                root = Path("/") if store.location.is_local else backing
+                assert root is not None
+                (root / store.path(folder)).mkdir(parents=True, exist_ok=True, mode=0o700)
+                tmpl = root / store.path(names[0])
+                tmpl.write_bytes(data)
+                tmpl.chmod(0o600)  # as the server writes objects: not public-read
                 for name in names[1:]:
-                    os.link(tmpl, store.path(name))
+                    os.link(tmpl, root / store.path(name))
             else:
                 list(pool.map(lambda name: store.write_bytes(name, data), names))
             done, last_folder = last, folder

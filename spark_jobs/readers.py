@@ -75,7 +75,11 @@ def snapshot_at(table: Table, when: dt.datetime) -> int | None:
 
 
 def scan(
-    table: Table, snapshot_id: int | None = None, row_filter: Any = None, columns: tuple = ("*",)
+    table: Table,
+    snapshot_id: int | None = None,
+    row_filter: Any = None,
+    columns: tuple = ("*",),
+    limit: int | None = None,
 ) -> pa.Table:
     from pyiceberg.expressions import AlwaysTrue
 
@@ -83,6 +87,7 @@ def scan(
         row_filter=row_filter if row_filter is not None else AlwaysTrue(),
         selected_fields=columns,
         snapshot_id=snapshot_id,
+        limit=limit,
     ).to_arrow()
 
 

@@ -18,7 +18,8 @@ location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme e
 run, the per-run rows of runs older than the newest ``--keep-runs`` (default
 ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
 (``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
-passes, 1 when defects remain after backfill, 2 when a step fails to run.
+passes, 1 when defects remain after backfill or the signed audit log does not verify (the
+line names its topic and first bad seq), 2 when a step fails to run.
 
 ``convert`` turns a warehouse the hand-written Parquet layouts left into the Iceberg tables,
 once (``spark_jobs.legacy``); a run meeting such a warehouse stops at its first step with one
@@ -49,9 +50,21 @@ EXIT_STEP_ERROR = 2
 
 
 def progress_line(step: str, seconds: float, result: dict | None) -> str:
-    figures = {k: v for k, v in (result or {}).items() if k not in ("step", "seconds")}
+    hidden = ("step", "seconds", "log_failure")  # the log's failure has its own line
+    figures = {k: v for k, v in (result or {}).items() if k not in hidden}
     shown = "  ".join(f"{k}={v}" for k, v in figures.items())
     return f"[pipeline] {step:<9} {seconds:7.1f} s  {shown}".rstrip()
+
+
+def gate_failure(verify: dict) -> str:
+    """Why verify failed the run's gate, from its figures: the defects left, the signed audit
+    log's failure (its topic and first bad seq, as verify's own line names them), or both."""
+    why = []
+    if verify.get("remaining") or verify.get("carried_left") or not verify.get("log_failure"):
+        why.append("defects remain after backfill")
+    if verify.get("log_failure"):
+        why.append(f"the signed audit log does not verify: {verify['log_failure']['why']}")
+    return "; ".join(why)
 
 
 def keep_count(raw: str) -> int:
@@ -234,7 +247,7 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
         )
     if not figures["verify"]["passed"]:
         print(
-            f"[pipeline] FAILED quality gate: defects remain after backfill "
+            f"[pipeline] FAILED quality gate: {gate_failure(figures['verify'])} "
             f"(run {run_id}, {time.monotonic() - started:.1f} s)",
             flush=True,
         )

@@ -84,7 +84,8 @@ def rows_from(
     upto: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """``topic``'s rows with seq > ``after`` (up to ``upto``) in seq order, one window per scan;
-    an empty window ends them unless a gap holds its start (the leaves jump the gap)."""
+    an empty window ends them unless a gap holds its start or a row follows it (the leaves
+    jump the gap, or the seqs nobody copied)."""
     from pyiceberg.expressions import And, EqualTo, GreaterThan, LessThanOrEqual
 
     if snapshot is None:
@@ -100,9 +101,16 @@ def rows_from(
         yield from rows
         if not rows and upto is None:
             covering = [g.gap_to for g in gaps if g.gap_from <= lo + 1 <= g.gap_to]
-            if not covering:
-                return
-            hi = max(max(covering), hi)
+            if covering:
+                hi = max(max(covering), hi)
+            elif not readers.scan(
+                table,
+                snapshot,
+                And(EqualTo("topic", topic), GreaterThan("seq", hi)),  # type: ignore[call-arg, arg-type]
+                ("seq",),
+                limit=1,
+            ).num_rows:
+                return  # nothing after: a later row would make the window's seqs uncopied
         lo = hi
 
 
@@ -112,6 +120,26 @@ def current_snapshot(table: Table, snapshot_id: int | None) -> int | None:
         return snapshot_id
     current = table.current_snapshot()
     return None if current is None else current.snapshot_id
+
+
+def leaves_after(
+    conn: Any,
+    table: Table,
+    snapshot: int | None,
+    topic: str,
+    after: int,
+    gaps: Sequence[Tombstone] | None = None,
+) -> Iterator[bytes]:
+    """The leaves of ``topic``'s seqs after ``after`` (``protocol.tlog.leaf.entries``): the
+    audit log's rows at ``snapshot``, and what the source (``conn``) says of the seqs between
+    them (``gaps``, default: its recorded gaps)."""
+    from watch_service.store.gap_reads import first_missing, topic_gaps
+
+    held = topic_gaps(conn, topic) if gaps is None else gaps
+    rows = rows_from(table, snapshot, topic, after, held)
+    return leaf.entries(
+        topic, after + 1, rows, held, lambda lo, hi: first_missing(conn, topic, lo, hi)
+    )
 
 
 # -- publish -------------------------------------------------------------------------------------
@@ -140,7 +168,6 @@ def publish(
     import psycopg
 
     from spark_jobs import time_travel
-    from watch_service.store.gap_reads import topic_gaps
 
     layout = Layout("", work, "")
     table = time_travel.load(layout, database_url)
@@ -152,16 +179,27 @@ def publish(
             log = TopicLog.at(storage, topic, signer.verifier)
             found = log.latest()
             old = found[0].size if found else 0
-            held = gaps[topic] if gaps is not None and topic in gaps else topic_gaps(conn, topic)
-            rows = rows_from(table, snapshot, topic, old, held)
-            entries = leaf.entries(topic, old + 1, rows, held)
+            held = gaps[topic] if gaps is not None and topic in gaps else None
+            entries = leaves_after(conn, table, snapshot, topic, old, held)
             cp, signed = log.append(signer, entries, run_id=run_id)
             out.append(Published(topic, old, cp, signed))
     return out
 
 
 # -- prove and verify ----------------------------------------------------------------------------
+def log_of(log: TopicLog, run_id: str | None) -> TopicLog:
+    """The log (``log``, or one before a fork of it) that holds ``run_id``'s checkpoint."""
+    if run_id is None:
+        return log
+    for epoch in range(log.epoch, -1, -1):
+        found = log.at_epoch(epoch)
+        if found.storage.exists(f"runs/{run_id}"):
+            return found
+    raise TlogError(f"no checkpoint of {log.topic} was signed by run {run_id!r}")
+
+
 def checkpoint_of(log: TopicLog, run_id: str | None) -> tuple[note.Checkpoint, str]:
+    """The signed checkpoint of ``run_id`` (default: the latest) in ``log``."""
     signed = log.storage.read_bytes(f"runs/{run_id}") if run_id else None
     if run_id and signed is None:
         raise TlogError(f"no checkpoint of {log.topic} was signed by run {run_id!r}")
@@ -172,7 +210,9 @@ def checkpoint_of(log: TopicLog, run_id: str | None) -> tuple[note.Checkpoint, s
 
 
 def prove(log: TopicLog, seq: int, run_id: str | None = None) -> proof.Proof:
-    """The tlog-proof of ``seq`` (entry ``seq - 1``), its leaf bytes as the proof's extra."""
+    """The tlog-proof of ``seq`` (entry ``seq - 1``), its leaf bytes as the proof's extra;
+    ``run_id``'s checkpoint may be one of a log before a fork."""
+    log = log_of(log, run_id)
     cp, signed = checkpoint_of(log, run_id)
     if not 1 <= seq <= cp.size:
         raise TlogError(f"seq {seq} of {log.topic} is not in its signed log (seqs 1..{cp.size})")

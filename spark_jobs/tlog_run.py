@@ -9,6 +9,11 @@
    ``swept`` in ``pipeline_runs.checkpoints``) and wraps at the end, so every signed seq is
    re-checked at least once every ``size / SWEEP`` runs. A row edited, deleted, re-seq'd or
    rewritten, or a tile overwritten, fails the check naming the topic and the first bad seq.
+   Where this run's reconcile found the source rewound (``source_rewound`` ranges) and the
+   audit log now differs from a signed seq inside them, the log forks there first
+   (``spark_jobs.tlog_fork``): the break (topic, seq, ranges, reason, both checkpoints) is
+   written beside the new log and recorded as the topic's ``fork``. The comparison is always
+   with the checkpoint on storage, so a database restored to an earlier state changes nothing.
 2. **grow**: when the check passed and a signing key is configured, the seqs after the last
    checkpoint become leaves (``tlog_command.publish``), new tiles are written and the new
    checkpoint is signed (also kept as ``runs/<run_id>``).
@@ -30,8 +35,15 @@ import base64
 import dataclasses
 from typing import Any
 
+from spark_jobs import tlog_fork
 from spark_jobs.layout import Layout
-from spark_jobs.tlog_command import current_snapshot, publish, signer_of, verifier_of
+from spark_jobs.tlog_command import (
+    current_snapshot,
+    leaves_after,
+    publish,
+    signer_of,
+    verifier_of,
+)
 from spark_jobs.tlog_store import TlogError, TopicLog
 from spark_jobs.tlog_verify import VerifyFailure, check_range
 from watch_service.protocol.tlog import note
@@ -51,10 +63,18 @@ class RunLog:
     status: str  # signed | unsigned: why | failed: topic seq why
     checkpoints: dict[str, dict[str, Any]]
     failure: str | None = None  # "<topic>: seq N differs …" or a stored-log problem
+    topic: str | None = None  # the topic that failed, and its first bad seq (when one is)
+    seq: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    def failed_at(self) -> dict[str, Any] | None:
+        """The failure as verify's figures record it (the alert reads it from there)."""
+        if self.failure is None:
+            return None
+        return {"topic": self.topic, "seq": self.seq, "why": self.failure}
 
 
 def window(size: int, swept: int, sweep: int = SWEEP) -> tuple[int, int]:
@@ -73,15 +93,66 @@ def _keys(settings: Settings) -> tuple[note.Signer | None, note.Verifier | None]
     return signer, signer.verifier
 
 
+def rewound_change(
+    log: TopicLog,
+    checkpoint: note.Checkpoint,
+    table: Any,
+    snapshot: int | None,
+    spans: list[tuple[int, int]],
+) -> int | None:
+    """The first signed seq inside ``spans`` (a rewound source's ranges) that the audit log
+    now holds otherwise, or None; raises :class:`VerifyFailure` when the first difference in
+    their bounds is outside them (that is no rewind). Its cost follows the ranges."""
+    size = checkpoint.size
+    inside = [(a, min(b, size)) for a, b in spans if a <= size]
+    if not inside:
+        return None
+    lo, hi = min(a for a, _ in inside), max(b for _, b in inside)
+    try:
+        check_range(log, log.hashes(checkpoint), table, snapshot, lo - 1, hi)
+    except VerifyFailure as exc:
+        if any(a <= exc.seq <= b for a, b in inside):
+            return exc.seq
+        raise
+    return None
+
+
+def _fork(
+    log: TopicLog,
+    signer: note.Signer | None,
+    seq: int,
+    spans: list[tuple[int, int]],
+    database_url: str,
+    table: Any,
+    snapshot: int | None,
+    run_id: str,
+) -> tuple[TopicLog, dict[str, Any]]:
+    """Fork ``log`` at ``seq`` (``tlog_fork``); without a signing key it cannot be signed."""
+    import psycopg
+
+    if signer is None:
+        raise TlogError(
+            f"{log.topic}: the source was rewound at seq {seq}, which a signed checkpoint "
+            f"covers: forking the log needs the signing key"
+        )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        leaves = leaves_after(conn, table, snapshot, log.topic, seq - 1)
+        new, b = tlog_fork.fork(log, signer, seq, leaves, spans, run_id)
+    return new, b.record()
+
+
 def check_and_publish(
     layout: Layout,
     database_url: str,
     settings: Settings,
     previous: dict[str, dict[str, Any]],
     sweep: int = SWEEP,
+    rewound: dict[str, list[tuple[int, int]]] | None = None,
 ) -> RunLog:
     """Check each topic's signed log against the audit log and grow it by the new leaves;
-    ``previous`` is the last run's ``pipeline_runs.checkpoints`` (the sweep cursors)."""
+    ``previous`` is the last run's ``pipeline_runs.checkpoints`` (the sweep cursors),
+    ``rewound`` this run's ``source_rewound`` ranges per topic: where the audit log changed
+    a signed seq inside them, the log forks there (recorded as the topic's ``fork``)."""
     from spark_jobs import time_travel
 
     try:
@@ -99,15 +170,27 @@ def check_and_publish(
     out: dict[str, dict[str, Any]] = {}
     for topic in time_travel.topics(table, snapshot):
         log = TopicLog.at(storage, topic, verifier)
+        broke: dict[str, Any] = {}
         try:
             found = log.latest()
             size = found[0].size if found else 0
+            spans = [(int(a), int(b)) for a, b in (rewound or {}).get(topic, [])]
+            changed = rewound_change(log, found[0], table, snapshot, spans) if found else None
+            if changed is not None:
+                log, broke = _fork(
+                    log, signer, changed, spans, database_url, table, snapshot, layout.run_id
+                )
+                found = log.latest()
             start, end = window(size, int(previous.get(topic, {}).get("swept", 0)), sweep)
             if found:
+                end = min(end, found[0].size)
                 check_range(log, log.hashes(found[0]), table, snapshot, start, end)
         except (VerifyFailure, TlogError) as exc:
-            return RunLog(f"{FAILED}: {exc}", out, str(exc))
+            seq = exc.seq if isinstance(exc, VerifyFailure) else None
+            return RunLog(f"{FAILED}: {exc}", out, str(exc), topic, seq)
         out[topic] = {"old_size": size, "checked": [start, end], "swept": end}
+        if broke:
+            out[topic]["fork"] = broke
     if signer is None:
         return RunLog(NO_KEY, out)
     for p in publish(

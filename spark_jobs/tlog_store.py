@@ -8,6 +8,9 @@ this module only moves bytes.
   there with other bytes is never replaced: the stored log was edited, or the audit log forked.
 - ``checkpoints/<size>``: every signed checkpoint, kept (the same size signs to the same bytes,
   Ed25519 being deterministic); ``checkpoint``: the latest, the one C2SP names.
+- ``forks/<k>/``: the log again, the same layout, after its ``k``-th fork (a rewound source
+  changed seqs a signed checkpoint covered: ``spark_jobs.tlog_fork``), with its ``break``
+  record. The newest fork is the topic's current log; the older ones stay as they were signed.
 
 Before it grows the log, :meth:`TopicLog.append` opens the latest stored checkpoint with the
 operator's verifier key and authenticates the right edge against it, so a database restored to
@@ -24,6 +27,7 @@ from watch_service.protocol.tlog import merkle, note, tiles
 from watch_service.storage import Storage
 
 FOLDER = "tlog"
+FORKS = "forks"
 LATEST = "checkpoint"
 CHUNK = 64 * tiles.WIDTH  # entries held in memory at once while growing
 
@@ -39,13 +43,28 @@ def origin(verifier: note.Verifier, topic: str) -> str:
 
 @dataclasses.dataclass
 class TopicLog:
-    storage: Storage  # <warehouse>/tlog/<topic>
+    storage: Storage  # <warehouse>/tlog/<topic>, or its forks/<epoch>
     topic: str
     verifier: note.Verifier
+    epoch: int = 0  # how many forks came before this log
+    home: Storage | None = None  # <warehouse>/tlog/<topic> (None: ``storage`` itself)
 
     @classmethod
-    def at(cls, warehouse: Storage, topic: str, verifier: note.Verifier) -> TopicLog:
-        return cls(warehouse.child(FOLDER, topic), topic, verifier)
+    def at(
+        cls, warehouse: Storage, topic: str, verifier: note.Verifier, epoch: int | None = None
+    ) -> TopicLog:
+        """The topic's log after ``epoch`` forks (default: the newest, its current log)."""
+        base = warehouse.child(FOLDER, topic)
+        if epoch is None:
+            epoch = max(epochs(base), default=0)
+        folder = base if epoch == 0 else base.child(FORKS, str(epoch))
+        return cls(folder, topic, verifier, epoch, base)
+
+    def at_epoch(self, epoch: int) -> TopicLog:
+        """The same topic's log after ``epoch`` forks."""
+        home = self.home or self.storage
+        folder = home if epoch == 0 else home.child(FORKS, str(epoch))
+        return TopicLog(folder, self.topic, self.verifier, epoch, home)
 
     @property
     def origin(self) -> str:
@@ -133,7 +152,7 @@ class TopicLog:
             size += len(part)
             for path, data in growth.tiles.items():
                 if tiles.parse_tile_path(path).width == tiles.WIDTH:
-                    self._write_once(path, data)
+                    self.write_once(path, data)
                 else:
                     partial[path] = data
             edge = tiles.edge_after(edge, growth, size)
@@ -146,11 +165,11 @@ class TopicLog:
             edge_paths.append(tiles.Tile(-1, size >> tiles.HEIGHT, size % tiles.WIDTH).path)
         for path in edge_paths:
             if path in partial:  # else a level this append did not reach: stored already
-                self._write_once(path, partial[path])
+                self.write_once(path, partial[path])
         new_src = tiles.TileHashes(size, self.read)
         checkpoint = note.Checkpoint(self.origin, size, merkle.tree_hash(new_src, size))
         signed = signer.sign(checkpoint.text())
-        self._write_once(f"checkpoints/{size}", signed.encode())
+        self.write_once(f"checkpoints/{size}", signed.encode())
         self.storage.write_bytes(LATEST, signed.encode())
         return self._record_run(signed, run_id, checkpoint)
 
@@ -158,10 +177,10 @@ class TopicLog:
         self, signed: str, run_id: str | None, checkpoint: note.Checkpoint
     ) -> tuple[note.Checkpoint, str]:
         if run_id is not None:
-            self._write_once(f"runs/{run_id}", signed.encode())
+            self.write_once(f"runs/{run_id}", signed.encode())
         return checkpoint, signed
 
-    def _write_once(self, path: str, data: bytes) -> None:
+    def write_once(self, path: str, data: bytes) -> None:
         there = self.storage.read_bytes(path)
         if there is None:
             self.storage.write_bytes(path, data)
@@ -170,6 +189,11 @@ class TopicLog:
                 f"{self.storage.uri(path)} already holds other bytes: the stored log was "
                 f"edited, or the audit log no longer extends it"
             )
+
+
+def epochs(base: Storage) -> list[int]:
+    """The forks a topic's log folder holds (``forks/<k>``), in order."""
+    return sorted(int(k) for k in base.folders(FORKS) if k.isdigit())
 
 
 def _chunks(items: Iterable[bytes], size: int) -> Iterator[list[bytes]]:

@@ -4,7 +4,8 @@ A failover to a lagging replica or a restore from a backup leaves the log tables
 at some earlier moment: ``dump`` takes that moment (``pg_dump --data-only`` of the log and
 session tables, the custom format a backup keeps), ``restore`` puts it back (``TRUNCATE``,
 then the dump's data, in one transaction), here while the service keeps running on it. The
-search index is the sink's copy, not the source's, and is never restored.
+search index (``INDEX_TABLES``) lives in the same database by default; a test that restores
+it names it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from watch_service.store.migrate import migrate
 LOG_TABLES = ("topics", "records", "gaps")
 AUTHZ_TABLES = ("authz_tenants", "authz_tuples", "authz_attributes", "authz_schemas")
 SOURCE_TABLES = (*LOG_TABLES, "watch_sessions", *AUTHZ_TABLES)
+INDEX_TABLES = ("search_documents", "search_index_marks")
 
 
 class RestorableDatabase:
@@ -47,17 +49,17 @@ class RestorableDatabase:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, (argv, done.stderr)
 
-    async def dump(self) -> Path:
-        """The source tables as they stand now, as a backup keeps them."""
+    async def dump(self, tables: tuple[str, ...] = SOURCE_TABLES) -> Path:
+        """``tables`` as they stand now, as a backup keeps them."""
         self._dumps += 1
         path = self.work_dir / f"source-{self._dumps}.dump"
-        tables = [arg for t in SOURCE_TABLES for arg in ("-t", t)]
+        selected = [arg for t in tables for arg in ("-t", t)]
         await asyncio.to_thread(
             self._run,
             str(self.bindir / "pg_dump"),
             "-Fc",
             "--data-only",
-            *tables,
+            *selected,
             "-f",
             str(path),
             self.url,

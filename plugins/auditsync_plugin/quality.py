@@ -1,6 +1,8 @@
 """Great Expectations suites over the pipeline's outputs, built in code, and the checkpoint run.
 
-Datasets (each a Spark DataFrame handed in by the operator):
+Datasets (each handed in by the operator: a pandas DataFrame when the run's slice is small, the
+usual case, else a Spark DataFrame; the same suites run on either, through GX's pandas or Spark
+execution engine):
 
 * ``deliveries`` — the compacted landing zone, one row per delivered frame item;
 * ``detail`` — the run's reconcile verdicts, per (consumer, topic, seq or seq range);
@@ -44,6 +46,7 @@ from watch_service.protocol.landing import NOT_NULL as LANDING_NOT_NULL
 from . import docs_site, gx_store
 
 DATASOURCE = "auditsync"
+PANDAS_DATASOURCE = "auditsync_pandas"
 DOCS_SITE = docs_site.SITE_NAME
 MIN_TS_MS = 1_577_836_800_000  # 2020-01-01: nothing in this log is older
 # The Data Docs index lists this many of the newest validation results: 100 runs of 5 datasets.
@@ -164,11 +167,17 @@ def docs_index(root: str) -> str:
     return docs_site.site_storage(str(root)).uri(docs_site.INDEX)
 
 
-def _checkpoint(ctx, name: str, expectations: list):
+def _is_pandas(frame: Any) -> bool:
+    return type(frame).__module__.startswith("pandas")
+
+
+def _checkpoint(ctx, name: str, expectations: list, pandas: bool):
+    source_name = PANDAS_DATASOURCE if pandas else DATASOURCE
     try:
-        source = ctx.data_sources.get(DATASOURCE)
+        source = ctx.data_sources.get(source_name)
     except (KeyError, ValueError):
-        source = ctx.data_sources.add_spark(DATASOURCE)
+        add = ctx.data_sources.add_pandas if pandas else ctx.data_sources.add_spark
+        source = add(source_name)
     try:
         asset = source.get_asset(name)
     except LookupError:
@@ -200,13 +209,13 @@ def run(
     defects: tuple[str, ...],
     origins: tuple[str, ...],
 ) -> list[dict]:
-    """Validate each given dataset; returns each validation result as a JSON dict (what
-    ``summary.summarize`` reads), once the Data Docs show them."""
+    """Validate each given dataset (a pandas or a Spark DataFrame); returns each validation
+    result as a JSON dict (what ``summary.summarize`` reads), once the Data Docs show them."""
     ctx = context(root)
     defined = suites(bounds, summary_statuses, defects, origins)
     results, pages = [], []
     for name, df in frames.items():
-        checkpoint = _checkpoint(ctx, name, defined[name])
+        checkpoint = _checkpoint(ctx, name, defined[name], _is_pandas(df))
         outcome = checkpoint.run(
             batch_parameters={"dataframe": df}, run_id=RunIdentifier(run_name=run_name)
         )

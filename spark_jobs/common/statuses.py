@@ -9,6 +9,8 @@ copies (copies - 1 summed over delivered seqs).
 
 from __future__ import annotations
 
+import dataclasses
+
 DELIVERED = "delivered"
 DUPLICATE = "duplicate"
 FILTERED = "filtered"
@@ -44,11 +46,36 @@ SUMMARY_STATUSES = SEQ_STATUSES + (DUPLICATE, SOURCE_REWOUND)
 # Summary statuses that are not net verdicts (a full audit does not reproduce them).
 EVENT_STATUSES = (DUPLICATE, SOURCE_REWOUND)
 
-# Statuses that fail the quality gate when any remain after backfill.
-DEFECTS = (SILENT_GAP, MISMATCH, PHANTOM, DIVERGENT)
-# Defects a backfill can repair: the audit log gets the source copy. A phantom (a delivered
-# item with no source row and no gap covering it) cannot be repaired by writing anything.
-REPAIRABLE = (SILENT_GAP, MISMATCH, DIVERGENT)
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What every reader says of one summary status: the page, the report, the alerts, the
+    Great Expectations suites and findings all take it from ``VERDICTS``."""
+
+    label: str  # in words, for people
+    defect: bool  # fails the quality gate when any remain after backfill
+    repairable: bool  # backfill repairs it: the audit log gets the source copy
+    colour: str  # the page's colour class (``v-<colour>`` in the plugin's report.css)
+
+
+VERDICTS: dict[str, Verdict] = {
+    DELIVERED: Verdict("delivered", False, False, "ok"),
+    FILTERED: Verdict("filtered", False, False, "ok"),
+    TOMBSTONED: Verdict("tombstoned", False, False, "ok"),
+    SILENT_GAP: Verdict("silent gap", True, True, "defects"),
+    MISMATCH: Verdict("mismatch", True, True, "defects"),
+    TRIMMED_AFTER_DELIVERY: Verdict("trimmed after delivery", False, False, "ok"),
+    # A delivered item with no source row and no gap covering it: nothing written repairs it.
+    PHANTOM: Verdict("phantom", True, False, "defects"),
+    UNVERIFIABLE: Verdict("unverifiable", False, False, "ok"),
+    DIVERGENT: Verdict("divergent", True, True, "defects"),
+    DUPLICATE: Verdict("duplicate", False, False, "ok"),
+    SOURCE_REWOUND: Verdict("source rewound", False, False, "rewound"),
+}
+# Statuses that fail the quality gate when any remain after backfill, in SEQ_STATUSES order.
+DEFECTS = tuple(s for s, v in VERDICTS.items() if v.defect)
+# Defects a backfill can repair.
+REPAIRABLE = tuple(s for s, v in VERDICTS.items() if v.repairable)
 
 # Where an audit-log row came from, best first when two rows share topic+seq.
 ORIGIN_DELIVERED = "delivered"  # a delivered copy whose hash matches the source

@@ -291,3 +291,20 @@ def test_every_airflow_setting_names_an_option_airflow_reads(tmp_path: Path):
     }
     assert unknown == set()
     assert airflow_options(envs["airflow_env"])["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"]
+
+
+def test_a_failed_log_check_names_its_topic_and_first_bad_seq():
+    why = "orders: seq 5 differs from the signed log: the audit log has no row of it; the signed log holds a record"  # noqa: E501
+    steps = {"verify": {"passed": False, "log_failure": {"topic": "orders", "seq": 5, "why": why}}}
+    assert alerts.log_failure(steps) == ("topic orders, first bad seq 5", why)
+    assert alerts.log_failure({"verify": {"log_failure": None}}) is None
+    alert = alerts.run_alert(alerts.VERIFY_FAILED, "d", "r", "p", ("failed", 0, 0, steps), (), BASE)
+    assert alert is not None
+    assert alert.title == (
+        "d: verify failed for run p; the signed audit log does not verify (topic orders, first "
+        "bad seq 5)"
+    )
+    assert f"signed audit log: topic orders, first bad seq 5: {why}" in alerts_render.text(alert)
+    assert "first bad seq 5: orders: seq 5 differs" in alerts_render.html(alert)
+    tiles = {"verify": {"log_failure": {"topic": "q", "seq": None, "why": "the tiles of q: …"}}}
+    assert alerts.log_failure(tiles) == ("topic q", "the tiles of q: …")

@@ -111,3 +111,68 @@ def test_a_missing_output_is_named(tmp_path):
     )
     with pytest.raises(AirflowFailException, match=r"no output to validate for audit_log \("):
         op.execute({})
+
+
+def test_pandas_and_spark_judge_a_slice_alike(tmp_path, monkeypatch):
+    """A small slice is validated as a pandas DataFrame (``operators.held``), a large one on
+    Spark: the same suites say the same of the same rows either way, nulls in integer columns
+    and all."""
+    from auditsync_plugin import quality
+    from auditsync_plugin.operators.pipeline import held
+    from auditsync_plugin.quality_summary import summarize
+    from spark_jobs.common import statuses as st
+    from spark_jobs.common.session import job_session
+
+    monkeypatch.setenv("PYSPARK_PYTHON", __import__("sys").executable)
+    rows = {
+        "deliveries": {
+            "consumer": ["c1", "c1", "c1"],
+            "frame_no": [1, 2, 3],
+            "received_ms": [TS, TS, 5],
+            "kind": ["record", "caught-up", "record"],
+            "topic": ["t", "t", "t"],
+            "seq": [1, None, 0],
+            "ts": [TS, None, None],
+            "data": ["{}", None, "{}"],
+            "data_sha256": ["h", None, "h"],
+        },
+        "reconciliation": {
+            "run_id": ["r", "r"],
+            "consumer": ["c1", "c1"],
+            "topic": ["t", "t"],
+            "status": ["delivered", "delivered"],
+            "count": [1, -2],
+        },
+        "audit_log": {
+            "topic": ["t", "t"],
+            "seq": [0, 0],
+            "ts": [TS, TS],
+            "data": ["{}", None],
+            "data_sha256": ["h", "h"],
+            "origin": ["delivered", "elsewhere"],
+        },
+    }
+    paths = {name: _write(tmp_path / name, cols) for name, cols in rows.items()}
+    bounds = quality.Bounds(max_ts_ms=TS + 1)
+    statuses = (st.SUMMARY_STATUSES, st.DEFECTS, (st.ORIGIN_DELIVERED, st.ORIGIN_BACKFILL))
+    texts = {}
+    with job_session("quality_engines", master="local[1]") as spark:
+        for engine, local_rows in (("pandas", 10), ("pyspark", 1)):
+            frames = {n: held(spark.read.parquet(p), local_rows) for n, p in paths.items()}
+            assert {type(f).__module__.split(".")[0] for f in frames.values()} == {engine}
+            results = quality.run(str(tmp_path / engine), frames, "r", bounds, *statuses)
+            texts[engine] = summarize(results, "report").text().splitlines()
+    assert texts["pandas"] == texts["pyspark"]
+    lines = texts["pandas"]
+    assert lines[0] == (
+        "data quality FAILED: 22 of 31 expectations met "
+        "(deliveries 10/13, reconciliation 6/8, audit_log 6/10)"
+    )
+    assert (
+        "  - deliveries: expect_column_values_to_be_between(column='seq', min_value=1.0, "
+        "where kind == 'record'): 1 of 2 rows unexpected, e.g. 0"
+    ) in lines
+    assert (
+        "  - deliveries: expect_column_values_to_not_be_null(column='ts', where kind == 'record'):"
+        " 1 of 2 rows unexpected, e.g. None"
+    ) in lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from watch_service.engine.hub import Hub
 from watch_service.engine.tailer import CachedRecord, Tailer
 from watch_service.protocol.records import Record
 
@@ -14,7 +15,8 @@ ALL = (True, True, True)
 
 def tailer(first: int, last: int, earliest: int = 1) -> Tailer:
     """A tailer whose cache holds seqs first..last of a topic retained from ``earliest``."""
-    t = Tailer(hub=None, topic="t")  # type: ignore[arg-type]  # the hub is only used to refresh
+    # A real hub whose pool is never used: a page from the cache reads nothing.
+    t = Tailer(Hub(pool=None, db_url=""), topic="t")  # type: ignore[arg-type]
     t.cache = [
         CachedRecord(Record(s, 100 + s, None, None, None, f'"{s}"')) for s in range(first, last + 1)
     ]

@@ -420,3 +420,15 @@ def test_the_spark_checks_themselves() -> None:
     assert spark_violation("spark_jobs.runner", "spark_jobs.steps.reconcile.main") is None
     edges = {("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d"), ("f", "f")}
     assert circles(edges) == {frozenset("abc"), frozenset("de")}
+
+
+def test_no_circle_inside_the_service() -> None:
+    edges = {
+        (module_name(Path(imp.path)), imp.target)
+        for imp in project_imports()
+        if imp.path.startswith(f"{WS}/") and _within(imp.target, WS)
+    }
+    found = circles(edges)
+    assert not found, "circles inside watch_service:\n" + "\n".join(
+        " <-> ".join(sorted(c)) for c in found
+    )

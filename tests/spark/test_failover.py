@@ -8,7 +8,9 @@ own process) runs on the primary; two sinks land two topics, one of them with fa
 
 1. ``KEPT`` records per topic are written and landed; the standby replays all of it.
 2. The standby stops receiving WAL. Writers append up to ``LOST`` per topic; the primary
-   acknowledges them, both sinks land them.
+   acknowledges them, both sinks land them. One pipeline run on the primary signs each
+   topic's audit log at ``LOST`` (with a signing key); its database commits never reach the
+   standby, its checkpoints stay on the warehouse's storage.
 3. The primary's postmaster is killed (SIGKILL), the standby promoted: its heads are ``KEPT``.
    The service is restarted on the new primary, on the same port. The sinks, connected across
    it, reconnect by themselves, present their ``Last-Event-ID`` (``LOST``) and land the
@@ -18,12 +20,16 @@ own process) runs on the primary; two sinks land two topics, one of them with fa
    landed and what the new primary holds: every copy that differs from the source is found
    (``divergent`` beside a matching copy, ``mismatch`` without one), every missing seq is a
    ``silent_gap``, the rewind is reported (``source_rewound``, the exact lost ranges), the
-   counts are exact, backfill repairs everything and verify passes.
+   counts are exact, backfill repairs everything and verify passes. The signed audit log
+   forks: each topic's new log breaks at ``KEPT + 1`` from the one the run before signed; the
+   run records the break with both checkpoints (printed), and every seq before it proves into
+   both logs.
 
 Where the pipeline's own state lives: in the source's PostgreSQL, as the product requires (one
 ``DATABASE_URL`` holds the log, the run tables, the range digests and the Iceberg JDBC
-catalog), so it fails over with the source. The run happens after the failover; no run is made
-before it here. What one would change follows from where its state lives: a run whose commit
+catalog), so it fails over with the source, except the signed log's tiles and checkpoints,
+which live on the warehouse's storage. What a run before the failover changes follows from
+where its state lives: a run whose commit
 replicated judged only seqs the standby has (WAL is one ordered stream, so a replicated commit
 implies every record written before it replicated), so its digests never meet the lost seqs;
 a run whose commit did not replicate is lost whole, its catalog pointers included, so the
@@ -56,10 +62,13 @@ import aiohttp
 import psycopg
 import pytest
 
-from spark_jobs import runner
+from spark_jobs import readers, runner
 from spark_jobs.common import statuses as st
 from spark_jobs.layout import Layout
+from spark_jobs.tlog_store import TopicLog
+from watch_service.protocol.tlog import note
 from watch_service.sink.faults import FaultPolicy
+from watch_service.storage import Storage
 from watch_service.store import runs
 from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
@@ -72,7 +81,7 @@ from . import places
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.e2e,
-    pytest.mark.timeout(600),
+    pytest.mark.timeout(1200),  # two pipeline runs now; a bound against a hang on a loaded machine
 ]
 
 # Heads per topic: replicated; acknowledged by the primary, then lost; after the failover.
@@ -197,9 +206,11 @@ def expected_verdicts(rows: list[dict], source: dict[tuple[str, int], str], topi
 
 
 async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
-    clusters, services, spark, tmp_path
+    clusters, services, spark, tmp_path, monkeypatch
 ):
     started = time.monotonic()
+    signer = note.Signer.generate("auditsync.test/failover")
+    monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
     topics = ["orders", "payments"]  # fresh clusters: fixed names, so the faults are fixed
     port = free_port()
     landing, work = tmp_path / "landing", str(tmp_path / "work")
@@ -227,6 +238,17 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
             await write(http, service.url, topics, KEPT + 1, LOST, "lost")
             for cfg in (steady, faulty):
                 await wait_for(landed_through(cfg, topics, LOST), 20, f"{cfg.consumer} at LOST")
+            # A run on the primary signs each topic's audit log at LOST; its commits never
+            # reach the standby, but its checkpoints stay on storage. (Its warehouse is a folder
+            # of its own, its signed log then put where the later run's is: one Spark session's
+            # Iceberg catalog stays bound to the database it first reached, the lost primary.)
+            before = Layout(str(landing), str(tmp_path / "work-before"), unique("fo"))
+            await asyncio.to_thread(runner.run_steps, spark, before, clusters.primary.url, 2)
+            shutil.copytree(tmp_path / "work-before" / "tlog", tmp_path / "work" / "tlog")
+            at = Storage(Layout("", work, "").warehouse)
+            signed = {t: TopicLog.at(at, t, signer.verifier) for t in topics}
+            old = {t: signed[t].latest() for t in topics}
+            assert {t: o[0].size for t, o in old.items() if o} == dict.fromkeys(topics, LOST)
 
             await asyncio.to_thread(sb.kill, clusters.primary)
             await asyncio.to_thread(clusters.standby.promote)
@@ -257,7 +279,8 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
             (t, "source_rewound", KEPT + 1, LOST, KEPT, KEPT) for t in topics
         ), cfg.consumer
 
-    figures = runner.run_steps(spark, Layout(str(landing), work, unique("fo")), url, partitions=2)
+    after = Layout(str(landing), work, unique("fo"))
+    figures = runner.run_steps(spark, after, url, partitions=2)
     with psycopg.connect(url, autocommit=True) as conn:
         source = {(t, s): h for t, s, h in conn.execute(SOURCE_HASHES, (topics,)).fetchall()}
         net = runs.cumulative_summary(conn, Layout("", work, "").catalog)
@@ -286,3 +309,39 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
         for t, s, h in places.audit_rows(Layout("", work, ""), url, ("topic", "seq", "data_sha256"))
     }
     assert log == source
+    check_the_fork(url, after, signed, old, topics)
+
+
+def check_the_fork(url: str, after: Layout, signed: dict, old: dict, topics) -> None:
+    """The run after the failover forked each topic's signed log at KEPT + 1: the break holds
+    the old checkpoint (the run before, on storage; its database rows were lost) and the new
+    one; every seq before the rewound range proves into both, as the audit log holds it."""
+    from spark_jobs.tlog_command import prove
+    from watch_service.protocol.tlog import leaf
+    from watch_service.store import tlog_runs
+
+    with psycopg.connect(url) as conn:
+        run_log = tlog_runs.run_log(conn, after.run_id)
+    assert run_log is not None
+    status, checkpoints = run_log
+    audit = readers.audit_log(Layout("", after.work, ""), url).to_pylist()
+    rows = {(r["topic"], r["seq"]): r for r in audit}
+    for t in topics:
+        new = TopicLog.at(Storage(after.warehouse), t, signed[t].verifier)
+        assert new.epoch == 1 and new.latest()[0].size == AFTER
+        fork = checkpoints[t]["fork"]
+        assert fork == {
+            "topic": t, "epoch": 1, "seq": KEPT + 1, "range": [[KEPT + 1, LOST]],
+            "reason": "source_rewound", "run_id": after.run_id, "old": old[t][1],
+            "new": new.latest()[1],
+        }  # fmt: skip
+        print(
+            f"[failover] {t}: the break at seq {fork['seq']} ({fork['reason']}, range "
+            f"{fork['range']}, run {fork['run_id']})\nold checkpoint\n{fork['old']}"
+            f"new checkpoint\n{fork['new']}"
+        )
+        for seq in range(1, KEPT + 1):
+            entry = leaf.record(rows[(t, seq)])
+            assert prove(new, seq).verify(entry, new.verifier, new.origin) == AFTER
+            assert prove(new.at_epoch(0), seq).verify(entry, new.verifier, new.origin) == LOST
+    assert status == "signed"

@@ -312,7 +312,7 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
     assert "verify: signed audit log unsigned: no signing key" in out
 
     # The same run id again, now with a signing key: same rows everywhere, no second migration,
-    # and each topic's audit log signed by verify (A stops at 3: 4 was owed to no consumer).
+    # and each topic's audit log signed by verify (A's 4 was owed to no consumer: an uncopied leaf).
     signer = note.Signer.generate("auditsync.test/pipeline")
     monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
     again_run = _pipeline(argv)
@@ -328,7 +328,7 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
     status, checkpoints = _run_log(pg_url, run_id)
     assert status == tlog_run.SIGNED
     assert {t: (c["old_size"], c["checked"], c["size"]) for t, c in checkpoints.items()} == {
-        a: (0, [0, 0], 3),
+        a: (0, [0, 0], 10),
         b: (0, [0, 0], 8),
     }
     log_b = TopicLog.at(Storage(house.warehouse), b, signer.verifier)
@@ -349,7 +349,7 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
     assert (found.failure, found.checkpoints[a]["checked"]) == (
         f"{b}: seq 5 differs from the signed log: the audit log has no row of it; the signed "
         f"log holds a record",
-        [0, 3],
+        [0, 10],
     )
     for tamper, seq, why in (
         (_edit_data_file, 3, "the audit log's row is not the row that was signed"),
@@ -362,10 +362,10 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
         tamper(house, pg_url, a)
         found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
         assert found.failure == f"{a}: seq {seq} differs from the signed log: {why}"
-    tile = work / "tlog" / a / "tile" / "0" / "000.p" / "3"
+    tile = work / "tlog" / a / "tile" / "0" / "000.p" / "10"
     tile.write_bytes(bytes(32) + tile.read_bytes()[32:])
     found = tlog_run.check_and_publish(nxt, pg_url, settings.load(), checkpoints)
     assert found.status == (
-        f"failed: the tiles of {a}: the tiles of the right edge (tile/0/000.p/3) do not hash "
+        f"failed: the tiles of {a}: the tiles of the right edge (tile/0/000.p/10) do not hash "
         f"to the root"
     )

@@ -3,9 +3,9 @@
 ``auditsync audit-log key|prove|verify`` in-process through the ``auditsync`` command, and two
 tamperings, each named exactly: a row deleted through pyiceberg, a tile overwritten.
 
-Topic A holds seqs 1, 2, 3 and 5..10 (4 was owed to no consumer, so A's tree stops at 3); B
-holds 1, 2 (trimmed after delivery) and 4..8, and its 1..3 are a ``cap`` gap: seq 3 is a
-tombstone leaf."""
+Topic A holds seqs 1, 2, 3 and 5..10 (4 was owed to no consumer and the source still holds it:
+an uncopied leaf); B holds 1, 2 (trimmed after delivery) and 4..8, and its 1..3 are a ``cap``
+gap: seq 3 is a tombstone leaf."""
 
 from __future__ import annotations
 
@@ -38,12 +38,12 @@ def check_the_signed_log(
     first = tlog_command.publish(
         str(work), pg_url, signer, run_id="r1", topics=[a, b], gaps={b: []}
     )
-    assert [(p.topic, p.old_size, p.checkpoint.size) for p in first] == [(a, 0, 3), (b, 0, 2)]
+    assert [(p.topic, p.old_size, p.checkpoint.size) for p in first] == [(a, 0, 10), (b, 0, 2)]
     db = ["--database-url", pg_url]
     code, out, err = _cli(
         capsys, "publish", "--work", str(work), "--run", "r2", "--topic", a, "--topic", b, *db
     )
-    assert (code, out, err) == (0, f"{a}: 3 leaves (+0)\n{b}: 8 leaves (+6)\n", "")
+    assert (code, out, err) == (0, f"{a}: 10 leaves (+0)\n{b}: 8 leaves (+6)\n", "")
 
     b_leaves = [
         leaf.record(by_seq[(b, s)]) if s != 3 else leaf.tombstone(b, 3, "cap") for s in range(1, 9)
@@ -64,12 +64,20 @@ def check_the_signed_log(
         proof.Proof.parse(out).verify(
             leaf.record(by_seq[(a, 2)]), signer.verifier, f"auditsync.test/log/{a}"
         )
-        == 3
+        == 10
     )
     code, out, err = _cli(capsys, "prove", "--work", str(work), "--topic", a, "--seq", "4")
+    assert (code, err, proof.Proof.parse(out).extra) == (0, "", leaf.uncopied(a, 4))
+    assert (
+        proof.Proof.parse(out).verify(
+            leaf.uncopied(a, 4), signer.verifier, f"auditsync.test/log/{a}"
+        )
+        == 10
+    )
+    code, out, err = _cli(capsys, "prove", "--work", str(work), "--topic", a, "--seq", "11")
     assert (code, err) == (
         2,
-        f"auditsync audit-log: seq 4 of {a} is not in its signed log (seqs 1..3)\n",
+        f"auditsync audit-log: seq 11 of {a} is not in its signed log (seqs 1..10)\n",
     )
 
     root = base64.b64encode(b_root).decode()
@@ -101,11 +109,11 @@ def check_the_signed_log(
         f"auditsync audit-log verify: {b}: seq 5 differs from the signed log: the audit log "
         f"has no row of it; the signed log holds a record\n",
     )
-    tile = work / "tlog" / a / "tile" / "0" / "000.p" / "3"
+    tile = work / "tlog" / a / "tile" / "0" / "000.p" / "10"
     tile.write_bytes(bytes(32) + tile.read_bytes()[32:])
     code, out, err = _cli(capsys, "verify", "--work", str(work), "--topic", a, *db)
     assert (code, err) == (
         2,
-        f"auditsync audit-log: the tiles of {a}: the tiles of the right edge (tile/0/000.p/3) "
+        f"auditsync audit-log: the tiles of {a}: the tiles of the right edge (tile/0/000.p/10) "
         f"do not hash to the root\n",
     )

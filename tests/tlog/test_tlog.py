@@ -301,3 +301,33 @@ def test_entries_are_rows_and_tombstones_until_the_first_seq_that_is_neither() -
     ]
     with pytest.raises(leaf.LeafError, match="seq 2 of t appears twice in the audit log"):
         list(leaf.entries("t", 1, [row(1), row(2), row(2)], []))
+
+
+def test_seqs_nobody_copied_below_a_row_are_uncopied_leaves() -> None:
+    from watch_service.protocol.tombstones import Tombstone
+
+    def row(seq: int) -> dict:
+        data = f'{{"n":{seq}}}'
+        return {"topic": "t", "seq": seq, "ts": seq, "data": data, "origin": "backfill"}
+
+    asked: list[tuple[int, int]] = []
+
+    def first_missing(lo: int, hi: int) -> int:  # the source holds 1..5 and 9..20
+        asked.append((lo, hi))
+        return next((s for s in range(lo, hi + 1) if 6 <= s <= 8 or s > 20), hi + 1)
+
+    gaps = [Tombstone("ttl", 3, 3)]
+    got = list(leaf.entries("t", 1, [row(1), row(5), row(10)], gaps, first_missing))
+    assert got == [
+        leaf.record(row(1)),
+        leaf.uncopied("t", 2),
+        leaf.tombstone("t", 3, "ttl"),
+        leaf.uncopied("t", 4),
+        leaf.record(row(5)),
+    ]  # 6: neither a row, a gap nor held by the source; the tree stops before it
+    assert asked == [(2, 4), (6, 9)]  # once per run of seqs nobody copied
+    assert leaf.uncopied("t", 4) == b"auditsync.audit-log/v1 uncopied\ntopic t\nseq 4\n"
+    assert list(leaf.entries("t", 11, [row(10), row(15)], [], first_missing)) == [
+        *[leaf.uncopied("t", s) for s in range(11, 15)],
+        leaf.record(row(15)),
+    ]  # and nothing after the last row: later seqs are not judged yet

@@ -59,7 +59,7 @@ def test_the_key_commands_run_as_shown(tmp_path: Path) -> None:
 
 
 def test_the_leaf_format_is_the_one_written() -> None:
-    record, tombstone = [b for b in blocks(section()) if b.lang == "text"][:2]
+    record, tombstone, uncopied = [b for b in blocks(section()) if b.lang == "text"][:3]
     written = leaf.record(row(3)).decode().splitlines()
     assert [line.split(" <")[0] for line in record.lines] == [
         line.rsplit(" ", 1)[0] if i else line for i, line in enumerate(written)
@@ -70,6 +70,10 @@ def test_the_leaf_format_is_the_one_written() -> None:
         "seq",
         "reason",
     ]
+    written = leaf.uncopied("orders", 7).decode()
+    assert "\n".join(uncopied.lines) + "\n" == written.replace("orders", "<topic>").replace(
+        "seq 7", "seq <seq>"
+    )
 
 
 def test_the_script_checks_a_row_without_our_code(tmp_path: Path) -> None:

@@ -101,3 +101,51 @@ def test_a_tampered_table_names_its_first_bad_seq(house, pg_url, change, seq, wh
     assert (failed.value.seq, str(failed.value)) == (
         seq, f"{house[1]}: seq {seq} differs from the signed log: {why}"
     )  # fmt: skip
+
+
+def test_seqs_nobody_copied_are_uncopied_leaves_and_a_later_copy_rewrites_nothing(
+    house, pg_url
+) -> None:
+    """The source holds 1..8; the audit log 1, 2, 5, 6 (3 and 4 were owed to no consumer):
+    the tree grows past them, to 6 (7 and 8 are not judged yet), and verifies; a copy of 3
+    that comes later is no rewrite of what was signed; a row deleted still fails."""
+    import asyncio
+
+    import psycopg
+
+    from watch_service.protocol.requests import NewRecord, TopicConfig
+    from watch_service.protocol.tlog import leaf
+    from watch_service.store import topics as store
+
+    layout = house[0]
+    topic = unique("tu")
+
+    async def source() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            await store.put_topic(conn, topic, TopicConfig(None, None))
+            new = [NewRecord(data=json.dumps({"n": i}), meta=None, tag=None, node=None)
+                   for i in range(1, 9)]  # fmt: skip
+            await store.append(conn, topic, new)
+
+    asyncio.run(source())
+    table = readers.load(layout, pg_url, "audit_log")
+    table.append(pa.Table.from_pylist([row(topic, s) for s in (1, 2, 5, 6)], SCHEMA))
+    signer = note.Signer.generate("auditsync.test/log")
+    [p] = tlog_command.publish(layout.work, pg_url, signer, run_id="u1", topics=[topic])
+    assert (p.old_size, p.checkpoint.size) == (0, 6)
+    mine = TopicLog.at(Storage(layout.warehouse), topic, signer.verifier)
+    assert mine.entries(6, 0)[2:4] == [leaf.uncopied(topic, 3), leaf.uncopied(topic, 4)]
+    assert (
+        leaf.uncopied(topic, 3)
+        == f"auditsync.audit-log/v1 uncopied\ntopic {topic}\nseq 3\n".encode()
+    )
+    assert check((layout, topic, mine), pg_url).checkpoint.size == 6
+    readers.load(layout, pg_url, "audit_log").append(pa.Table.from_pylist([row(topic, 3)], SCHEMA))
+    assert check((layout, topic, mine), pg_url).start == 0
+    rewrite(house, pg_url, lambda rows: [r for r in rows if (r["topic"], r["seq"]) != (topic, 5)])
+    with pytest.raises(tlog_verify.VerifyFailure) as failed:
+        check((layout, topic, mine), pg_url)
+    assert str(failed.value) == (
+        f"{topic}: seq 5 differs from the signed log: the audit log has no row of it; the signed "
+        f"log holds a record"
+    )

@@ -196,6 +196,43 @@ async def test_appends_offered_before_a_push_starts_join_it_without_a_read(api, 
     stream.close()
 
 
+async def test_appends_offered_during_a_read_are_taken_without_another_read(api, service):
+    """Appends offered while the tailer reads (after a LISTEN, say, or a safety poll's kick)
+    wait for that read and are taken from it, or as they were sent: no read of their own, so
+    a busy topic's tailer does not read once per append. Every seq once, in order."""
+    from watch_service.protocol.requests import NewRecord
+    from watch_service.store import topics as store
+    from watch_service.web.app_keys import POOL
+
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    idle = lambda: tailer._task is None or tailer._task.done()  # noqa: E731
+    await wait_for(idle, what="the tailer's reads after the LISTEN done")
+    reads = tailer.reads
+    pool = service.app[POOL]
+    held = [await pool.getconn() for _ in range(pool.max_size)]  # the read waits for one
+    try:
+        tailer.kick()
+        for n in (1, 2, 3):  # another process's appends: their NOTIFYs carry the records
+            await store.append(held[0], topic, [NewRecord(f'{{"n":{n}}}', None, None, None)])
+        await wait_for(lambda: len(tailer._queued) == 3, what="the three appends offered")
+        assert tailer.reads == reads + 1  # started, waiting for a connection
+    finally:
+        for conn in held:
+            await pool.putconn(conn)
+    records = await api.records(topic)
+    assert await stream.frame() == record_frame(topic, records, 0, 3, {topic: 0})
+    await api.append(topic, 4)  # taken as sent once the read is done
+    (fourth,) = [r for r in await api.records(topic) if r["$seq"] == 4]
+    assert await stream.frame() == record_frame(topic, [fourth], 3, 4, {topic: 3})
+    assert (tailer.reads, len(tailer.live)) == (reads + 1, 1)
+    stream.close()
+
+
 async def test_a_trim_moves_the_tailers_start_without_a_read(api, service):
     """Retention's NOTIFY tells the tailers the new start: a tailer taking appends without
     reading them still knows which seqs are gone (a stream behind them gets its tombstone)."""

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from watch_service.engine.fanout import Flags, LiveSet, LiveSink
 from watch_service.protocol.paging import build_page
@@ -36,8 +36,7 @@ from watch_service.store.topics import AppendResult
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
-
-    from watch_service.engine.hub import Hub
+    from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger("auditsync.tailer")
 
@@ -88,8 +87,23 @@ def cache_encoder(
     return encoded
 
 
+class TailerHost(Protocol):
+    """What a tailer uses of the hub that owns it (``engine.hub.Hub``), handed in when the hub
+    makes it: the pool it reads through, the byte budget all tailers' caches share, the wait
+    for a WAL flush and the observer of its pushes. The tailer never imports the hub."""
+
+    pool: AsyncConnectionPool
+    cache_limit: int
+    cache_total: int
+
+    def cache_grew(self, added: int) -> None: ...
+    def cache_bounded(self) -> None: ...
+    def await_flush(self, tailer: Tailer, lsn: int, head: int) -> None: ...
+    def pushed(self, newest_ts_ms: int, frames: int) -> None: ...
+
+
 class Tailer:
-    def __init__(self, hub: Hub, topic: str) -> None:
+    def __init__(self, hub: TailerHost, topic: str) -> None:
         self.hub, self.topic = hub, topic
         self.head = -1  # newest seq known committed
         self.durable_head = -1  # newest seq whose commit is flushed
@@ -152,8 +166,7 @@ class Tailer:
 
     def _grew(self, added: int) -> None:
         self.cache_bytes += added
-        if self.hub is not None:
-            self.hub.cache_grew(added)
+        self.hub.cache_grew(added)
 
     def _extend(self, fresh: list[CachedRecord]) -> None:
         """``fresh`` (the records right after the cache) joins it, its bytes counted."""
@@ -163,8 +176,7 @@ class Tailer:
     def _bound(self) -> None:
         """Drop the oldest cached records while the caches hold more than their byte bound (or
         this one more than ``CACHE_RECORDS``): only this cache grew, so only it shrinks."""
-        limit = self.hub.cache_limit if self.hub is not None else CACHE_BYTES
-        over = self.hub.cache_total - limit if self.hub is not None else self.cache_bytes - limit
+        over = self.hub.cache_total - self.hub.cache_limit
         drop, freed = max(0, len(self.cache) - CACHE_RECORDS), 0
         for item in self.cache[:drop]:
             freed += item.size
@@ -176,8 +188,7 @@ class Tailer:
             assert self.cache_after is not None
             self.cache_after += drop
             self._grew(-freed)
-        if self.hub is not None:
-            self.hub.cache_bounded()
+        self.hub.cache_bounded()
 
     def join(self, sink: LiveSink) -> bool:
         """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
@@ -227,7 +238,7 @@ class Tailer:
         if head is not None and head <= self.head and self.cache_after is not None:
             return
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._refresh(), name=f"tailer:{self.topic}")
+            self._task = asyncio.create_task(self._run([], 0, True), name=f"tailer:{self.topic}")
         else:
             self._again = True
 
@@ -268,18 +279,6 @@ class Tailer:
     def _wake(self) -> None:
         for wake in tuple(self.asleep):
             wake(self.topic)
-
-    async def _refresh(self) -> None:
-        try:
-            while True:
-                self._again = False
-                more = await self._refresh_once()
-                if not more and not self._again:
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the safety poll retries; streams keep their cursors
-            log.warning("tailer %s refresh failed: %s", self.topic, exc)
 
     async def _refresh_once(self) -> bool:
         self.reads += 1
@@ -379,23 +378,24 @@ class Tailer:
 
     def offer(self, result: AppendResult, records: Sequence[NewRecord]) -> None:
         """Records this process has just committed, as they were sent: cached and pushed
-        without reading them back, when they directly follow the cache and no read is under
-        way. Otherwise the tailer reads them (the append's ``NOTIFY`` is skipped for this).
-        Records offered before that push starts join it; those offered while it is under way
-        wait for it and go out together in the next one (one write per stream), still not
-        read back. ``durable_head`` is left to reads: a fast path is only taken with no strong
-        subscriber, and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
+        without reading them back. Otherwise the tailer reads them (the append's ``NOTIFY`` is
+        skipped for this). While the tailer's task is under way (a push or a read), offered
+        records wait in ``_queued`` if they follow one another, and the task takes those that
+        follow its cache once it is done, all in one push (one write per stream); those a read
+        meanwhile got are dropped, so an append during a read costs no read of its own.
+        ``durable_head`` is left to reads: a fast path is only taken with no strong subscriber,
+        and the first one to subscribe has the tailer read (``Hub.subscribe``)."""
         if self.rewritten(result.last_seq, result.ts):
             self.suspect()
             return
         busy = self._task is not None and not self._task.done()
-        end = self._queued[-1].seq if self._queued else self.cache_end
-        if (
-            self.deleted
-            or self.strong_subs
-            or end != result.first_seq - 1
-            or (busy and not self._offering)
-        ):
+        if busy and self._queued:
+            end: int | None = self._queued[-1].seq
+        elif busy and not self._offering:
+            end = result.first_seq - 1  # a read under way: the cache's end moves when it is done
+        else:
+            end = self.cache_end
+        if self.deleted or self.strong_subs or end != result.first_seq - 1:
             self.kick(result.last_seq)
             return
         after = result.first_seq - 1
@@ -408,40 +408,56 @@ class Tailer:
             self._queued += fresh
             return
         self._take(fresh)
-        self._offering = True
-        self._task = asyncio.create_task(self._offered(fresh, after), name=f"tailer:{self.topic}")
+        self._task = asyncio.create_task(self._run(fresh, after), name=f"tailer:{self.topic}")
 
     def _take(self, fresh: list[CachedRecord]) -> None:
         """Offered records join the cache, and the head moves to them: no await between."""
         self._extend(fresh)
         self.head = max(self.head, fresh[-1].seq)
 
-    async def _offered(self, fresh: list[CachedRecord], after: int) -> None:
-        """Push ``fresh`` (taken), with whatever was offered before the push starts; then,
-        push after push, what was offered during the last one."""
+    def _take_queued(self) -> list[CachedRecord]:
+        """The queued records that follow the cache, taken (those a read got meanwhile are
+        dropped); if the rest do not follow it (the cache restarted), the tailer reads them."""
+        queued, self._queued = self._queued, []
+        end = self.cache_end
+        if not queued or end is None or self.deleted:
+            self._again = self._again or bool(queued)
+            return []
+        queued = queued[end - queued[0].seq + 1 :] if queued[0].seq <= end else queued
+        if queued and queued[0].seq != end + 1:
+            self._again = True
+            return []
+        if queued:
+            self._take(queued)
+        return queued
+
+    async def _run(self, fresh: list[CachedRecord], after: int, read: bool = False) -> None:
+        """The tailer's one task: push ``fresh`` (taken, after ``after``), then what was
+        offered meanwhile, in one push; read when asked (``read``, or a kick: ``_again``)
+        until the cache holds the head; return when there is nothing left to do."""
         try:
             while True:
-                queued, self._queued = self._queued, []
-                if queued and not self.deleted and self.cache_end == queued[0].seq - 1:
-                    self._take(queued)
-                    fresh = [*fresh, *queued]
-                elif queued:
-                    self._again = True  # the cache restarted meanwhile: read them
-                if not fresh:
-                    break
-                await self._deliver(fresh, after)
-                self._wake()
-                fresh, after = [], fresh[-1].seq
+                end = self.cache_end or 0
+                queued = self._take_queued()  # offered before this push starts: they join it
+                fresh, after = ([*fresh, *queued], after) if fresh else (queued, end)
+                if fresh:
+                    self._offering = True
+                    await self._deliver(fresh, after)
+                    self._wake()
+                    self._offering = False
+                    fresh = []
+                    continue
+                if not (read or self._again):
+                    return
+                self._again = False
+                read = await self._refresh_once()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the streams page on their own from their cursors
-            log.warning("tailer %s push failed: %s", self.topic, exc)
+        except Exception as exc:  # the safety poll retries; streams keep their cursors
+            log.warning("tailer %s refresh or push failed: %s", self.topic, exc)
         finally:
             self._offering = False
-            if self._queued:  # offered records not taken: read them
-                self._queued, self._again = [], True
-        if self._again:  # a NOTIFY of another process's append came meanwhile
-            await self._refresh()
+            self._queued = []
 
     def _page_limit(self) -> int:
         """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -84,7 +83,10 @@ class WatchStream:
         self.pushed: set[str] = set()  # topics whose tailer pushes to this stream
         self.dirty: set[str] = set()
         self.wake_event = asyncio.Event()
-        self.last_write = time.monotonic()
+        # The loop's clock (uvloop: its time as of this turn, no clock read per write; the
+        # heartbeat's timeout runs on it too).
+        self._clock = asyncio.get_running_loop().time
+        self.last_write = self._clock()
         self.ending: str | None = None  # why the stream ends, once it must
         self.closed = False
         self.sent = 0  # bytes handed to the transport
@@ -191,7 +193,7 @@ class WatchStream:
             self.wake_event.clear()
             if self.dirty or self.ending is not None:
                 continue
-            remaining = heartbeat - (time.monotonic() - self.last_write)
+            remaining = heartbeat - (self._clock() - self.last_write)
             if remaining <= 0:
                 self._emit(frames.HEARTBEAT)
                 self.metrics.frame_sent("heartbeat")
@@ -322,7 +324,7 @@ class WatchStream:
         """``data``, framed for the wire, to ``t`` (checked open by the caller)."""
         t.write(data)
         self.sent += len(data)
-        self.last_write = time.monotonic()
+        self.last_write = self._clock()
 
     def _full(self) -> bool:
         return self.transport is not None and self.transport.get_write_buffer_size() > HIGH_WATER

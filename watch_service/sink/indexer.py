@@ -7,6 +7,13 @@ never holds up landing or acknowledging frames: the index just falls behind, ret
 :data:`RETRY_S`, and catches up by reading the durable segments back. Only segments it has
 fully upserted are ever claimed, so after a crash the index is caught up from the landing
 (the upsert is idempotent, so replaying a segment is harmless).
+
+The index's database keeps its own mark of how far this consumer's documents reach
+(``search_index_marks``), written after each segment. Before each segment the indexer reads
+it: a restore or failover of that database takes documents and mark back together while this
+sink's state survives, so a mark below ``indexed_frame_no`` means the index went back, and
+the indexer re-indexes from the mark, reading the landing back (issue 32: without this the
+documents the restore took away were never written again).
 """
 
 from __future__ import annotations
@@ -69,7 +76,9 @@ class Indexer:
                 self._wake.clear()
                 continue
             first, last, records = self._pending[0]
-            if last <= self.state.indexed_frame_no:
+            if not await self._check_mark():
+                await asyncio.sleep(RETRY_S)
+            elif last <= self.state.indexed_frame_no:
                 self._pending.popleft()
             elif records is not None and first == self.state.indexed_frame_no + 1:
                 if await self._upsert(records, last):
@@ -89,17 +98,40 @@ class Indexer:
             else:
                 await asyncio.sleep(RETRY_S)
 
+    def _unavailable(self, exc: psycopg.OperationalError) -> None:
+        self._failing = True
+        self.stats.index_errors += 1
+        log.warning(
+            "search index unavailable (%s); retrying in %.0fs, catching up from the landing",
+            str(exc).strip(),
+            RETRY_S,
+        )
+
+    async def _check_mark(self) -> bool:
+        """Lower ``indexed_frame_no`` to the index's own mark when the index went back;
+        False on a database error."""
+        try:
+            held = await self.index.mark(self.landing.consumer)
+        except psycopg.OperationalError as exc:
+            self._unavailable(exc)
+            return False
+        if held is not None and held < self.state.indexed_frame_no:
+            log.warning(
+                "the search index went back to frame %d (indexed through %d here): "
+                "re-indexing from the landing",
+                held,
+                self.state.indexed_frame_no,
+            )
+            self.stats.index_rewinds += 1
+            self.state.indexed_frame_no = held
+        return True
+
     async def _upsert(self, records: list[IndexOp], through_frame_no: int) -> bool:
         try:
             self.stats.indexed_docs += await self.index.apply(records)
+            await self.index.set_mark(self.landing.consumer, through_frame_no)
         except psycopg.OperationalError as exc:
-            self._failing = True
-            self.stats.index_errors += 1
-            log.warning(
-                "search index unavailable (%s); retrying in %.0fs, catching up from the landing",
-                str(exc).strip(),
-                RETRY_S,
-            )
+            self._unavailable(exc)
             return False
         self._failing = False
         self.state.indexed_frame_no = through_frame_no
@@ -107,6 +139,8 @@ class Indexer:
 
     async def _catch_up(self) -> bool:
         """Upsert every durable segment the index has not seen; False on a database error."""
+        if not await self._check_mark():
+            return False
         after = self.state.indexed_frame_no
         for seg in await asyncio.to_thread(self.landing.segments_after, after):
             if seg.first_frame_no > self.state.indexed_frame_no + 1:

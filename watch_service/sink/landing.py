@@ -157,6 +157,7 @@ class Landing:
         database_url: str | None = None,
         clock: Callable[[], dt.datetime] = _utc_now,
     ) -> None:
+        self.consumer = consumer
         self.store = root.child(consumer)
         self._database_url = database_url
         self._lock: lock.ConsumerLock | None = None

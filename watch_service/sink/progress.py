@@ -19,6 +19,7 @@ class Stats:
     corrupted: int = 0
     indexed_docs: int = 0
     index_errors: int = 0
+    index_rewinds: int = 0  # times the index was found behind this sink (restored, failed over)
     heads: dict[str, int] = dataclasses.field(default_factory=dict)
     cursors: dict[str, int] = dataclasses.field(default_factory=dict)
 

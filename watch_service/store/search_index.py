@@ -37,7 +37,11 @@ sink indexed and the same record backfilled produce the same document.
 
 The sink upserts a segment's records only after the segment is durable, and records how far
 the index has got (``indexed_frame_no`` in the sink state), so a crash or an unreachable
-database is caught up from the landing segments later.
+database is caught up from the landing segments later. It records the same in the index's own
+database (``search_index_marks``, one row per consumer, :data:`WRITE_MARK` after each applied
+segment): a restore or failover of that database takes the documents and the mark back
+together while the sink's state survives, so a mark below the sink's state says the index went
+back, and the sink re-indexes from the mark (``sink/indexer``).
 """
 
 from __future__ import annotations
@@ -80,6 +84,13 @@ ON CONFLICT (doc_key) DO UPDATE
 DROP_RANGE = """
 DELETE FROM search_documents
  WHERE topic = %(topic)s AND seq BETWEEN %(seq_from)s AND %(seq_to)s
+"""
+
+
+READ_MARK = "SELECT frame_no FROM search_index_marks WHERE consumer = %(consumer)s"
+WRITE_MARK = """
+INSERT INTO search_index_marks (consumer, frame_no) VALUES (%(consumer)s, %(frame_no)s)
+ON CONFLICT (consumer) DO UPDATE SET frame_no = excluded.frame_no, updated_at = now()
 """
 
 
@@ -211,6 +222,28 @@ class SearchIndex:
                 sent, run = sent + await self._upsert(run), []
                 await (await self._connection()).execute(DROP_RANGE, op._asdict())
             return sent + await self._upsert(run)
+        except psycopg.OperationalError:
+            await self.close()
+            raise
+
+    async def mark(self, consumer: str) -> int | None:
+        """How far ``consumer``'s documents reach in this database (a frame number), or None
+        when it holds no mark (an index that predates the marks, or a new consumer)."""
+        try:
+            cur = await (await self._connection()).execute(READ_MARK, {"consumer": consumer})
+            row = await cur.fetchone()
+        except psycopg.OperationalError:
+            await self.close()
+            raise
+        return None if row is None else int(row[0])
+
+    async def set_mark(self, consumer: str, frame_no: int) -> None:
+        """Record that ``consumer``'s documents reach ``frame_no``; called after each applied
+        segment, so the mark never claims more than the documents hold."""
+        try:
+            await (await self._connection()).execute(
+                WRITE_MARK, {"consumer": consumer, "frame_no": frame_no}
+            )
         except psycopg.OperationalError:
             await self.close()
             raise

@@ -1,12 +1,14 @@
 """What an operations alert says, as pure functions: no socket, no database, no Airflow.
 
 Four findings are worth waking someone for: a run found defects (even when backfill repaired
-them all) or found the source rewound (``source_rewound``: the ranges its reconcile recorded in
-the run's figures), verify failed, the sinks lag past the sensor's timeout, and a data interval
-was not verified by its deadline. Each becomes one :class:`Alert` built from facts the I/O shell
-(``notifiers.py``) read — the run tables in PostgreSQL, the sinks' cursors, Airflow's context —
-and is rendered (``alerts_render.py``: a subject line, plain text for the webhooks, HTML for
-e-mail) from here.
+them all; the search index's included, ``steps.verify.index``) or found the source rewound
+(``source_rewound``: the ranges its reconcile recorded in the run's figures), verify failed
+(naming, when the signed audit log's check failed it, the topic and the first bad seq from
+verify's figures), the sinks lag past the sensor's timeout, and a data interval was not
+verified by its deadline. Each becomes one :class:`Alert` built
+from facts the I/O shell (``notifiers.py``) read — the run tables in PostgreSQL, the sinks'
+cursors, Airflow's context — and is rendered (``alerts_render.py``: a subject line, plain
+text for the webhooks, HTML for e-mail) from here.
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ class Rewound:
 
 
 @dataclasses.dataclass(frozen=True)
+class IndexDefect:
+    """Search-index documents a run's index check found wrong (``missing``, ``stale`` or
+    ``extra``) in one topic: the seq ranges (inclusive)."""
+
+    topic: str
+    kind: str
+    spans: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Alert:
     kind: str
     dag_id: str
@@ -77,6 +89,7 @@ class Alert:
     detail: str = ""
     links: tuple[tuple[str, str], ...] = ()
     rewinds: tuple[Rewound, ...] = ()
+    index: tuple[IndexDefect, ...] = ()
 
 
 def page_link(base_url: str, consumer: str = "", topic: str = "") -> str:
@@ -145,6 +158,30 @@ def rewinds(steps: Mapping[str, Any] | None) -> tuple[Rewound, ...]:
     )
 
 
+def log_failure(steps: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The fact a run's failed signed-audit-log check adds to its alert, from verify's figures
+    (``steps.verify.log_failure``: topic, first bad seq or None, why), or None."""
+    failed = ((steps or {}).get("verify") or {}).get("log_failure")
+    if not failed:
+        return None
+    where = f"topic {failed.get('topic')}"
+    if failed.get("seq") is not None:
+        where += f", first bad seq {failed['seq']}"
+    return where, str(failed.get("why") or "")
+
+
+def index_defects(steps: Mapping[str, Any] | None) -> tuple[int, int, tuple[IndexDefect, ...]]:
+    """(found, left after repair, ranges by topic and kind) of a run's search-index check,
+    from its figures (``steps.verify.index``: ``spark_jobs.steps.verify.index_plan.summary``)."""
+    index = ((steps or {}).get("verify") or {}).get("index") or {}
+    ranges = tuple(
+        IndexDefect(topic, kind, tuple((int(a), int(b)) for a, b in spans))
+        for topic, kinds in sorted((index.get("ranges") or {}).items())
+        for kind, spans in sorted(kinds.items())
+    )
+    return int(index.get("found") or 0), int(index.get("remaining") or 0), ranges
+
+
 def run_alert(
     kind: str,
     dag_id: str,
@@ -162,7 +199,8 @@ def run_alert(
     found = sum(f.found for f in lines) if found is None else int(found)
     remaining = sum(f.remaining for f in lines) if remaining is None else int(remaining)
     rewound = rewinds(steps)
-    if kind == DEFECTS_FOUND and found == 0 and not rewound:
+    index_found, index_left, index = index_defects(steps)
+    if kind == DEFECTS_FOUND and found == 0 and not rewound and not index_found:
         return None
     topics = len({(f.consumer, f.topic) for f in lines})
     if kind == VERIFY_FAILED:
@@ -174,7 +212,13 @@ def run_alert(
         title = f"{dag_id}: run {pipeline_run_id} found {found} defects ({left})"
     if rewound:
         title += f"; source rewound on {', '.join(r.topic for r in rewound)}"
-    facts = (
+    if index_found:
+        left_index = "all repaired" if index_left == 0 else f"{index_left} remain"
+        title += f"; search index: {index_found} documents wrong ({left_index})"
+    log_failed = log_failure(steps)
+    if log_failed is not None and kind == VERIFY_FAILED:
+        title += f"; the signed audit log does not verify ({log_failed[0]})"
+    facts: tuple[tuple[str, str], ...] = (
         ("pipeline run", pipeline_run_id),
         ("Airflow run", run_id),
         ("status", str(status or "unknown")),
@@ -182,13 +226,25 @@ def run_alert(
         ("defects left", str(remaining)),
         ("consumer/topic pairs", str(topics)),
     )
+    if log_failed is not None:
+        facts += (("signed audit log", f"{log_failed[0]}: {log_failed[1]}"),)
     links = (
         ("Reconciliation page", page_link(base_url)),
         ("Findings", findings_link(base_url, pipeline_run_id)),
         ("Airflow run", run_link(base_url, dag_id, run_id)),
     )
     return Alert(
-        kind, dag_id, run_id, title, facts, tuple(lines), (), error[-MAX_DETAIL:], links, rewound
+        kind,
+        dag_id,
+        run_id,
+        title,
+        facts,
+        tuple(lines),
+        (),
+        error[-MAX_DETAIL:],
+        links,
+        rewound,
+        index,
     )
 
 

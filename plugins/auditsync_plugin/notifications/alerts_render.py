@@ -59,6 +59,8 @@ def text(alert: Alert) -> str:
     out = [subject(alert), *(f"{k}: {v}" for k, v in alert.facts)]
     for r in alert.rewinds:
         out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
+    for d in alert.index:
+        out.append(f"- {d.topic} search index {d.kind}: seqs {format_spans(d.spans)}")
     for f in alert.findings[:MAX_ROWS]:
         line = f"- {f.consumer}/{f.topic} {f.status}: found {f.found}, left {f.remaining}"
         if f.spans:

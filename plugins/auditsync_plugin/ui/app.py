@@ -10,8 +10,10 @@ are: a path, ``file://…`` or ``s3://…``, read through ``docs_site``, so this
 shared with the worker that validated) and the
 ``auditsync_landing`` Variable (the sinks' cursors, for the lag table: a path, ``file://…`` or
 ``s3://…``, reached as ``landing_store`` says) and the ``auditsync_warehouse`` Variable (the
-Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``;
-and for a run's findings, ``findings.py``: its defect ranges, as a page and as CSV).
+Iceberg warehouse, for the audit-log page: the audit log as a run left it, ``audit_log.py``,
+each row linked to its C2SP tlog-proof (``proof``, the checkpoint opened with the connection
+``auditsync_log_key``'s key); and for a run's findings, ``findings.py``: its defect ranges, as
+a page and as CSV).
 ``static/`` holds the page's style sheet and ``static/vendor/`` the Data Docs' assets
 (``assets.py`` fetches them); Data Docs pages are rewritten as they are served to load those
 instead of public CDNs.
@@ -27,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+)
 
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import Storage
@@ -43,6 +51,7 @@ PG_CONN_ID = "auditsync_pg"
 GX_ROOT_VAR = "auditsync_gx_root"
 LANDING_VAR = "auditsync_landing"
 WAREHOUSE_VAR = "auditsync_warehouse"
+LOG_KEY_CONN_ID = "auditsync_log_key"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
@@ -126,6 +135,18 @@ def _airflow_landing() -> Storage | None:
     return None if not value else landing_storage(value)
 
 
+def _airflow_log_key() -> str | None:
+    """The key the proofs' checkpoints are opened with: the connection ``auditsync_log_key``'s
+    password (the signing key verify signs with, or a verifier key), if it exists."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.models.connection import Connection
+
+    try:
+        return Connection.get_connection_from_secrets(LOG_KEY_CONN_ID).password or None
+    except AirflowNotFoundException:
+        return None
+
+
 def _airflow_warehouse() -> str | None:
     from airflow.models.variable import Variable
 
@@ -139,6 +160,7 @@ def create_app(
     landing: Callable[[], Storage | None] = _airflow_landing,
     static: Path = STATIC_DIR,
     warehouse: Callable[[], str | None] = _airflow_warehouse,
+    log_key: Callable[[], str | None] = _airflow_log_key,
 ) -> FastAPI:
     """``auth``: the login dependency (default: Airflow's ``get_user``)."""
     if auth is None:
@@ -210,6 +232,24 @@ def create_app(
             failed = audit_log.View(run, topic, after, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(audit_log.render(failed), 503)
         return HTMLResponse(audit_log.render(view))
+
+    @app.get("/proof", response_class=PlainTextResponse)
+    def proof(topic: str, seq: int, run: str = "") -> PlainTextResponse:
+        """The C2SP tlog-proof of one audit-log row: in the signed log of ``run`` (default:
+        the latest), its checkpoint opened with the connection ``auditsync_log_key``'s key."""
+        try:
+            where = warehouse()
+            if not where:
+                raise WarehouseUnset(f"the Airflow Variable {WAREHOUSE_VAR} is not set")
+            text = audit_log.proof(where, log_key(), topic.strip(), seq, run.strip() or None)
+        except audit_log.NoLogKey as exc:
+            return PlainTextResponse(f"{exc}\n", 503)
+        except AuditsyncError as exc:  # not signed (yet), not in the log, no such run
+            return PlainTextResponse(f"{exc}\n", 404)
+        except Exception as exc:  # the object store: say so
+            log.warning("auditsync proof: %s", exc)
+            return PlainTextResponse(f"{type(exc).__name__}: {exc}\n", 503)
+        return PlainTextResponse(text)
 
     def run_findings(run: str) -> list[dict[str, Any]]:
         from spark_jobs.findings import FindingsError

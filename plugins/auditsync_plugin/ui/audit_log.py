@@ -1,6 +1,7 @@
 """The plugin's audit-log page: one topic of the warehouse's audit log as a reconciliation run
 left it (Iceberg time travel, read with pyiceberg through ``spark_jobs.time_travel``: no JVM in
-the API server), a page of rows at a time.
+the API server), a page of rows at a time, each row linked to its proof (:func:`proof`: the
+C2SP tlog-proof of the row in the signed log of the same run, read from the warehouse's tiles).
 
 :func:`read` is the I/O: the run's snapshot from ``pipeline_runs``, the table from the catalog
 in the same PostgreSQL, the rows. :class:`View` and :func:`render` are pure; the HTML is the
@@ -16,6 +17,7 @@ from urllib.parse import quote, urlencode
 
 from spark_jobs import time_travel
 from spark_jobs.layout import Layout
+from watch_service.protocol.errors import AuditsyncError
 
 from .templating import template
 
@@ -37,6 +39,11 @@ class View:
     @property
     def heading(self) -> str:
         return f"as run {self.run} left it" if self.run else "now"
+
+    def proof_link(self, seq: int) -> str:
+        """The row's C2SP tlog-proof, in the signed log of the page's run (or the latest)."""
+        query = {k: v for k, v in (("run", self.run), ("topic", self.topic)) if v}
+        return "proof?" + urlencode({**query, "seq": str(seq)})
 
     def link(self, after: int) -> str:
         query = {k: v for k, v in (("run", self.run), ("topic", self.topic)) if v}
@@ -79,6 +86,33 @@ def read(conninfo: Mapping[str, Any], warehouse: str, run: str, topic: str, afte
         for r in page.rows
     ]
     return View(run, chosen, after, topics, rows, snapshot, page.next_after)
+
+
+class NoLogKey(AuditsyncError):
+    """The proofs cannot be opened: no key is configured."""
+
+
+def proof(warehouse: str, key: str | None, topic: str, seq: int, run: str | None) -> str:
+    """The C2SP tlog-proof text of ``topic``'s ``seq`` in the signed log ``run`` signed (the
+    latest when None; ``tlog_command.prove``); ``key``: a signing or verifier key."""
+    from spark_jobs.tlog_command import prove
+    from spark_jobs.tlog_store import TopicLog
+    from watch_service.protocol.tlog import note
+    from watch_service.storage import Storage
+
+    key = (key or "").strip()
+    if not key:
+        raise NoLogKey("no log key: set the Airflow connection auditsync_log_key's password")
+    try:
+        verifier = (
+            note.Signer.parse(key).verifier
+            if key.startswith("PRIVATE+KEY+")
+            else note.Verifier.parse(key)
+        )
+    except note.NoteError as exc:
+        raise NoLogKey(f"the connection auditsync_log_key: {exc}") from None
+    log = TopicLog.at(Storage(Layout("", warehouse, "").warehouse), topic, verifier)
+    return prove(log, seq, run).text()
 
 
 def render(view: View) -> str:

@@ -15,7 +15,17 @@ from urllib.parse import urlencode
 
 from ..notifications.alerts_render import format_spans
 from . import chart
-from .report import Filters, Lag, Page, TopicState, choices, paginate, run_points, topic_states
+from .report import (
+    TOPIC_VERDICTS,
+    Filters,
+    Lag,
+    Page,
+    TopicState,
+    choices,
+    paginate,
+    run_points,
+    topic_states,
+)
 from .runs import TopicLine
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
@@ -27,14 +37,6 @@ NUMBERS = (
     ("backfilled", "backfilled"),
     ("defects_left", "defects left"),
 )
-VERDICT_TEXT = {
-    "rewound": "source rewound",
-    "failed": "run failed",
-    "defects": "defects left",
-    "repaired": "repaired",
-    "ok": "clean",
-    "running": "running",
-}
 
 
 def _e(value: object) -> str:
@@ -90,9 +92,9 @@ def _rewound(line: TopicLine) -> str:
 def _card(s: TopicState) -> str:
     line = s.line
     return (
-        f'<li class="card v-{_e(s.verdict)}" data-verdict="{_e(s.verdict)}">'
+        f'<li class="card v-{_e(TOPIC_VERDICTS[s.verdict][1])}" data-verdict="{_e(s.verdict)}">'
         f'<div class="card-head"><b>{_e(s.topic)}</b> '
-        f"{_badge(s.verdict, VERDICT_TEXT[s.verdict])}"
+        f"{_badge(TOPIC_VERDICTS[s.verdict][1], TOPIC_VERDICTS[s.verdict][0])}"
         f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
         f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
         f"{line.defects_left} left</div>{_rewound(line)}</li>"

@@ -13,21 +13,25 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
+
 from .runs import TopicLine
 
 PAGE_SIZE = 20
 CHART_RUNS = 12  # the chart shows the newest runs, oldest on the left
 
-# Verdicts, worst first; the page colours each one (see page.py's CSS classes). A rewound
-# source comes first: whatever else the line says was judged against a source that went back.
-REWOUND, FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = (
-    "rewound",
-    "failed",
-    "defects",
-    "repaired",
-    "ok",
-    "running",
-)
+# A topic's verdicts, worst first: name -> (label, colour class). A rewound source comes first:
+# whatever else the line says was judged against a source that went back. The statuses' own
+# colours (``statuses.VERDICTS``) use the same classes.
+TOPIC_VERDICTS: dict[str, tuple[str, str]] = {
+    "rewound": (VERDICTS[SOURCE_REWOUND].label, VERDICTS[SOURCE_REWOUND].colour),
+    "failed": ("run failed", "failed"),
+    "defects": ("defects left", "defects"),
+    "repaired": ("repaired", "repaired"),
+    "ok": ("clean", "ok"),
+    "running": ("running", "running"),
+}
+REWOUND, FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = TOPIC_VERDICTS
 
 
 class _Named(Protocol):

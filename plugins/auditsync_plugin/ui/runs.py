@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_jobs.common.statuses import SOURCE_REWOUND
+from spark_jobs.common import statuses as st
 
 
 @dataclasses.dataclass
@@ -66,15 +66,15 @@ def pivot(
             continue
         status, count = row["status"], int(row["count"])
         left = count if row.get("remaining") is None else int(row["remaining"])
-        if status == "delivered":
+        if status == st.DELIVERED:
             line.delivered += count
-        elif status == "duplicate":
+        elif status == st.DUPLICATE:
             line.duplicates += count
-        elif status == "tombstoned":
+        elif status == st.TOMBSTONED:
             line.tombstoned += count
-        elif status == "silent_gap":
+        elif status == st.SILENT_GAP:
             line.silent_gaps += count
-        elif status == SOURCE_REWOUND:
+        elif status == st.SOURCE_REWOUND:
             line.rewound += count
             line.rewound_ranges = [(int(a), int(b)) for a, b in row.get("rewound") or ()]
         if status in defects:

@@ -31,7 +31,7 @@ from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
-from spark_jobs.steps.compact.transforms import LAST_FRAMES, compact, last_frames
+from spark_jobs.steps.compact.transforms import LAST_FRAMES, batch_figures, compact
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
 from watch_service.storage import Storage
@@ -164,12 +164,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         )
         numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))
         batch = step_cache.cache(numbered)
-        stats = batch.agg(
-            F.count(F.lit(1)).alias("rows"), F.count_if(F.col("kind") == "record").alias("records")
-        ).first()
-        assert stats is not None  # an aggregate without grouping returns one row
-        lasts = {
-            r["consumer"]: (r["frame_no"], r["frame_id"]) for r in last_frames(batch).collect()
+        figures_rows = batch_figures(batch).collect()
+        lasts = {r["consumer"]: (r["frame_no"], r["frame_id"]) for r in figures_rows}
+        stats = {
+            "rows": sum(r["rows"] for r in figures_rows),
+            "records": sum(r["records"] for r in figures_rows),
         }
         record = next_state(state, segments, lasts, args.run_id)
         if hook:

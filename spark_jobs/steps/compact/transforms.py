@@ -53,13 +53,28 @@ def compact(landing: DataFrame, previous: DataFrame | None = None) -> DataFrame:
     return with_cursor_before(landing, previous)
 
 
-def last_frames(deliveries: DataFrame) -> DataFrame:
-    """Each consumer's last frame in ``deliveries``: the next batch's ``previous``."""
+# Per consumer of a batch: its last frame (the next batch's ``previous``) and the batch's rows
+# and record items of that consumer.
+BATCH_FIGURES = StructType(
+    [
+        *LAST_FRAMES.fields,
+        StructField("rows", LongType(), False),
+        StructField("records", LongType(), False),
+    ]
+)
+
+
+def batch_figures(deliveries: DataFrame) -> DataFrame:
+    """``BATCH_FIGURES`` of ``deliveries``: one aggregate gives compact both its state (the last
+    frames) and its counts, so a batch is scanned by one Spark job, not two."""
     return conform(
         conform(deliveries, DELIVERIES)
         .groupBy("consumer")
         .agg(
-            F.max("frame_no").alias("frame_no"), F.max_by("frame_id", "frame_no").alias("frame_id")
+            F.max("frame_no").alias("frame_no"),
+            F.max_by("frame_id", "frame_no").alias("frame_id"),
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(F.col("kind") == "record").alias("records"),
         ),
-        LAST_FRAMES,
+        BATCH_FIGURES,
     )

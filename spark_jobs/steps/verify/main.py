@@ -27,6 +27,8 @@ from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.layout import Layout
+from spark_jobs.steps.verify.index_check import render as render_index
+from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
 from watch_service.store import runs, tlog_runs
 
@@ -77,14 +79,22 @@ def check_the_log(
     layout: Layout, database_url: str, signing_key: str | None = None
 ) -> tlog_run.RunLog:
     """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
-    a failed check fails the run, naming the topic and the first bad seq. The key is
+    a failed check fails the run, naming the topic and the first bad seq; the source_rewound
+    ranges this run's reconcile recorded make a fork where they changed signed seqs. The key is
     ``signing_key`` (a Spark Connect task's), else the settings'."""
     from watch_service import settings as settings_mod
 
     with store.connect(database_url) as conn:
         previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
+        row = runs.get_run(conn, layout.run_id)
+    steps = (row[3] if row else None) or {}
+    rewound = (steps.get("reconcile") or {}).get("rewound") or {}
     log = tlog_run.check_and_publish(
-        layout, database_url, settings_mod.load(log_signing_key=signing_key), previous
+        layout,
+        database_url,
+        settings_mod.load(log_signing_key=signing_key),
+        previous,
+        rewound=rewound,
     )
     with store.connect(database_url, transaction=True) as conn:
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
@@ -92,6 +102,22 @@ def check_the_log(
             runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
     print(f"verify: signed audit log {log.status}", flush=True)
     return log
+
+
+def check_the_index(layout: Layout, database_url: str) -> dict:
+    """The search index checked and repaired (``index_check``); a document still wrong after
+    the repair fails the run."""
+    index = verify_index(database_url, database_url, layout.catalog, layout.run_id)
+    if index["remaining"]:
+        with store.connect(database_url, transaction=True) as conn:
+            runs.mark_failed(
+                conn,
+                layout.run_id,
+                "verify",
+                f"search index: {index['remaining']} documents still wrong after repair",
+            )
+    print(render_index(index), flush=True)
+    return index
 
 
 @step_cache.releases_cache
@@ -153,8 +179,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             carried_left,
             still_open,
         )
+    log_started = progress.Timer()
     log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
-    passed = passed and log.ok
+    log_seconds = log_started.seconds
+    index = check_the_index(layout, args.database_url)
+    passed = passed and log.ok and index["remaining"] == 0
     counts = {
         "found": sum(r["found"] for r in mine),
         "remaining": sum(r["remaining"] for r in mine),
@@ -162,8 +191,10 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "passed": passed,
         "carried_runs": len(carried),
         "log": log.status.split(":", 1)[0],
+        "log_seconds": round(log_seconds, 3),
+        "index": index,
     }
-    figures = {"seconds": timer.seconds, **counts}
+    figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
     store.record_snapshots(args, spark, layout, ("remaining",))
     print(render(report), flush=True)

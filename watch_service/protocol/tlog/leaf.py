@@ -19,6 +19,13 @@ A seq the source gave up before any copy was taken::
     seq <seq>
     reason <cap | ttl | recreated | mixed | ...>
 
+A seq the source holds but no consumer was owed (every consumer subscribed after it, or
+filters it out), below a seq the audit log holds, so the log can grow past it::
+
+    auditsync.audit-log/v1 uncopied
+    topic <topic>
+    seq <seq>
+
 The leaf hash is SHA-256(0x00 || leaf bytes) (RFC 9162 section 2.1.1). Everything is
 recomputable from ``auditsync audit-log show --json``'s columns.
 """
@@ -27,14 +34,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.tombstones import Tombstone, consumer_reason
 
 VERSION = "auditsync.audit-log/v1"
-RECORD, TOMBSTONE = "record", "tombstone"
+RECORD, TOMBSTONE, UNCOPIED = "record", "tombstone", "uncopied"
 _WORD = re.compile(r"[A-Za-z0-9._:@-]+")
 
 
@@ -84,6 +91,11 @@ def tombstone(topic: str, seq: int, reason: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def uncopied(topic: str, seq: int) -> bytes:
+    lines = [f"{VERSION} {UNCOPIED}", f"topic {_word(topic, 'topic', seq)}", f"seq {int(seq)}"]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def fields(leaf: bytes) -> dict[str, str]:
     """A leaf's lines as a mapping, ``kind`` for its first line's second word."""
     try:
@@ -108,12 +120,18 @@ def reason_at(seq: int, gaps: Sequence[Tombstone]) -> str | None:
 
 
 def entries(
-    topic: str, first_seq: int, rows: Iterable[Mapping[str, Any]], gaps: Sequence[Tombstone]
+    topic: str,
+    first_seq: int,
+    rows: Iterable[Mapping[str, Any]],
+    gaps: Sequence[Tombstone],
+    first_missing: Callable[[int, int], int] | None = None,
 ) -> Iterator[bytes]:
     """The leaves of seqs ``first_seq``, ``first_seq + 1``, …: a row's record leaf, else a
-    tombstone leaf for a seq inside ``gaps``; they stop before the first seq that is neither
-    (not judged yet, or a gap nobody signalled: the tree covers only what is final). ``rows``
-    come in seq order."""
+    tombstone leaf for a seq inside ``gaps``, else, below a seq the audit log holds, an
+    uncopied leaf for a seq the source still holds (``first_missing(lo, hi)``: the first seq of
+    ``lo..hi`` the source does not hold, ``hi + 1`` when it holds them all; None: ask nobody).
+    They stop before the first seq that is none of these (not judged yet, or a gap nobody
+    signalled: the tree covers only what is final). ``rows`` come in seq order."""
     seq = first_seq
     for row in rows:
         at = int(row["seq"])
@@ -121,11 +139,17 @@ def entries(
             if at == seq - 1 and seq > first_seq:
                 raise LeafError(f"seq {at} of {topic} appears twice in the audit log")
             continue
+        held = seq - 1  # the source holds seq .. held (asked once per run of uncopied seqs)
         while seq < at:
             reason = reason_at(seq, gaps)
-            if reason is None:
-                return
-            yield tombstone(topic, seq, reason)
+            if reason is not None:
+                yield tombstone(topic, seq, reason)
+            else:
+                if seq > held and first_missing is not None:
+                    held = first_missing(seq, at - 1) - 1
+                if seq > held:
+                    return
+                yield uncopied(topic, seq)
             seq += 1
         yield record(row)
         seq += 1

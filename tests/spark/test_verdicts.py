@@ -1,0 +1,32 @@
+"""The verdict table (``statuses.VERDICTS``) is the one place a status's label, defect,
+repairable and colour are written: every summary status has one, the quality gate's and
+backfill's lists are read from it, and every colour is a class of the plugin's style sheet."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from auditsync_plugin.ui import report
+from spark_jobs.common import statuses as st
+
+from ..support import ROOT
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_summary_status_has_one_verdict() -> None:
+    assert set(st.VERDICTS) == set(st.SUMMARY_STATUSES)
+    assert st.DEFECTS == (st.SILENT_GAP, st.MISMATCH, st.PHANTOM, st.DIVERGENT)
+    assert st.REPAIRABLE == (st.SILENT_GAP, st.MISMATCH, st.DIVERGENT)
+    assert all(st.VERDICTS[s].defect for s in st.REPAIRABLE)
+
+
+def test_every_colour_is_a_class_of_the_style_sheet() -> None:
+    css = (ROOT / "plugins/auditsync_plugin/ui/static/report.css").read_text()
+    classes = set(re.findall(r"\.v-([a-z]+)", css))
+    colours = {v.colour for v in st.VERDICTS.values()}
+    colours |= {colour for _, colour in report.TOPIC_VERDICTS.values()}
+    assert colours <= classes, colours - classes
+    assert report.TOPIC_VERDICTS[report.REWOUND][0] == st.VERDICTS[st.SOURCE_REWOUND].label
