@@ -10,14 +10,19 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
-from auditsync_plugin import deadlines, notifiers, step_args
-from auditsync_plugin.operators import PublishOperator, QualityCheckpointOperator, StartRunOperator
+from auditsync_plugin import deadlines, step_args
+from auditsync_plugin.notifications import notifiers
+from auditsync_plugin.operators.pipeline import (
+    PublishOperator,
+    QualityCheckpointOperator,
+    StartRunOperator,
+)
+from auditsync_plugin.operators.run_lifecycle import FinishRunOperator, keep_runs, with_run_failed
+from auditsync_plugin.operators.spark_step import SparkStepOperator
 from auditsync_plugin.retries import retry_args
-from auditsync_plugin.run_lifecycle import FinishRunOperator, keep_runs, with_run_failed
-from auditsync_plugin.sensors import SinkCursorSensor
-from auditsync_plugin.spark_step import SparkStepOperator
+from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = step_args.project()
 # Parse-time settings come from the process environment only (no Variable/DB lookups here:
 # the DAG processor parses this file constantly). See watch_service/tools/airflow_env.py.
 SCHEDULE = os.environ.get("AUDITSYNC_SCHEDULE", "*/15 * * * *")

@@ -11,10 +11,10 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from auditsync_plugin import step_args
-from auditsync_plugin.landing_retention import LandingRetentionOperator
-from auditsync_plugin.spark_step import SparkStepOperator
+from auditsync_plugin.operators.landing_retention import LandingRetentionOperator
+from auditsync_plugin.operators.spark_step import SparkStepOperator
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = step_args.project()
 # Parse-time settings come from the process environment only (see audit_sync.py).
 SCHEDULE = os.environ.get("AUDITSYNC_MAINTENANCE_SCHEDULE", "@daily")
 RETENTION_HOURS = os.environ.get("AUDITSYNC_SNAPSHOT_RETENTION_HOURS", "168")

@@ -146,6 +146,14 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's paragraphs as written."""
 
 
+# The optional libraries a delegated command may need, with the extra that installs each: a
+# missing one is a one-line error, not a traceback.
+_EXTRA_OF = {
+    "pyarrow": "sink",
+    "pyspark": "pipeline",
+    "pyiceberg": "pipeline",
+    "great_expectations": "pipeline",
+}
 _DELEGATED = (
     ("watch", "watch_service.sink.watch_command", "watch topics and print frames"),
     ("sink", "watch_service.sink", "keep the landing zone and search index in sync"),
@@ -288,7 +296,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in delegated:
         import importlib
 
-        return importlib.import_module(delegated[argv[0]]).main(argv[1:])
+        try:
+            module = importlib.import_module(delegated[argv[0]])
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").partition(".")[0]
+            if missing not in _EXTRA_OF:
+                raise
+            print(
+                f"auditsync {argv[0]}: {missing} is not installed: "
+                f"pip install 'auditsync[{_EXTRA_OF[missing]}]'",
+                file=sys.stderr,
+            )
+            return 2
+        return module.main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -1,47 +1,32 @@
-"""The auditsync Airflow plugin: the watch-service hook, the sink-cursor sensor, the quality
-and publish operators, and a page under Browse with recent reconciliation runs and the Great
-Expectations Data Docs.
+"""The auditsync Airflow provider: in the provider layout, ``hooks/`` (the watch service, the
+pipeline's run tables, the landing zone's storage), ``operators/`` (the Spark steps, the run's
+start, quality checkpoint, publish and finish, landing retention), ``sensors/`` and
+``triggers/`` (the sinks' cursors), ``notifications/`` (the alerts); the pure rules they share
+beside them (``sink_cursors``, ``retries``, ``deadlines``, ``step_args``, ``quality``); the DAG
+files as package data (``dags/``, :mod:`.bundle`); and a page under Browse with recent
+reconciliation runs and the Great Expectations Data Docs (``ui/``, registered by
+:mod:`.plugin`).
 
-DAGs import the operators from their modules (``auditsync_plugin.sensors`` …); this class
-registers the UI. Airflow loads plugins in every process (scheduler, workers, the DAG
-processor), but only the API server serves the page, so the FastAPI app — and the auth
-machinery it pulls in — is built on first access of ``fastapi_apps``, not at import.
+DAGs import the operators from their modules; the plugin class registers the UI. Airflow loads
+plugins in every process (scheduler, workers, the DAG processor), but only the API server
+serves the page, so the FastAPI app — and the auth machinery it pulls in — is built on first
+access of ``fastapi_apps``, not at import.
+
+The class lives in ``plugin.py`` and is exported lazily: importing this package must not import
+Airflow, because Airflow reads ``provider.get_provider_info`` while its own configuration is
+still loading (``airflow.plugins_manager`` imported then is a circular import).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow.plugins_manager import AirflowPlugin
-
-URL_PREFIX = "/auditsync"  # must not start with /api/v2, /ui, /execution or /auth
+__all__ = ["AuditsyncPlugin"]
 
 
-class _FastApiApps:
-    """A descriptor building the plugin's app list once, when the API server asks."""
+def __getattr__(name: str) -> Any:
+    if name == "AuditsyncPlugin":
+        from .plugin import AuditsyncPlugin
 
-    def __init__(self) -> None:
-        self._apps: list[dict[str, Any]] | None = None
-
-    def __get__(self, instance: object, owner: type) -> list[dict[str, Any]]:
-        if self._apps is None:
-            from .ui.app import create_app
-
-            self._apps = [
-                {"app": create_app(), "url_prefix": URL_PREFIX, "name": "auditsync reconciliation"}
-            ]
-        return self._apps
-
-
-class AuditsyncPlugin(AirflowPlugin):
-    name = "auditsync"
-    fastapi_apps = _FastApiApps()
-    external_views = [  # noqa: RUF012 - Airflow's plugin API reads these class lists
-        {
-            "name": "Reconciliation",
-            "href": "auditsync/",  # relative, trailing slash: served in an iframe
-            "url_route": "auditsync",
-            "destination": "nav",
-            "category": "browse",
-        }
-    ]
+        return AuditsyncPlugin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ from croniter import croniter
 
 DEADLINE_PERIODS = 3
 SAMPLE_RUNS = 64  # fire times looked at to find a cron schedule's longest gap
-CALLBACK = "auditsync_plugin.notifiers.deadline_missed"
+CALLBACK = "auditsync_plugin.notifications.notifiers.deadline_missed"
 
 
 def schedule_period(cron: str) -> timedelta:

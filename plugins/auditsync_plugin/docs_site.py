@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from watch_service.storage import Storage
 
-from .landing_store import landing_storage
+from .hooks.landing_store import landing_storage
 
 SITE_NAME = "local_site"
 VALIDATIONS = "gx/uncommitted/validations"

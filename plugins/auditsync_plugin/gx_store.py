@@ -16,7 +16,7 @@ from typing import Any
 from great_expectations.data_context.store.tuple_store_backend import TupleStoreBackend
 from great_expectations.exceptions import InvalidKeyError, StoreBackendError
 
-from .landing_store import landing_storage
+from .hooks.landing_store import landing_storage
 
 MODULE = __name__
 CLASS = "StorageStoreBackend"

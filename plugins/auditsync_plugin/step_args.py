@@ -11,6 +11,7 @@ building.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 from spark_jobs.common.cli import DATABASE_URL_ENV
@@ -30,6 +31,15 @@ class Paths:
     landing: str
     warehouse: str
     run_id: str
+
+
+def project() -> Path:
+    """The folder holding ``spark_jobs``: the checkout, or site-packages when installed (the DAG
+    files ship inside auditsync_plugin, so their own path says nothing). Found, not imported."""
+    spec = importlib.util.find_spec("spark_jobs")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("spark_jobs is not installed: pip install auditsync[pipeline]")
+    return Path(next(iter(spec.submodule_search_locations))).parent
 
 
 def application(project: Path, job: str) -> str:

@@ -221,6 +221,34 @@ def append(layout: Layout, name: str, df: DataFrame, properties: Mapping[str, st
     _writer(df, layout, name, properties).append()
 
 
+MERGE_VIEW = "auditsync_merge_updates"
+
+
+def merge(
+    spark: SparkSession,
+    layout: Layout,
+    name: str,
+    updates: DataFrame,
+    bounds: list[tuple[str, int, int]],
+) -> None:
+    """``MERGE INTO`` the table on (topic, seq): each row of ``updates`` replaces the row with
+    its key. ``bounds`` (topic, lo, hi inclusive), the updates' seq ranges, narrow the target's
+    scan to the files that can hold them."""
+    inside = " OR ".join(
+        f"(t.topic = '{_quote(topic)}' AND t.seq BETWEEN {int(lo)} AND {int(hi)})"
+        for topic, lo, hi in bounds
+    )
+    conform(updates, SCHEMAS[name][0]).createOrReplaceTempView(MERGE_VIEW)
+    try:
+        spark.sql(
+            f"MERGE INTO {layout.table(name)} t USING {MERGE_VIEW} s "
+            f"ON t.topic = s.topic AND t.seq = s.seq AND ({inside}) "
+            f"WHEN MATCHED THEN UPDATE SET *"
+        )
+    finally:
+        spark.catalog.dropTempView(MERGE_VIEW)
+
+
 # Per catalog this process attached, how pyiceberg reaches it: the steps read table metadata
 # (current snapshots, compact's state) through pyiceberg, which reads the catalog row and the
 # metadata file directly, instead of a Spark job over a metadata table (a second or more each).

@@ -106,7 +106,11 @@ def test_deadline_retries_and_no_alert_callbacks_by_default(parsed):
     retries transient faults only; alerts are off, so the one callback a task carries is the
     run lifecycle's: a task after start_run that fails for good marks the run failed."""
     assert parsed["deadline"] == [
-        ["DagRunLogicalDateDeadline", 3600.0, "auditsync_plugin.notifiers.deadline_missed"]
+        [
+            "DagRunLogicalDateDeadline",
+            3600.0,
+            "auditsync_plugin.notifications.notifiers.deadline_missed",
+        ]
     ]
     assert set(parsed["retries"]) == set(parsed["tasks"])
     assert all(r == [3, "TransientFaultPolicy"] for r in parsed["retries"].values())
@@ -171,7 +175,7 @@ def test_a_users_jdbc_jar_is_respected(tmp_path, monkeypatch):
     env = airflow_env(Settings(local_dir=tmp_path), {"AUDITSYNC_JDBC_JAR": str(jar)})
     assert env["AUDITSYNC_JDBC_JAR"] == str(jar)
     assert "AUDITSYNC_JDBC_JAR" not in airflow_env(Settings(local_dir=tmp_path), {})
-    from auditsync_plugin.spark_step import SparkStepOperator
+    from auditsync_plugin.operators.spark_step import SparkStepOperator
 
     monkeypatch.setenv("AUDITSYNC_JDBC_JAR", str(jar))
     op = SparkStepOperator(task_id="t", step="compact", application="x.py")
@@ -183,7 +187,7 @@ def test_the_jars_go_where_the_masters_executors_load_them(tmp_path, monkeypatch
     executor of every spark-submit. A local master's executors run in the driver's JVM: the
     jars go on its class path. A cluster's workers that hold the jars
     (``AUDITSYNC_SPARK_WORKER_JARS``) load them from there. Only otherwise are they sent."""
-    from auditsync_plugin.spark_step import SparkStepOperator
+    from auditsync_plugin.operators.spark_step import SparkStepOperator
     from spark_jobs.common.session import WORKER_JARS_ENV, classpath, submit_options
 
     monkeypatch.delenv(WORKER_JARS_ENV, raising=False)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from auditsync_plugin.landing_store import aws_conn_id_setting, landing_storage, s3_config
+from auditsync_plugin.hooks.landing_store import aws_conn_id_setting, landing_storage, s3_config
 from auditsync_plugin.sink_cursors import SinkPosition, read_positions
 from watch_service.storage import S3Config, StorageError
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from auditsync_plugin import alerts_render
+from auditsync_plugin.notifications import alerts_render
 from watch_service.settings import Settings
 from watch_service.sink.landing import Landing
 from watch_service.storage import Storage

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from auditsync_plugin import alerts, alerts_render, deadlines
-from auditsync_plugin.notifiers import AlertSettings
+from auditsync_plugin import deadlines
+from auditsync_plugin.notifications import alerts, alerts_render
+from auditsync_plugin.notifications.notifiers import AlertSettings
 from watch_service.settings import Settings, SettingsError
 from watch_service.tools.airflow_env import airflow_env, api_server_env
 
@@ -256,7 +257,7 @@ def test_no_deadline_under_dags_test():
     assert deadlines.dag_deadline(week, {}, ["/venv/bin/airflow", "dags", "test", "x"]) is None
     alert = deadlines.dag_deadline(week, {}, ["/venv/bin/airflow", "scheduler"])
     assert alert is not None and alert.interval == week
-    assert alert.callback.path == "auditsync_plugin.notifiers.deadline_missed"
+    assert alert.callback.path == "auditsync_plugin.notifications.notifiers.deadline_missed"
 
 
 # -- every Airflow setting is one Airflow reads -------------------------------------------------

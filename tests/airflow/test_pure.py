@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from auditsync_plugin import step_args as jobs
-from auditsync_plugin.hooks import (
+from auditsync_plugin.hooks.watch_service import (
     Request,
     WatchServiceError,
     WatchServiceHook,
@@ -357,7 +357,7 @@ def test_templated_roots_survive_path_building():
 def test_publish_refuses_a_run_that_did_not_pass():
     from airflow.sdk.exceptions import AirflowFailException
 
-    from auditsync_plugin.operators import published_extra
+    from auditsync_plugin.operators.pipeline import published_extra
 
     extra = published_extra("R", ("passed", 3, 0, {"compact": {"seconds": 1.5, "rows": 9}}))
     assert extra == {
@@ -383,7 +383,7 @@ def test_airflow_env_for_the_embedded_defaults(tmp_path: Path):
     )
     assert env["AIRFLOW_HOME"] == str(tmp_path / "airflow")
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/proj/dags"
-    assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == "/proj/plugins"
+    assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(tmp_path / "airflow" / "plugins")
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"

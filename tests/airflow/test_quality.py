@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from auditsync_plugin.operators import QualityCheckpointOperator
+from auditsync_plugin.operators.pipeline import QualityCheckpointOperator
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(600)]
 TS = 1_750_000_000_000
@@ -118,7 +118,7 @@ def test_pandas_and_spark_judge_a_slice_alike(tmp_path, monkeypatch):
     Spark: the same suites say the same of the same rows either way, nulls in integer columns
     and all."""
     from auditsync_plugin import quality
-    from auditsync_plugin.operators import held
+    from auditsync_plugin.operators.pipeline import held
     from auditsync_plugin.quality_summary import summarize
     from spark_jobs.common import statuses as st
     from spark_jobs.common.session import job_session

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from auditsync_plugin.hooks import WatchServiceHook
-from auditsync_plugin.sensors import SinkCursorSensor
-from auditsync_plugin.triggers import SinkCursorTrigger
+from auditsync_plugin.hooks.watch_service import WatchServiceHook
+from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
+from auditsync_plugin.triggers.sink_cursors import SinkCursorTrigger
 
 from ..support import ON_S3, unique
 from .conftest import http_json
@@ -114,7 +114,7 @@ def test_trigger_times_out_naming_the_lagging_topic(topic, tmp_path):
     assert payload["status"] == "timeout"
     assert f"c1/{name} cursor {head - 2} < head {head} (2 behind)" in payload["reason"]
     classpath, kwargs = trigger.serialize()
-    assert classpath == "auditsync_plugin.triggers.SinkCursorTrigger"
+    assert classpath == "auditsync_plugin.triggers.sink_cursors.SinkCursorTrigger"
     assert SinkCursorTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 

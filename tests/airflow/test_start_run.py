@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from auditsync_plugin.operators import StartRunOperator
+from auditsync_plugin.operators.pipeline import StartRunOperator
 from spark_jobs.layout import Layout
 from watch_service.store import runs
 

@@ -200,7 +200,7 @@ def test_alerts_are_off_by_default_and_reach_every_airflow_service(services):
     """Every alert setting is passed through from the environment (empty when unset: off);
     each Airflow service starts through ``airflow_env --alerts``, which gives it the same
     connections a local Airflow gets, so the DAG file reads the same channels."""
-    from auditsync_plugin.notifiers import AlertSettings
+    from auditsync_plugin.notifications.notifiers import AlertSettings
 
     assert ALERT_SETTINGS == [
         "AUDITSYNC_ALERT_EMAIL",

@@ -18,9 +18,9 @@ async def _first_event(trigger) -> dict:
 
 
 def main(landing: str, consumers: str) -> None:
-    from auditsync_plugin.sensors import SinkCursorSensor
+    from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
     from auditsync_plugin.sink_cursors import read_positions
-    from auditsync_plugin.triggers import SinkCursorTrigger
+    from auditsync_plugin.triggers.sink_cursors import SinkCursorTrigger
 
     sensor = SinkCursorSensor(task_id="wait_for_sinks", landing=landing, consumers=consumers)
     end = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)

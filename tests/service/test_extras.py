@@ -24,23 +24,25 @@ import json, sys
 from watch_service.app import create_app
 from watch_service.cli import build_parser
 from watch_service.settings import Settings
-from watch_service.sink import watch_command
-from watch_service.sink import command
 url = "postgresql://probe@127.0.0.1:1/probe"
 def tops():
     return sorted({name.split(".")[0] for name in sys.modules})
 create_app(Settings(), url)
 build_parser().parse_args(["serve"])
+serve = tops()
+from watch_service.sink import watch_command
+from watch_service.sink import command
 watch_command.build_parser().parse_args(["--topics", "a"])
 core = tops()
 create_app(Settings(grpc_port=50051), url)
-print(json.dumps([core, tops()]))
+print(json.dumps([core, tops(), serve]))
 """
 
 
 @pytest.fixture(scope="module")
-def loaded() -> tuple[set[str], set[str]]:
-    """Top-level modules loaded by the core service and watch, then with gRPC enabled too."""
+def loaded() -> tuple[set[str], set[str], set[str]]:
+    """Top-level modules loaded by the core service and watch, then with gRPC enabled too, and
+    by ``serve`` alone."""
     out = subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=ROOT,
@@ -49,12 +51,18 @@ def loaded() -> tuple[set[str], set[str]]:
         check=True,
         timeout=60,
     ).stdout
-    core, with_grpc = json.loads(out)
-    return set(core), set(with_grpc)
+    core, with_grpc, serve = json.loads(out)
+    return set(core), set(with_grpc), set(serve)
 
 
 def test_core_service_and_watch_import_no_pipeline_airflow_or_grpc(loaded):
     assert loaded[0] & (HEAVY | AUTHZ) == set()
+
+
+def test_serve_imports_no_pyarrow(loaded):
+    """pyarrow is the sink's extra (``auditsync[sink]``), not the core install's."""
+    assert "pyarrow" not in loaded[2]
+    assert "pyarrow" in loaded[0]  # the sink's command, imported after, does
 
 
 def test_the_grpc_surface_imports_its_extra_only_when_enabled(loaded):

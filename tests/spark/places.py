@@ -4,6 +4,8 @@ make of them (through the storage module and pyiceberg, as users' tools do)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from spark_jobs import readers
@@ -14,6 +16,31 @@ from ..conftest import TEST_BUCKET
 from ..support import unique
 
 STORAGES = ("file", "s3")
+# What the pipeline ships with where the tests' JVMs differ (``support.SPARK_DEFAULTS`` turns
+# them off for speed): adaptive execution and generated code. Runtime SQL settings, so one
+# module's runs get them in the shared session.
+SHIPPED = {
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+}
+
+
+@contextlib.contextmanager
+def shipped_settings(spark) -> Iterator[None]:
+    """The runs inside see the shipped Spark settings; the session's own come back after."""
+    before = {key: spark.conf.get(key, None) for key in SHIPPED}
+    for key, value in SHIPPED.items():
+        spark.conf.set(key, value)
+    try:
+        assert {key: spark.conf.get(key) for key in SHIPPED} == SHIPPED
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def root(kind: str, tmp: Path) -> str:

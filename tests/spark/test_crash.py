@@ -60,20 +60,20 @@ def outcome(request, spark, pg_url, object_store, tmp_path_factory):
     points = ["compact.committing", "backfill.merging", "reconcile.committing", "verify.committing"]
     segments = [(c, 0, 2), (c, 2, 3), (c, 3, 5), (d, 0, 1)]
     reruns, cached, before = {}, [], places.cached_plans(spark)  # other modules share the session
-    for point, segment in zip(points, segments):
-        write_segment(landing, *segment)
-        with pytest.raises(Killed):
-            runner.run_steps(
-                spark, Layout(landing, crashed.work, unique("k")), pg_url, 2, hook=kill_at(point)
-            )
-        cached.append(places.cached_plans(spark))
-        if point in RERUN_AFTER:
-            reruns[point] = runner.run_steps(
-                spark, Layout(landing, crashed.work, unique("r")), pg_url, 2
-            )
+    with places.shipped_settings(spark):  # adaptive execution and codegen on, as shipped
+        for point, segment in zip(points, segments):
+            write_segment(landing, *segment)
+            killed = Layout(landing, crashed.work, unique("k"))
+            with pytest.raises(Killed):
+                runner.run_steps(spark, killed, pg_url, 2, hook=kill_at(point))
             cached.append(places.cached_plans(spark))
-    # Incremental runs equal one run over everything (test_incremental): the clean reference.
-    runner.run_steps(spark, Layout(landing, clean.work, unique("c")), pg_url, 2)
+            if point in RERUN_AFTER:
+                reruns[point] = runner.run_steps(
+                    spark, Layout(landing, crashed.work, unique("r")), pg_url, 2
+                )
+                cached.append(places.cached_plans(spark))
+        # Incremental runs equal one run over everything (test_incremental): the clean reference.
+        runner.run_steps(spark, Layout(landing, clean.work, unique("c")), pg_url, 2)
     return {
         "clean": clean,
         "crashed": crashed,

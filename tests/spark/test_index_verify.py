@@ -50,7 +50,7 @@ def documents(conn, topic: str) -> dict[int, str]:
 
 
 def test_a_gap_in_a_verified_window_is_found_repaired_and_alerted(spark, pg_url, tmp_path):
-    from auditsync_plugin import alerts, alerts_render
+    from auditsync_plugin.notifications import alerts, alerts_render
 
     topic = unique("ix")
     consumer = "ci-" + topic

@@ -198,7 +198,7 @@ def test_the_page_and_the_alert_show_the_rewound_ranges(world):
     """The restore run's own rows, as the Reconciliation page and the defects alert read them:
     the rewound ranges in the rewound colour, one alert line per topic with its reason, and
     each defect line's exact ranges as the findings view reads them."""
-    from auditsync_plugin import alerts, alerts_render
+    from auditsync_plugin.notifications import alerts, alerts_render
     from auditsync_plugin.ui.page import render_page
     from auditsync_plugin.ui.runs import pivot
 

@@ -233,6 +233,45 @@ async def test_appends_offered_during_a_read_are_taken_without_another_read(api,
     stream.close()
 
 
+async def test_what_waits_for_a_read_is_bounded_in_bytes(make_service, http):
+    """Appends offered during a long read wait for it only up to an eighth of the cache's
+    byte bound; past it they are dropped and read after it. Every seq once, in order."""
+    from watch_service.protocol.requests import NewRecord
+    from watch_service.store import topics as store
+    from watch_service.web.app_keys import POOL
+
+    svc = await make_service(tail_cache_bytes=8192)  # 1,024 bytes may wait for a read
+    api = Api(http, svc.url)
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = svc.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    idle = lambda: tailer._task is None or tailer._task.done()  # noqa: E731
+    await wait_for(idle, what="the tailer's reads after the LISTEN done")
+    pool = svc.app[POOL]
+    held = [await pool.getconn() for _ in range(pool.max_size)]  # the read waits for one
+    try:
+        tailer.kick()
+        for n in (1, 2, 3):  # ~950 bytes each as cached: the second one is past the bound
+            data = f'{{"n":{n},"pad":"{"x" * 700}"}}'
+            await store.append(held[0], topic, [NewRecord(data, None, None, None)])
+        third = lambda: [q.seq for q in tailer._queued] == [3]  # noqa: E731
+        await wait_for(third, what="1 and 2 dropped, 3 waiting")
+        assert tailer._queued_bytes <= 1024
+    finally:
+        for conn in held:
+            await pool.putconn(conn)
+    seqs: list[int] = []
+    while len(seqs) < 3:
+        frame = fields(await stream.frame())
+        if frame.get("event") == "record":
+            seqs += [r["$seq"] for r in json.loads(frame["data"])["records"]]
+    assert seqs == [1, 2, 3]
+    stream.close()
+
+
 async def test_a_trim_moves_the_tailers_start_without_a_read(api, service):
     """Retention's NOTIFY tells the tailers the new start: a tailer taking appends without
     reading them still knows which seqs are gone (a stream behind them gets its tombstone)."""

@@ -121,9 +121,10 @@ class Tailer:
         self.live = LiveSet(self._woken)  # streams at the tail: pushed to, not woken
         self._task: asyncio.Task | None = None
         self._again = False
-        # Records offered while a push of earlier offered ones is under way (``_offering``):
-        # taken and pushed by that task once it is done, all in one push.
+        # Records offered while the task pushes or reads: taken and pushed by it once it is
+        # done, all in one push (at most ``_queue_limit`` bytes; past it, read instead).
         self._queued: list[CachedRecord] = []
+        self._queued_bytes = 0
         self._offering = False
         self._suspect = False  # the next refresh compares the cache with PostgreSQL first
         self.rewound_to: list[int] = []  # the heads the source went back to, in order
@@ -252,14 +253,14 @@ class Tailer:
         tombstone or a deletion frame comes first)."""
         self._grew(-self.cache_bytes)
         self.cache, self.cache_after = [], cache_after
-        self._queued = []
+        self._queued, self._queued_bytes = [], 0
         self.live.drop_all(self.topic)
 
     def close(self) -> asyncio.Task | None:
         """The last subscriber left: stop refreshing. Returns the cancelled task, if any."""
         self._grew(-self.cache_bytes)
         self.cache, self.cache_after = [], None
-        self._queued = []
+        self._queued, self._queued_bytes = [], 0
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -406,6 +407,10 @@ class Tailer:
         self.earliest = max(self.earliest, result.earliest_seq)  # a trim's notice may be ahead
         if busy:
             self._queued += fresh
+            self._queued_bytes += sum(item.size for item in fresh)
+            if self._queued_bytes > self._queue_limit():  # a long read: read them after it
+                self._queued, self._queued_bytes = [], 0
+                self.kick()
             return
         self._take(fresh)
         self._task = asyncio.create_task(self._run(fresh, after), name=f"tailer:{self.topic}")
@@ -418,7 +423,7 @@ class Tailer:
     def _take_queued(self) -> list[CachedRecord]:
         """The queued records that follow the cache, taken (those a read got meanwhile are
         dropped); if the rest do not follow it (the cache restarted), the tailer reads them."""
-        queued, self._queued = self._queued, []
+        queued, self._queued, self._queued_bytes = self._queued, [], 0
         end = self.cache_end
         if not queued or end is None or self.deleted:
             self._again = self._again or bool(queued)
@@ -457,7 +462,12 @@ class Tailer:
             log.warning("tailer %s refresh or push failed: %s", self.topic, exc)
         finally:
             self._offering = False
-            self._queued = []
+            self._queued, self._queued_bytes = [], 0
+
+    def _queue_limit(self) -> int:
+        """Bytes of offered records that may wait for the tailer's task: an eighth of the
+        caches' bound, as a read holds at most (``_page_limit``)."""
+        return self.hub.cache_limit // 8
 
     def _page_limit(self) -> int:
         """Records per refresh read: ``REFRESH_PAGE``, fewer when records are large, so one

@@ -212,7 +212,10 @@ def airflow_env(
     env = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(project_root / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(project_root / "plugins"),
+        # The plugin registers through the installed package's `airflow.plugins` entry point
+        # (an editable install in a checkout): Airflow's plugins folder holds nothing of ours,
+        # since it imports every .py file below it as a top-level module of the file's name.
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",

@@ -5,8 +5,8 @@
     auditsync spark-connect serve [--host 0.0.0.0] ...     (foreground, for containers)
 
 A cold ``spark-submit`` costs 12–15 s of JVM start on a small machine, per step; a server
-started once (ready in about 10 s) lets every step of every run connect in well under a
-second (``sc://127.0.0.1:PORT``, see ``auditsync_plugin.spark_step``). Like ``auditsync db``,
+started once (ready in about 10 s) lets every step of every run connect in well under a second
+(``sc://127.0.0.1:PORT``, see ``auditsync_plugin.operators.spark_step``). Like ``auditsync db``,
 ``start`` runs it in the background on loopback only, owned through a state file under
 ``<AUDITSYNC_HOME>/spark-connect/`` (pid, port, url), its log beside it; ``stop`` ends that pid
 and nothing else. The PostgreSQL JDBC driver is put on its classpath from

@@ -41,7 +41,7 @@ from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import Storage
 
 from .. import docs_site
-from ..landing_store import landing_storage
+from ..hooks.landing_store import landing_storage
 from ..sink_cursors import read_positions
 from . import assets, audit_log, findings, report, runs
 from .page import render_page

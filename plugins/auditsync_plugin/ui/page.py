@@ -13,7 +13,7 @@ import html
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
-from ..alerts_render import format_spans
+from ..notifications.alerts_render import format_spans
 from . import chart
 from .report import (
     TOPIC_VERDICTS,

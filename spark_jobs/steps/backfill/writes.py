@@ -24,8 +24,6 @@ from spark_jobs.common.seq_ranges import inside
 from spark_jobs.layout import Layout
 from spark_jobs.steps.backfill.transforms import merge_audit_log
 
-MERGE_VIEW = "auditsync_audit_log_updates"
-
 
 def seq_bounds(rows: DataFrame) -> list[tuple[str, int, int]]:
     return [
@@ -34,14 +32,6 @@ def seq_bounds(rows: DataFrame) -> list[tuple[str, int, int]]:
         .agg(F.min("seq").alias("lo"), F.max("seq").alias("hi"))
         .collect()
     ]
-
-
-def _sql_inside(bounds: list[tuple[str, int, int]], alias: str) -> str:
-    parts = [
-        f"({alias}.topic = '{tables._quote(topic)}' AND {alias}.seq BETWEEN {lo} AND {hi})"
-        for topic, lo, hi in bounds
-    ]
-    return "(" + " OR ".join(parts) + ")"
 
 
 def changes(fresh: DataFrame, existing: DataFrame) -> DataFrame:
@@ -98,14 +88,7 @@ def write_audit_log(
         hook("backfill.merging")
     if merged:
         updates = todo.filter(F.col("change") == "changed").drop("change")
-        updates.createOrReplaceTempView(MERGE_VIEW)
-        changed_bounds = seq_bounds(updates)
-        spark.sql(
-            f"MERGE INTO {layout.table('audit_log')} t USING {MERGE_VIEW} s "
-            f"ON t.topic = s.topic AND t.seq = s.seq AND {_sql_inside(changed_bounds, 't')} "
-            f"WHEN MATCHED THEN UPDATE SET *"
-        )
-        spark.catalog.dropTempView(MERGE_VIEW)
+        tables.merge(spark, layout, "audit_log", updates, seq_bounds(updates))
     todo.unpersist()
     fresh.unpersist()
     return {"appended": appended, "merged": merged}

@@ -13,9 +13,10 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
-from auditsync_plugin import deadlines, notifiers
+from auditsync_plugin import deadlines
+from auditsync_plugin.notifications import notifiers
 from auditsync_plugin.retries import RETRY_ARGS
-from auditsync_plugin.sensors import SinkCursorSensor
+from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
 
 ALERTS = notifiers.AlertSettings.from_env(os.environ)
 CLOSED_PORT = os.environ.get("OPS_CLOSED_PORT", "1")

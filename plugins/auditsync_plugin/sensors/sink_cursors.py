@@ -1,6 +1,6 @@
 """Wait until every sink's cursor has passed the end of the run's data interval.
 
-Deferrable by default (the wait happens in the triggerer, see ``triggers.py``); with
+Deferrable by default (the wait happens in the triggerer, see ``triggers/sink_cursors.py``); with
 ``deferrable=False`` it is an ordinary sensor (use ``mode="reschedule"``), re-reading the heads
 at each poke. Either way a timeout fails the task with the lagging consumers and topics named.
 """
@@ -17,9 +17,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from watch_service.storage import Storage, StorageError
 
-from .hooks import DEFAULT_CONN_ID, WatchServiceHook
-from .landing_store import aws_conn_id_setting, landing_storage
-from .sink_cursors import decide, read_positions, split_consumers
+from ..hooks.landing_store import aws_conn_id_setting, landing_storage
+from ..hooks.watch_service import DEFAULT_CONN_ID, WatchServiceHook
+from ..sink_cursors import decide, read_positions, split_consumers
 
 
 class SinkCursorSensor(BaseSensorOperator):
@@ -83,7 +83,7 @@ class SinkCursorSensor(BaseSensorOperator):
             return
         if self.poke(context):
             return
-        from .triggers import SinkCursorTrigger
+        from ..triggers.sink_cursors import SinkCursorTrigger
 
         self.defer(
             trigger=SinkCursorTrigger(

@@ -1,6 +1,6 @@
 """The run lifecycle (``spark_jobs.lifecycle``) as the audit_sync DAG drives it.
 
-* ``start_run`` (:class:`~auditsync_plugin.operators.StartRunOperator`) starts the run;
+* ``start_run`` (:class:`~auditsync_plugin.operators.pipeline.StartRunOperator`) starts the run;
 * :class:`RunFailed`, every pipeline task's failure callback, marks it ``failed`` with the
   task and its one-line reason. Airflow calls a failure callback only when the task failed for
   good: a transient fault with retries left goes ``up_for_retry`` and calls none;
@@ -10,7 +10,7 @@
 
 Clearing a task of a run clears its setup too, so a re-tried run goes back to ``running``
 through ``start_run`` and then to its outcome. The run tables are reached through
-:class:`~auditsync_plugin.runs_hook.PipelineRunsHook`.
+:class:`~auditsync_plugin.hooks.pipeline_runs.PipelineRunsHook`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class RunFailed(BaseNotifier):
     def notify(self, context: Any) -> None:
         from spark_jobs.lifecycle import one_line
 
-        from .runs_hook import PipelineRunsHook
+        from ..hooks.pipeline_runs import PipelineRunsHook
 
         step = str(context["ti"].task_id)
         reason = one_line(context.get("exception") or "failed")
@@ -103,7 +103,7 @@ class FinishRunOperator(BaseOperator):
         from spark_jobs import lifecycle
         from spark_jobs.layout import Layout
 
-        from .runs_hook import database_url
+        from ..hooks.pipeline_runs import database_url
 
         layout = Layout(self.landing, self.warehouse, self.run_id_value)
         removed = lifecycle.prune(database_url(self.pg_conn_id), layout, self.keep)

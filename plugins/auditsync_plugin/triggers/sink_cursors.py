@@ -15,9 +15,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from .hooks import WatchServiceError, WatchServiceHook
-from .landing_store import landing_storage
-from .sink_cursors import decide, read_positions
+from ..hooks.landing_store import landing_storage
+from ..hooks.watch_service import WatchServiceError, WatchServiceHook
+from ..sink_cursors import decide, read_positions
 
 
 class SinkCursorTrigger(BaseTrigger):

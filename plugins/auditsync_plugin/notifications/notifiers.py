@@ -4,9 +4,9 @@
 sensor's failure); :func:`deadline_missed` is the deadline alert's callback. Each reads its
 facts — the run tables in PostgreSQL (``watch_service.store.runs`` / ``.alerts``), the run's
 defect ranges (``spark_jobs.findings``, as the findings view reads them), the sinks' cursors
-and the service's heads — builds one :class:`~auditsync_plugin.alerts.Alert` and hands
-it to the configured channels: e-mail through the SMTP provider's ``SmtpNotifier``, and
-:class:`WebhookNotifier` (``{"text": …}``, accepted by Slack and Teams incoming webhooks).
+and the service's heads — builds one :class:`~.alerts.Alert` and hands it to the configured
+channels: e-mail through the SMTP provider's ``SmtpNotifier``, and the HTTP provider's
+``HttpNotifier`` (``{"text": …}``, accepted by Slack and Teams incoming webhooks).
 
 Each channel sends a run's alert of one kind once: a row in ``alerts_sent`` is claimed before
 sending and given back if the send fails, so a retried task, a re-run of the same Airflow run
@@ -17,11 +17,9 @@ callbacks are wired at all.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from typing import Any
@@ -76,34 +74,24 @@ def airflow_base_url() -> str:
     return (conf.get("api", "base_url", fallback="") or "").rstrip("/")
 
 
-class WebhookNotifier(BaseNotifier):
-    """POST ``{"text": text}`` as JSON to the URL held by connection ``webhook_conn_id``
-    (its host: the whole incoming-webhook URL)."""
+def webhook_notifier(text: str, webhook_conn_id: str = WEBHOOK_CONN_ID) -> BaseNotifier:
+    """The HTTP provider's ``HttpNotifier`` POSTing ``{"text": text}`` as JSON to connection
+    ``webhook_conn_id`` (an ``http`` connection whose host is the whole incoming-webhook URL,
+    which ``HttpHook`` takes as the base URL). The URL is masked in the logs first: a webhook's
+    path is its credential, and the hook logs the URL it calls."""
+    from airflow.providers.http.notifications.http import HttpNotifier
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
 
-    def __init__(self, *, text: str, webhook_conn_id: str = WEBHOOK_CONN_ID, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.text = text
-        self.webhook_conn_id = webhook_conn_id
-
-    def url(self) -> str:
-        from airflow.sdk import BaseHook
-        from airflow.sdk.log import mask_secret
-
-        conn = BaseHook.get_connection(self.webhook_conn_id)
-        url = conn.host or ""
-        if not url.startswith(("http://", "https://")):
-            port = f":{conn.port}" if conn.port else ""
-            url = f"{conn.schema or 'https'}://{url}{port}"
-        mask_secret(url)  # a webhook URL is its own credential
-        return url
-
-    def notify(self, context: Any) -> None:
-        body = json.dumps({"text": self.text}).encode()
-        req = urllib.request.Request(
-            self.url(), data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_S) as resp:
-            resp.read()
+    conn = BaseHook.get_connection(webhook_conn_id)
+    if conn.host:
+        mask_secret(conn.host)
+    return HttpNotifier(
+        http_conn_id=webhook_conn_id,
+        json={"text": text},
+        headers={"Content-Type": "application/json"},
+        extra_options={"timeout": WEBHOOK_TIMEOUT_S},
+    )
 
 
 def _email(settings: AlertSettings, alert: Alert) -> None:
@@ -120,9 +108,7 @@ def _email(settings: AlertSettings, alert: Alert) -> None:
 
 
 def _webhook(settings: AlertSettings, alert: Alert) -> None:
-    WebhookNotifier(
-        text=alerts_render.text(alert), webhook_conn_id=settings.webhook_conn_id
-    ).notify({})
+    webhook_notifier(alerts_render.text(alert), settings.webhook_conn_id).notify({})
 
 
 def channels(settings: AlertSettings) -> list[tuple[str, Callable[[AlertSettings, Alert], None]]]:
@@ -138,7 +124,7 @@ def deliver(alert: Alert, settings: AlertSettings, pg_conn_id: str = PG_CONN_ID)
     """Send ``alert`` on every channel that has not sent it yet; the channels used."""
     from watch_service.store import alerts as ledger
 
-    from .runs_hook import PipelineRunsHook
+    from ..hooks.pipeline_runs import PipelineRunsHook
 
     used = []
     with closing(PipelineRunsHook(pg_conn_id).get_conn()) as conn:
@@ -211,7 +197,7 @@ class AuditsyncAlert(BaseNotifier):
         from watch_service.store import alerts as ledger
         from watch_service.store import runs
 
-        from .runs_hook import PipelineRunsHook, database_url
+        from ..hooks.pipeline_runs import PipelineRunsHook, database_url
 
         with closing(PipelineRunsHook(self.pg_conn_id).get_conn()) as conn:
             row = runs.get_run(conn, self.pipeline_run_id)
@@ -236,9 +222,9 @@ class AuditsyncAlert(BaseNotifier):
             return []
 
     def _lag(self, context: Any, dag_id: str, run_id: str, error: str) -> Alert:
-        from .hooks import WatchServiceError, WatchServiceHook
-        from .landing_store import landing_storage
-        from .sink_cursors import decide, read_positions, split_consumers
+        from ..hooks.landing_store import landing_storage
+        from ..hooks.watch_service import WatchServiceError, WatchServiceHook
+        from ..sink_cursors import decide, read_positions, split_consumers
 
         end = context.get("data_interval_end") or context.get("logical_date")
         end_s = end.timestamp() if end is not None else time.time()

@@ -34,6 +34,7 @@ class PipelineRunsHook(PostgresHook):
     """``pipeline_runs`` / ``reconcile_summary`` through the ``auditsync_pg`` connection."""
 
     default_conn_name = DEFAULT_CONN_ID
+    conn_type = "auditsync_pg"  # the provider's connection type (a `postgres` one works too)
     hook_name = "auditsync pipeline runs"
 
     def __init__(self, postgres_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:

@@ -11,9 +11,10 @@
 * :class:`PublishOperator` reads the passed run from ``pipeline_runs`` and attaches it to the
   run's asset events, so downstream DAGs scheduled on those assets see the run id and counts.
 
-The run tables are reached through :class:`~auditsync_plugin.runs_hook.PipelineRunsHook`, the
-Spark session through the jobs' one builder (``spark_jobs.common.session``): over Spark
-Connect when the ``spark_connect_default`` connection exists, else a local JVM. Heavy imports
+The run tables are reached through
+:class:`~auditsync_plugin.hooks.pipeline_runs.PipelineRunsHook`, the Spark session through the
+jobs' one builder (``spark_jobs.common.session``): over Spark Connect when the
+``spark_connect_default`` connection exists, else a local JVM. Heavy imports
 (pyspark, great_expectations) happen inside ``execute`` only.
 """
 
@@ -140,9 +141,9 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common import statuses as st
         from spark_jobs.common.session import job_session
 
-        from . import quality
-        from .quality_summary import summarize
-        from .runs_hook import database_url
+        from .. import quality
+        from ..hooks.pipeline_runs import database_url
+        from ..quality_summary import summarize
 
         if self.datasets:
             check_outputs(self.datasets)
@@ -213,7 +214,7 @@ class StartRunOperator(BaseOperator):
         from spark_jobs.layout import Layout
         from watch_service.store import runs
 
-        from .runs_hook import PipelineRunsHook
+        from ..hooks.pipeline_runs import PipelineRunsHook
 
         hook = PipelineRunsHook(self.pg_conn_id)
         catalog = Layout("", self.warehouse, "").catalog if self.warehouse else None
@@ -256,7 +257,7 @@ class PublishOperator(BaseOperator):
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
-        from .runs_hook import PipelineRunsHook
+        from ..hooks.pipeline_runs import PipelineRunsHook
 
         row = PipelineRunsHook(self.pg_conn_id).run_row(self.run_id_value)
         extra = published_extra(self.run_id_value, row)

@@ -72,7 +72,7 @@ def error_message(status: int, body: bytes) -> str:
 class WatchServiceHook(BaseHook):
     conn_name_attr = "watch_conn_id"
     default_conn_name = DEFAULT_CONN_ID
-    conn_type = "http"
+    conn_type = "auditsync_watch"  # the provider's connection type (an `http` one works too)
     hook_name = "auditsync watch service"
 
     def __init__(

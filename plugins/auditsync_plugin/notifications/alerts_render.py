@@ -1,5 +1,5 @@
 """How an operations alert reads, as pure functions: seq ranges as text, and each
-:class:`~auditsync_plugin.alerts.Alert` rendered three ways: a subject line, plain text (the
+:class:`~.alerts.Alert` rendered three ways: a subject line, plain text (the
 webhook's ``{"text": …}``, which Slack and Microsoft Teams incoming webhooks both accept) and
 HTML for e-mail, through an autoescaping Jinja2 template (``templates/alert_email.html``).
 What an alert says is built in ``alerts.py``.

@@ -37,8 +37,8 @@ class LandingRetentionOperator(BaseOperator):
         from spark_jobs.steps.maintenance import landing, landing_plan
         from watch_service.storage import StorageError
 
-        from .landing_store import landing_storage
-        from .runs_hook import database_url
+        from ..hooks.landing_store import landing_storage
+        from ..hooks.pipeline_runs import database_url
 
         try:
             hours = landing_plan.retention_hours(self.retention_hours)

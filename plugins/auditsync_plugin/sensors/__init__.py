@@ -1,0 +1,1 @@
+"""Sensors (the provider layout): the sinks' cursors against the watch service's heads."""

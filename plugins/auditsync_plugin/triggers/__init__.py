@@ -1,0 +1,1 @@
+"""Triggers (the provider layout): the deferred wait of the sink-cursor sensor."""
