@@ -76,6 +76,7 @@ LONG_UNITS = (
     "tests/e2e/test_four_machines.py",
     "tests/spark/test_landing_layout.py",
     "tests/e2e/test_credentials.py",
+    "tests/airflow/test_clean_install.py",
     "tests/spark/test_crash.py[s3]",
     "tests/spark/test_incremental.py[s3]",
     "tests/spark/test_crash.py[file]",
