@@ -51,7 +51,7 @@ def test_a_worker_without_the_jars_stops_the_step_before_its_work(tmp_path) -> N
             "--conf",
             "spark.executor.memory=512m",
             *flags,
-            str(REPO / "spark_jobs" / "verify" / "main.py"),
+            str(REPO / "spark_jobs" / "steps" / "verify" / "main.py"),
             "--work",
             str(tmp_path / "warehouse"),
             "--run-id",
