@@ -58,6 +58,21 @@ FAULTS = [
 ]
 
 
+# audit_sync's tasks in the DAG's order (what a passed run's task states name).
+AUDIT_SYNC_TASKS = (
+    "wait_for_sinks",
+    "start_run",
+    "compact",
+    "reconcile",
+    "backfill_audit_log",
+    "backfill_search_index",
+    "verify",
+    "quality",
+    "publish",
+    "finish_run",
+)
+
+
 def first_record_dropped(prefix: str) -> str:
     """A unique topic name whose seq 1 the sink drops under ``FAULTS``. Subscribed first, its
     seq 1 is the first item of the consumer's very first frame: the loss only the segment

@@ -22,6 +22,7 @@ from watch_service.tools.airflow_env import airflow_env
 
 from ..support import unique
 from .clean_venv import CleanVenv, build
+from .conftest import AUDIT_SYNC_TASKS as TASKS
 from .conftest import _append, http_json, pg_rows, pipeline_run_id
 from .test_landing_retention import sink_until_caught_up
 
@@ -33,18 +34,6 @@ BUNDLES = (
     '"kwargs": {}}]'
 )
 DATE = "2025-08-01T12:05:00+00:00"  # interval [11:45, 12:00)
-TASKS = {
-    "wait_for_sinks",
-    "start_run",
-    "compact",
-    "reconcile",
-    "backfill_audit_log",
-    "backfill_search_index",
-    "verify",
-    "quality",
-    "publish",
-    "finish_run",
-}
 
 
 class CleanAirflow:

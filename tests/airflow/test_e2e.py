@@ -13,21 +13,10 @@ from spark_jobs import readers
 from spark_jobs.layout import Layout
 from watch_service.protocol.tlog import note
 
+from .conftest import AUDIT_SYNC_TASKS as TASKS
 from .conftest import CONSUMER, LOG_SIGNER, pg_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
-BACKFILL = ["backfill_audit_log", "backfill_search_index"]
-TASKS = {
-    "wait_for_sinks",
-    "start_run",
-    "compact",
-    "reconcile",
-    *BACKFILL,
-    "verify",
-    "quality",
-    "publish",
-    "finish_run",
-}
 
 
 def faults_by_topic(landing_dir) -> dict[tuple[str, str], int]:

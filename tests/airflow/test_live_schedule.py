@@ -53,6 +53,7 @@ from watch_service.tools.airflow_env import airflow_env
 from ..sink.harness import SinkProcess
 from ..sink.harness import rows as landed_rows
 from ..support import free_port, stop_all, unique
+from .conftest import AUDIT_SYNC_TASKS as TASKS
 from .conftest import BIN, AirflowHome, http_json, pg_rows, wait_until
 from .live import (
     DagRun,
@@ -83,18 +84,6 @@ from .live_audit import (
 from .receivers import SmtpReceiver, WebhookReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(3600)]
-TASKS = (
-    "wait_for_sinks",
-    "start_run",
-    "compact",
-    "reconcile",
-    "backfill_audit_log",
-    "backfill_search_index",
-    "verify",
-    "quality",
-    "publish",
-    "finish_run",
-)
 # One row of the e-mail's findings table: consumer, topic, status, found, left, seqs, still.
 EMAIL_ROW = re.compile(
     r"<td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>\s*<td class=\"n\">(\d+)</td>\s*"
