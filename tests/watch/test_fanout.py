@@ -7,13 +7,16 @@ once caught up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from functools import partial
 
 import pytest
 
 from tests.support import wait_for
-from watch_service.web.app_keys import HUB
+from watch_service.protocol.requests import NewRecord
+from watch_service.store import topics as store
+from watch_service.web.app_keys import HUB, POOL
 
 from .conftest import Api
 from .test_backpressure import RawSseClient
@@ -131,10 +134,6 @@ async def test_an_http_1_0_client_gets_the_same_frames_unchunked(api, service):
 async def test_this_process_appends_are_pushed_without_reading_them_back(api, service):
     """Records this process commits go to the live streams as they were sent, with no read of
     the topic; so do another process's, when its NOTIFY can carry them; bigger ones are read."""
-    from watch_service.protocol.requests import NewRecord
-    from watch_service.store import topics as store
-    from watch_service.web.app_keys import POOL
-
     topic = await api.topic()
     wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
     stream = await api.stream(wid)
@@ -176,9 +175,6 @@ async def test_appends_offered_before_a_push_starts_join_it_without_a_read(api, 
     """Two appends committed in one transaction reach the LISTEN connection together, so the
     second is offered before the first one's push has started: both go out in that push, one
     frame as paging would give it, taken as they were sent, not read back."""
-    from watch_service.protocol.requests import NewRecord
-    from watch_service.store import topics as store
-    from watch_service.web.app_keys import POOL
 
     topic = await api.topic()
     wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
@@ -200,30 +196,13 @@ async def test_appends_offered_during_a_read_are_taken_without_another_read(api,
     """Appends offered while the tailer reads (after a LISTEN, say, or a safety poll's kick)
     wait for that read and are taken from it, or as they were sent: no read of their own, so
     a busy topic's tailer does not read once per append. Every seq once, in order."""
-    from watch_service.protocol.requests import NewRecord
-    from watch_service.store import topics as store
-    from watch_service.web.app_keys import POOL
-
-    topic = await api.topic()
-    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
-    stream = await api.stream(wid)
-    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
-    tailer = service.app[HUB].tailers[topic]
-    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
-    idle = lambda: tailer._task is None or tailer._task.done()  # noqa: E731
-    await wait_for(idle, what="the tailer's reads after the LISTEN done")
+    topic, stream, tailer = await live_and_idle(api, service.app)
     reads = tailer.reads
-    pool = service.app[POOL]
-    held = [await pool.getconn() for _ in range(pool.max_size)]  # the read waits for one
-    try:
-        tailer.kick()
+    async with a_read_waiting(service.app, tailer) as conn:
         for n in (1, 2, 3):  # another process's appends: their NOTIFYs carry the records
-            await store.append(held[0], topic, [NewRecord(f'{{"n":{n}}}', None, None, None)])
+            await store.append(conn, topic, [NewRecord(f'{{"n":{n}}}', None, None, None)])
         await wait_for(lambda: len(tailer._queued) == 3, what="the three appends offered")
         assert tailer.reads == reads + 1  # started, waiting for a connection
-    finally:
-        for conn in held:
-            await pool.putconn(conn)
     records = await api.records(topic)
     assert await stream.frame() == record_frame(topic, records, 0, 3, {topic: 0})
     await api.append(topic, 4)  # taken as sent once the read is done
@@ -236,33 +215,15 @@ async def test_appends_offered_during_a_read_are_taken_without_another_read(api,
 async def test_what_waits_for_a_read_is_bounded_in_bytes(make_service, http):
     """Appends offered during a long read wait for it only up to an eighth of the cache's
     byte bound; past it they are dropped and read after it. Every seq once, in order."""
-    from watch_service.protocol.requests import NewRecord
-    from watch_service.store import topics as store
-    from watch_service.web.app_keys import POOL
-
     svc = await make_service(tail_cache_bytes=8192)  # 1,024 bytes may wait for a read
-    api = Api(http, svc.url)
-    topic = await api.topic()
-    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
-    stream = await api.stream(wid)
-    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
-    tailer = svc.app[HUB].tailers[topic]
-    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
-    idle = lambda: tailer._task is None or tailer._task.done()  # noqa: E731
-    await wait_for(idle, what="the tailer's reads after the LISTEN done")
-    pool = svc.app[POOL]
-    held = [await pool.getconn() for _ in range(pool.max_size)]  # the read waits for one
-    try:
-        tailer.kick()
+    topic, stream, tailer = await live_and_idle(Api(http, svc.url), svc.app)
+    async with a_read_waiting(svc.app, tailer) as conn:
         for n in (1, 2, 3):  # ~950 bytes each as cached: the second one is past the bound
             data = f'{{"n":{n},"pad":"{"x" * 700}"}}'
-            await store.append(held[0], topic, [NewRecord(data, None, None, None)])
+            await store.append(conn, topic, [NewRecord(data, None, None, None)])
         third = lambda: [q.seq for q in tailer._queued] == [3]  # noqa: E731
         await wait_for(third, what="1 and 2 dropped, 3 waiting")
         assert tailer._queued_bytes <= 1024
-    finally:
-        for conn in held:
-            await pool.putconn(conn)
     seqs: list[int] = []
     while len(seqs) < 3:
         frame = fields(await stream.frame())
@@ -287,3 +248,31 @@ async def test_a_trim_moves_the_tailers_start_without_a_read(api, service):
     await wait_for(lambda: tailer.earliest == 4, what="the tailer to hear of the trim")
     assert tailer.reads == reads
     stream.close()
+
+
+async def live_and_idle(api: Api, app) -> tuple[str, object, object]:
+    """A new topic with one stream live at its tail, its tailer done with the reads the
+    stream's LISTEN started: (topic, stream, tailer)."""
+    topic = await api.topic()
+    wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+    stream = await api.stream(wid)
+    assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+    tailer = app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 1, what="the stream to join the live set")
+    idle = lambda: tailer._task is None or tailer._task.done()  # noqa: E731
+    await wait_for(idle, what="the tailer's reads after the LISTEN done")
+    return topic, stream, tailer
+
+
+@contextlib.asynccontextmanager
+async def a_read_waiting(app, tailer):
+    """The tailer kicked into a read that waits for a connection: every pool connection is
+    held meanwhile; yields one of them (for appends of "another process")."""
+    pool = app[POOL]
+    held = [await pool.getconn() for _ in range(pool.max_size)]
+    try:
+        tailer.kick()
+        yield held[0]
+    finally:
+        for conn in held:
+            await pool.putconn(conn)
