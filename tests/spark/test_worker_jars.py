@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from auditsync_plugin.step_args import application
 from spark_jobs.common import jars
 from spark_jobs.common.session import JARS_PLACED_ENV, WORKER_JARS_ENV, submit_flags
 
@@ -51,7 +52,7 @@ def test_a_worker_without_the_jars_stops_the_step_before_its_work(tmp_path) -> N
             "--conf",
             "spark.executor.memory=512m",
             *flags,
-            str(REPO / "spark_jobs" / "steps" / "verify" / "main.py"),
+            application(REPO, "verify"),  # what the DAG's spark-submit runs
             "--work",
             str(tmp_path / "warehouse"),
             "--run-id",
