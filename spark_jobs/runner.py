@@ -8,16 +8,17 @@
     auditsync pipeline convert --work LOCATION [--database-url URL] [--master local[2]] ...
 
 ``findings`` prints a run's defect ranges and whether each was repaired (no Spark session:
-``spark_jobs.findings``).
+``spark_jobs.findings_command`` renders what ``spark_jobs.findings`` reads).
 
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
-printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/warehouse/layout.py for the warehouse's Iceberg tables). A
-location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
-run, the per-run rows of runs older than the newest ``--keep-runs`` (default
-``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
-(``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
+printing one progress line per step (name, seconds, key counts). The runner opens the
+warehouse once (``spark_jobs.warehouse.warehouse.Warehouse``) and hands it to every step.
+Each step costs what the run's interval brought (see spark_jobs/warehouse/layout.py for the
+warehouse's Iceberg tables). A location is a path, ``file://…`` or ``s3://bucket/prefix``;
+any other scheme exits 2. After the run, the per-run rows of runs older than the newest
+``--keep-runs`` (default ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the
+run tables (``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
 passes, 1 when defects remain after backfill or the signed audit log does not verify (the
 line names its topic and first bad seq), 2 when a step fails to run.
 
@@ -41,7 +42,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from spark_jobs import findings, lifecycle
+from spark_jobs import findings_command, lifecycle
 from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="extra Spark setting (repeatable)",
         )
-    findings.add_parser(sub)
+    findings_command.add_parser(sub)
     return parser
 
 
@@ -153,15 +154,19 @@ def run_steps(
     hook: Callable[[str], None] | None = None,
     done: list[str] | None = None,
 ) -> dict[str, dict]:
-    """Each step's ``run`` in turn with this session; returns their figures by step, and
-    appends each step that ran to ``done``. A step that raises stops the run (the exception
-    propagates)."""
+    """Each step's ``run`` in turn with this session and one ``Warehouse`` attached to it;
+    returns their figures by step, and appends each step that ran to ``done``. A step that
+    raises stops the run (the exception propagates), as does a warehouse that cannot be
+    attached (an old hand-written layout: the first step is the one that failed)."""
+    from spark_jobs.warehouse.warehouse import Warehouse
+
     out: dict[str, dict] = {}
+    warehouse = Warehouse.attach(spark, layout, database_url)
     for step in steps:
         args = layout.namespace(step, database_url, partitions)
         t0 = time.monotonic()
         module = _step_module(step)
-        figures = module.run(spark, args, hook)
+        figures = module.run(spark, args, hook, warehouse)
         out[step] = figures
         if done is not None:
             done.append(step)
@@ -174,8 +179,10 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     ``differences``."""
     run_steps(spark, layout, database_url, partitions, steps=("compact",))
     from spark_jobs.steps.reconcile.main import run as reconcile
+    from spark_jobs.warehouse.warehouse import Warehouse
 
-    figures = reconcile(spark, layout.namespace("reconcile", database_url, partitions, full=True))
+    args = layout.namespace("reconcile", database_url, partitions, full=True)
+    figures = reconcile(spark, args, None, Warehouse.attach(spark, layout, database_url))
     print(progress_line("audit", figures["seconds"], figures), flush=True)
     return figures
 
@@ -260,7 +267,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "findings":  # a read with pyiceberg: no Spark session
         try:
-            return findings.main(args, _database_url(args.database_url))
+            return findings_command.main(args, _database_url(args.database_url))
         except psycopg.OperationalError as exc:
             print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
             return EXIT_STEP_ERROR
