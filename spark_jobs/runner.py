@@ -50,7 +50,8 @@ EXIT_STEP_ERROR = 2
 
 
 def progress_line(step: str, seconds: float, result: dict | None) -> str:
-    hidden = ("step", "seconds", "log_failure")  # the log's failure has its own line
+    # The log's failure and the re-delivery ranges have lines of their own.
+    hidden = ("step", "seconds", "log_failure", "redelivered")
     figures = {k: v for k, v in (result or {}).items() if k not in hidden}
     shown = "  ".join(f"{k}={v}" for k, v in figures.items())
     return f"[pipeline] {step:<9} {seconds:7.1f} s  {shown}".rstrip()
@@ -166,7 +167,19 @@ def run_steps(
         if done is not None:
             done.append(step)
         print(progress_line(step, time.monotonic() - t0, figures), flush=True)
+        for line in redelivery_lines(figures):
+            print(f"[pipeline] re-delivered: {line}", flush=True)
     return out
+
+
+def redelivery_lines(figures: dict | None) -> list[str]:
+    """compact's re-delivery ranges (``redelivered``), one line each (pure)."""
+    from watch_service.protocol.redelivery import Redelivery, describe
+
+    return [
+        describe(item["consumer"], [Redelivery.parse(item)])[0]
+        for item in (figures or {}).get("redelivered") or ()
+    ]
 
 
 def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict:

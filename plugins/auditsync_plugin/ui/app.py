@@ -43,7 +43,7 @@ from watch_service.storage import Storage
 from .. import docs_site
 from ..hooks.landing_store import landing_storage
 from ..sink_cursors import read_positions
-from . import assets, audit_log, findings, report, runs
+from . import assets, audit_log, findings, report, runs, signatures
 from .page import render_page
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,17 @@ def create_app(
         except Exception as exc:  # no sink figures is no reason to hide the rest
             log.warning("auditsync page: cannot read the sinks' cursors: %s", exc)
             cursors = {}
-        return runs.pivot(rows, REPAIRABLE, DEFECTS), report.lags(progress, cursors), None
+        lines = runs.pivot(rows, REPAIRABLE, DEFECTS)
+        try:
+            verifier = audit_log.verifier_of(log_key())
+        except audit_log.NoLogKey as exc:  # the checkpoints say "not checked"
+            log.info("auditsync page: checkpoints not checked: %s", exc)
+            verifier = None
+        except Exception as exc:  # the connection cannot be read: not checked, not hidden
+            log.warning("auditsync page: cannot read the log key: %s", exc)
+            verifier = None
+        signatures.check(lines, verifier)
+        return lines, report.lags(progress, cursors), None
 
     @app.get("/", response_class=HTMLResponse)
     def index(
