@@ -240,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    show.add_argument(
+        "--pipeline-database-url",
+        dest="pipeline_url",
+        default=None,
+        help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
+        "source's database)",
+    )
     from spark_jobs import tlog_command
 
     tlog_command.add_parsers(sub)
@@ -247,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def show(args: argparse.Namespace, database_url: str) -> Page:
+    """One page of the audit log as ``--as-of`` left it; ``database_url`` is the pipeline's
+    (its run tables and catalog)."""
     import psycopg
 
     layout = Layout("", args.work, "")
@@ -269,11 +278,12 @@ def main(argv: list[str]) -> int:
         return 2
     import psycopg
 
-    from spark_jobs.runner import _database_url
+    from spark_jobs.runner import _database_url, _pipeline_url
 
     try:
         Layout("", args.work, "")
-        page = show(args, _database_url(args.database_url))
+        source = _database_url(args.database_url)
+        page = show(args, _pipeline_url(args.pipeline_url, source))
     except AuditsyncError as exc:  # TimeTravelError, StorageError, settings, the cluster
         print(f"auditsync audit-log: {exc}", file=sys.stderr)
         return 2
