@@ -20,7 +20,7 @@ stops with one line naming ``move-state``, which moves it there once
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
 printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/layout.py for the warehouse's Iceberg tables). A
+run's interval brought (see spark_jobs/warehouse/layout.py for the warehouse's Iceberg tables). A
 location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
 run, the per-run rows of runs older than the newest ``--keep-runs`` (default
 ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
@@ -49,7 +49,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings, lifecycle
-from spark_jobs.layout import STEPS, Layout, step_package
+from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 from watch_service.store.pipeline_state import PipelineStateError
 
@@ -274,7 +274,7 @@ def convert(spark, layout: Layout, database_url: str) -> int:
     once; exit 0 (also when there was nothing to convert). ``database_url`` is the pipeline's
     (the old layout's rows and the catalog are both the pipeline's state)."""
     from spark_jobs import legacy
-    from spark_jobs.common import tables
+    from spark_jobs.warehouse import tables
 
     tables.create(spark, layout, database_url)
     if legacy.convert(spark, layout, database_url) is None:

@@ -42,7 +42,7 @@ def record_snapshots(args, spark, layout, names: tuple[str, ...]) -> None:
     """Record the tables' current snapshot ids in ``pipeline_runs`` (time travel, expiry)."""
     url = pipeline_url(args)
     if url:
-        from spark_jobs.common import tables
+        from spark_jobs.warehouse import tables
 
         ids = tables.snapshots(spark, layout, names)
         with connect(url) as conn:
