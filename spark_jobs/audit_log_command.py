@@ -37,11 +37,24 @@ def render_table(rows: Sequence[Mapping[str, Any]], width: int = DATA_WIDTH) -> 
     return "\n".join(lines)
 
 
-def render_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One JSON object per row and line, every column, dates as ISO text (pure)."""
+def render_json(
+    rows: Sequence[Mapping[str, Any]],
+    tombstones: Sequence[tuple[int, int, str]] = (),
+    topic: str | None = None,
+) -> str:
+    """One JSON object per row and line, every column, dates as ISO text; between them, in seq
+    order, one object per tombstone range (``topic``, ``seq``, ``seq_to``, ``leaf``:
+    ``"tombstone"``, ``reason``) of ``topic`` (pure)."""
+    items: list[tuple[int, dict[str, Any]]] = [
+        (int(r["seq"]), {k: r.get(k) for k in (*COLUMNS, "date")}) for r in rows
+    ]
+    items += [
+        (a, {"topic": topic, "seq": a, "seq_to": b, "leaf": "tombstone", "reason": reason})
+        for a, b, reason in tombstones
+    ]
     return "\n".join(
-        json.dumps({k: r.get(k) for k in (*COLUMNS, "date")}, default=str, ensure_ascii=False)
-        for r in rows
+        json.dumps(obj, default=str, ensure_ascii=False)
+        for _, obj in sorted(items, key=lambda item: item[0])
     )
 
 
@@ -65,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    show.add_argument(
+        "--pipeline-database-url",
+        dest="pipeline_url",
+        default=None,
+        help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
+        "source's database)",
+    )
     from spark_jobs import tlog_command
 
     tlog_command.add_parsers(sub)
@@ -82,13 +102,16 @@ def main(argv: list[str]) -> int:
         return 2
     import psycopg
 
-    from spark_jobs.runner import _database_url
+    from spark_jobs.runner import _database_url, _pipeline_url
 
     try:
         layout = Layout("", args.work, "")
-        url = _database_url(args.database_url)
+        source = _database_url(args.database_url)
+        url = _pipeline_url(args.pipeline_url, source)
         as_of = time_travel.AsOf.parse(args.as_of)
-        page = time_travel.page(layout, url, args.topic, as_of, args.after, args.limit)
+        page = time_travel.page(
+            layout, url, args.topic, as_of, args.after, args.limit, source_url=source
+        )
     except AuditsyncError as exc:  # TimeTravelError, StorageError, settings, the cluster
         print(f"auditsync audit-log: {exc}", file=sys.stderr)
         return 2
@@ -96,8 +119,8 @@ def main(argv: list[str]) -> int:
         print(f"auditsync audit-log: cannot use the database: {exc}".rstrip(), file=sys.stderr)
         return 2
     if args.json:
-        if page.rows:
-            print(render_json(page.rows))
+        if page.rows or page.tombstones:
+            print(render_json(page.rows, page.tombstones, args.topic))
     else:
         print(render_table(page.rows))
         where = "no snapshot yet" if page.snapshot_id is None else f"snapshot {page.snapshot_id}"

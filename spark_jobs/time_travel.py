@@ -99,6 +99,9 @@ class Page:
     rows: list[dict[str, Any]]
     snapshot_id: int | None  # None: the table had no snapshot then (no rows)
     next_after: int | None  # the --after of the next page, None when this is the last
+    # The tombstone leaves of the page's seqs (``protocol.tlog.leaf.tombstone_ranges``):
+    # (first, last, reason), filled by ``show``.
+    tombstones: tuple[tuple[int, int, str], ...] = ()
 
 
 def snapshot_of(table: Table, target: Target, what: str) -> int | None:
@@ -180,17 +183,35 @@ def resolve(conn: Any, layout: Layout, as_of: AsOf) -> Target:
 
 
 def page(
-    layout: Layout, database_url: str, topic: str, as_of: AsOf, after: int, limit: int
+    layout: Layout,
+    database_url: str,
+    topic: str,
+    as_of: AsOf,
+    after: int,
+    limit: int,
+    source_url: str | None = None,
 ) -> Page:
-    """The query of ``auditsync audit-log show`` and the plugin's page: up to ``limit`` rows of
-    ``topic`` after seq ``after``, as ``as_of`` names the audit log."""
+    """The query of ``auditsync audit-log show``: up to ``limit`` rows of ``topic`` after seq
+    ``after``, as ``as_of`` names the audit log, with the tombstone leaves of their seqs.
+    ``database_url`` is the pipeline's (its run tables and catalog); the tombstones are the
+    source's recorded gaps (``store.gap_reads``, read at ``source_url``, the pipeline's database
+    when not given) between ``after`` and the page's last row (to the last gap on the last
+    page), less the seqs the audit log holds."""
     import psycopg
+
+    from watch_service.protocol.tlog.leaf import tombstone_ranges
+    from watch_service.store.gap_reads import topic_gaps
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         target = resolve(conn, layout, as_of)
+    with psycopg.connect(source_url or database_url, autocommit=True) as conn:
+        gaps = topic_gaps(conn, topic)
     table = load(layout, database_url)
     snapshot = snapshot_of(table, target, f"the audit log {as_of.describe()}")
-    return read_page(table, snapshot, topic, after, limit)
+    found = read_page(table, snapshot, topic, after, limit)
+    held = [int(r["seq"]) for r in found.rows]
+    tombstones = tombstone_ranges(gaps, after + 1, found.next_after, held)
+    return dataclasses.replace(found, tombstones=tuple(tombstones))
 
 
 # -- shared by the renderers (the command's and the plugin's) -------------------------------------

@@ -88,9 +88,11 @@ def run(
     partition swaps (tests kill the step there). ``warehouse``: the runner's (default:
     attached from ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), args.database_url)
+    wh = warehouse or Warehouse.attach(
+        spark, Layout("", args.work, args.run_id), store.pipeline_url(args)
+    )
     layout = wh.layout
-    with store.connect(args.database_url) as conn:
+    with store.connect(store.pipeline_url(args)) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
     detail = conform(wh.run_rows("detail", args.run_id), DETAIL)

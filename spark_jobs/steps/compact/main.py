@@ -12,7 +12,8 @@ the batch consumed, and each consumer's last frame and last folder, ride in the 
 the rows (the snapshot's summary property ``auditsync.compact``, cumulative), so a crash before
 the commit leaves nothing and a re-run after it finds the segments consumed: every segment is
 compacted exactly once. Nothing new: no batch. The step's figures go to ``pipeline_runs`` when
-a database URL is given, with what landing retention reads (``consumed``, ``through``).
+a database URL is given, with what landing retention reads (``consumed``, ``through``), and
+the re-delivery ranges the sinks recorded in the new segments' footers (``redelivered``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from spark_jobs.warehouse.schemas import LANDING
 from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
+from watch_service.protocol.redelivery import from_footer, merge
 from watch_service.storage import Storage
 
 CONSUMER_RE = re.compile(r"([^/]+)/(.+)")
@@ -116,6 +118,26 @@ def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list
     return rows
 
 
+def redelivered(landing: Storage, segments: list[Segment]) -> list[dict]:
+    """The re-delivery ranges the sinks kept in the footers of the batch's segments, merged per
+    consumer (``protocol/redelivery``): each a range of seqs a sink was sent at or below its
+    cursor, ``duplicate``, ``reissued`` (a source restored with its sessions) or
+    ``unchecked``. One footer read per new segment, eight at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(seg: Segment) -> list:
+        return from_footer(footer(landing.parquet_schema(seg.name).metadata))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(pool.map(read, segments))
+    out: list[dict] = []
+    for consumer in sorted({s.consumer for s in segments}):
+        mine = [r for seg, rs in zip(segments, found, strict=True) if seg.consumer == consumer
+                for r in rs]  # fmt: skip
+        out += [{"consumer": consumer, **r.as_dict()} for r in merge(mine)]
+    return out
+
+
 def next_state(
     state: dict, segments: list[Segment], lasts: dict[str, tuple[int, str | None]], run_id: str
 ) -> dict:
@@ -150,13 +172,15 @@ def run(
     from ``--landing``, ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
     wh = warehouse or Warehouse.attach(
-        spark, Layout(args.landing, args.work, args.run_id), args.database_url
+        spark, Layout(args.landing, args.work, args.run_id), store.pipeline_url(args)
     )
     layout = wh.layout
     state = wh.compact_state()
     landing = Storage(layout.landing_location)
     segments = new_segments(listed_names(landing, state), state)
-    counts: dict[str, object] = {"batch": None, "segments": 0, "rows": 0, "records": 0}
+    counts: dict[str, object] = {
+        "batch": None, "segments": 0, "rows": 0, "records": 0, "redelivered": [],
+    }  # fmt: skip
     committed = state
     if segments:
         rows = spark.read.schema(LANDING).parquet(
@@ -199,6 +223,7 @@ def run(
             "segments": len(segments),
             "rows": stats["rows"],
             "records": stats["records"],
+            "redelivered": redelivered(landing, segments),
         }
     figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
     store.record_step(args, "compact", figures)

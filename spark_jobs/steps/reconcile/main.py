@@ -176,10 +176,11 @@ def run(
     the PostgreSQL commit (tests kill the step there). ``warehouse``: the runner's (default:
     attached from ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), args.database_url)
+    pipeline_url = store.pipeline_url(args)
+    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
     layout = wh.layout
     house = layout.catalog
-    with store.connect(args.database_url) as conn:
+    with store.connect(pipeline_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
         run_order = runs.run_order(conn, house)
@@ -227,10 +228,14 @@ def run(
     found = evidence.Rewinds({}, [], 0)
     unknown: list[str] = []
     if not args.full:
-        with store.connect(args.database_url) as conn:
+        with (
+            store.connect(pipeline_url) as conn,
+            store.connect(args.database_url) as source,
+        ):
             found = evidence.find(
                 spark,
                 conn,
+                source,
                 wh,
                 target,
                 heads,
@@ -358,7 +363,7 @@ def run(
     records.unpersist()
     if hook:
         hook("reconcile.committing")
-    with store.connect(args.database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         runs.commit_reconcile(
             conn,
             house,
@@ -395,7 +400,7 @@ def _compare(args, house: str, summary_rows: list) -> dict:
         for r in summary_rows
         if r["count"] - r["revised"]
     }
-    with store.connect(args.database_url) as conn:
+    with store.connect(store.pipeline_url(args)) as conn:
         incremental = {
             k: n
             for k, n in runs.cumulative_summary(conn, house).items()
