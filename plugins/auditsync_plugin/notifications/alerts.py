@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from spark_jobs.common.spans import merge as merge_spans
+from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
 
 DEFECTS_FOUND = "defects_found"
 VERIFY_FAILED = "verify_failed"
@@ -211,7 +212,7 @@ def run_alert(
         left = "all repaired" if remaining == 0 else f"{remaining} remain"
         title = f"{dag_id}: run {pipeline_run_id} found {found} defects ({left})"
     if rewound:
-        title += f"; source rewound on {', '.join(r.topic for r in rewound)}"
+        title += f"; {VERDICTS[SOURCE_REWOUND].label} on {', '.join(r.topic for r in rewound)}"
     if index_found:
         left_index = "all repaired" if index_left == 0 else f"{index_left} remain"
         title += f"; search index: {index_found} documents wrong ({left_index})"

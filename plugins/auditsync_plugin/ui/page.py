@@ -13,6 +13,8 @@ import html
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
+from spark_jobs.common import statuses as st
+
 from ..notifications.alerts_render import format_spans
 from . import chart, signatures
 from .report import (
@@ -29,11 +31,12 @@ from .report import (
 from .runs import TopicLine
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
+# A status's heading is its label in the verdict table (``statuses.VERDICTS``).
 NUMBERS = (
-    ("delivered", "delivered"),
-    ("duplicates", "duplicates"),
-    ("tombstoned", "tombstoned"),
-    ("silent_gaps", "silent gaps found"),
+    ("delivered", st.VERDICTS[st.DELIVERED].label),
+    ("duplicates", f"{st.VERDICTS[st.DUPLICATE].label}s"),
+    ("tombstoned", st.VERDICTS[st.TOMBSTONED].label),
+    ("silent_gaps", f"{st.VERDICTS[st.SILENT_GAP].label}s found"),
     ("backfilled", "backfilled"),
     ("defects_left", "defects left"),
 )
@@ -86,7 +89,8 @@ def _rewound(line: TopicLine) -> str:
     if not line.rewound:
         return ""
     spans = format_spans(line.rewound_ranges) or f"{line.rewound} seqs"
-    return f'<div class="rewound">source rewound: {_e(spans)}</div>'
+    rewound = st.VERDICTS[st.SOURCE_REWOUND]
+    return f'<div class="{rewound.colour}">{rewound.label}: {_e(spans)}</div>'
 
 
 def _card(s: TopicState) -> str:
