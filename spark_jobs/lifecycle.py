@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import NAMESPACE, Layout
 from watch_service.settings import SettingsError
 from watch_service.store import run_retention, runs
 
@@ -108,8 +108,10 @@ def delete_partitions(
     never read, so they go); one commit per table; a table not created yet is skipped."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from spark_jobs import readers
-    from spark_jobs.common import tables  # pyspark, no JVM
+    from spark_jobs.warehouse import (
+        readers,
+        tables,  # pyspark, no JVM
+    )
 
     catalog = readers.catalog(layout, database_url)
 
@@ -135,7 +137,7 @@ def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:
     partitions gone: nothing moves twice."""
     import pyarrow as pa
 
-    from spark_jobs.common import tables
+    from spark_jobs.warehouse import tables
 
     column = tables.run_column("ledger")
     rows = None

@@ -13,7 +13,7 @@
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
 printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/layout.py for the warehouse's Iceberg tables). A
+run's interval brought (see spark_jobs/warehouse/layout.py for the warehouse's Iceberg tables). A
 location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
 run, the per-run rows of runs older than the newest ``--keep-runs`` (default
 ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
@@ -42,7 +42,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings, lifecycle
-from spark_jobs.layout import STEPS, Layout, step_package
+from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 
 EXIT_FAILED_GATE = 1
@@ -206,7 +206,7 @@ def convert(spark, layout: Layout, database_url: str) -> int:
     """``convert`` with an existing session: the old layout's rows into the Iceberg tables,
     once; exit 0 (also when there was nothing to convert)."""
     from spark_jobs import legacy
-    from spark_jobs.common import tables
+    from spark_jobs.warehouse import tables
 
     tables.create(spark, layout, database_url)
     if legacy.convert(spark, layout, database_url) is None:

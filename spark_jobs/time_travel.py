@@ -1,5 +1,5 @@
 """The audit log as a pipeline run left it, or as it was at a given time: Iceberg time travel
-from Python (pyiceberg through ``spark_jobs.readers``, no JVM), shared by the command
+from Python (pyiceberg through ``spark_jobs.warehouse.readers``, no JVM), shared by the command
 
     auditsync audit-log show --topic T --work LOCATION [--as-of RUN_ID|TIMESTAMP]
                              [--after SEQ] [--limit N] [--json] [--database-url URL]
@@ -26,8 +26,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import readers
-from spark_jobs.layout import LEGACY_PROPERTY, Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import LEGACY_PROPERTY, Layout
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:

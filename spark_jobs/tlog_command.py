@@ -25,9 +25,9 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import readers
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_store import TlogError, TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.tlog import leaf, merkle, note, proof, tiles
 from watch_service.protocol.tombstones import Tombstone

@@ -36,7 +36,6 @@ import dataclasses
 from typing import Any
 
 from spark_jobs import tlog_fork
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_command import (
     current_snapshot,
     leaves_after,
@@ -46,6 +45,7 @@ from spark_jobs.tlog_command import (
 )
 from spark_jobs.tlog_store import TlogError, TopicLog
 from spark_jobs.tlog_verify import VerifyFailure, check_range
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.tlog import note
 from watch_service.settings import Settings
 from watch_service.storage import Storage

@@ -1,6 +1,6 @@
 """The arguments each Spark job's ``main.py`` gets under Airflow.
 
-The flags and the folder layout are the pipeline runner's (``spark_jobs.layout.Layout``,
+The flags and the folder layout are the pipeline runner's (``spark_jobs.warehouse.layout.Layout``,
 what ``auditsync pipeline run`` passes), so Airflow and the runner cannot drift apart. The DAG
 hands in Jinja templates as the roots and run id; the result is templated ``application_args``
 that Airflow renders per run. They hold no database URL: the steps read it from
@@ -15,7 +15,7 @@ import importlib.util
 from pathlib import Path
 
 from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import JOBS, STEPS, step_flags, step_package
+from spark_jobs.warehouse.layout import JOBS, STEPS, step_flags, step_package
 
 DATABASE_ENV = DATABASE_URL_ENV
 

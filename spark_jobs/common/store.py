@@ -33,7 +33,7 @@ def record_step(args, step: str, figures: Mapping[str, object]) -> None:
 def record_snapshots(args, spark, layout, names: tuple[str, ...]) -> None:
     """Record the tables' current snapshot ids in ``pipeline_runs`` (time travel, expiry)."""
     if getattr(args, "database_url", None):
-        from spark_jobs.common import tables
+        from spark_jobs.warehouse import tables
 
         ids = tables.snapshots(spark, layout, names)
         with connect(args.database_url) as conn:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_jobs import readers
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.storage import Storage
 
 SCHEMA = pa.schema(

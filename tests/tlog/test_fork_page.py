@@ -18,8 +18,9 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from spark_jobs import readers, tlog_run
-from spark_jobs.layout import Layout
+from spark_jobs import tlog_run
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service import settings
 from watch_service.protocol.tlog import note
 from watch_service.store import runs, tlog_runs

@@ -60,7 +60,7 @@ class RunFailed(BaseNotifier):
         log.info("pipeline run %s failed in %s: %s", self.pipeline_run_id, step, reason)
 
     def catalog(self) -> str | None:
-        from spark_jobs.layout import Layout
+        from spark_jobs.warehouse.layout import Layout
 
         return Layout("", self.warehouse, "").catalog if self.warehouse else None
 
@@ -101,7 +101,7 @@ class FinishRunOperator(BaseOperator):
 
     def execute(self, context: Any) -> int:
         from spark_jobs import lifecycle
-        from spark_jobs.layout import Layout
+        from spark_jobs.warehouse.layout import Layout
 
         from ..hooks.pipeline_runs import database_url
 

@@ -23,7 +23,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.layout import JOBS, step_package
+from spark_jobs.warehouse.layout import JOBS, step_package
 
 CONNECT_CONN_ID = "spark_connect_default"
 LOG_SIGNING_KEY_ENV = "AUDITSYNC_LOG_SIGNING_KEY"
@@ -52,8 +52,9 @@ def failure_message(step: str, remote: str, output: str, figures: Mapping[str, A
 
 
 class SparkStepOperator(SparkSubmitOperator):
-    """``step``: one of ``spark_jobs.layout.JOBS``; ``application_args``: its ``main.py`` flags;
-    ``connect_conn_id``: the Spark Connect connection to prefer (None: always spark-submit)."""
+    """``step``: one of ``spark_jobs.warehouse.layout.JOBS``; ``application_args``: its
+    ``main.py`` flags; ``connect_conn_id``: the Spark Connect connection to prefer (None:
+    always spark-submit)."""
 
     ui_color = "#fde8d7"
 

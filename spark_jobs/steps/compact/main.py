@@ -27,12 +27,13 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import errors, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, local_rows, progress, step_cache, store
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import LANDING
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.compact.transforms import LAST_FRAMES, batch_figures, compact
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import LANDING
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
 from watch_service.protocol.redelivery import from_footer, merge

@@ -24,8 +24,8 @@ from typing import Any
 
 import psycopg
 
-from spark_jobs.layout import Layout
 from spark_jobs.steps.maintenance import landing_plan as lp
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing_keys import DAY_RE, HOUR_RE, LEGACY, SegmentKey, parse_segment
 from watch_service.storage import Storage

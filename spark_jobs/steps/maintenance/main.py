@@ -3,7 +3,7 @@
     spark-submit spark_jobs/steps/maintenance/main.py --work LOCATION [--run-id ID]
         [--snapshot-retention-hours 168] [--target-file-size-mb 128] [--table NAME ...]
 
-Per warehouse table (``spark_jobs.layout.TABLES``) that has a snapshot: Iceberg's
+Per warehouse table (``spark_jobs.warehouse.layout.TABLES``) that has a snapshot: Iceberg's
 ``rewrite_data_files``, ``expire_snapshots`` and ``remove_orphan_files`` procedures, with the
 limits ``spark_jobs.steps.maintenance.plan`` decides: no snapshot a pipeline run started within the
 retention references is expired (``pipeline_runs.snapshots``), nor the one holding compact's
@@ -20,11 +20,12 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.common import errors, progress, store, tables
+from spark_jobs.common import errors, progress, store
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session
-from spark_jobs.layout import NAMESPACE, TABLES, Layout
 from spark_jobs.steps.maintenance import plan
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import NAMESPACE, TABLES, Layout
 from watch_service.store import runs
 
 

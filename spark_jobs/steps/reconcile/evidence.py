@@ -19,11 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import jdbc, local_rows, tables
-from spark_jobs.common.schemas import struct
+from spark_jobs.common import jdbc, local_rows
 from spark_jobs.common.seq_ranges import seq_runs
-from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import rewind
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import struct
 from watch_service.store import runs
 
 # Each committed run and its order: the last batch it read.

@@ -32,13 +32,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import evidence, rewind
 from spark_jobs.steps.reconcile.late import (
     held_copies,
@@ -56,6 +54,9 @@ from spark_jobs.steps.reconcile.scope import (
     signalled_ranges,
 )
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]

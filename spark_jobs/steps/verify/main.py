@@ -20,16 +20,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.common import progress, step_cache, store, tables
+from spark_jobs.common import progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.verify.index_check import render as render_index
 from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, conform
 from watch_service.store import runs, tlog_runs
 
 
