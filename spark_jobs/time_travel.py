@@ -256,16 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    show.add_argument(
+        "--pipeline-database-url",
+        dest="pipeline_url",
+        default=None,
+        help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
+        "source's database)",
+    )
     from spark_jobs import tlog_command
 
     tlog_command.add_parsers(sub)
     return parser
 
 
-def show(args: argparse.Namespace, database_url: str) -> Page:
-    """A page of the audit log, with the tombstone leaves of its seqs: the source's recorded
-    gaps (``store.gap_reads``) between ``--after`` and the page's last row (to the last gap
-    on the last page), less the seqs the audit log holds."""
+def show(args: argparse.Namespace, database_url: str, source_url: str | None = None) -> Page:
+    """One page of the audit log as ``--as-of`` left it, with the tombstone leaves of its seqs.
+    ``database_url`` is the pipeline's (its run tables and catalog); the tombstones are the
+    source's recorded gaps (``store.gap_reads``, read at ``source_url``, the pipeline's database
+    when not given) between ``--after`` and the page's last row (to the last gap on the last
+    page), less the seqs the audit log holds."""
     import psycopg
 
     from watch_service.protocol.tlog.leaf import tombstone_ranges
@@ -275,6 +284,7 @@ def show(args: argparse.Namespace, database_url: str) -> Page:
     as_of = AsOf.parse(args.as_of)
     with psycopg.connect(database_url, autocommit=True) as conn:
         target = resolve(conn, layout, as_of)
+    with psycopg.connect(source_url or database_url, autocommit=True) as conn:
         gaps = topic_gaps(conn, args.topic)
     table = load(layout, database_url)
     snapshot = snapshot_of(table, target, f"the audit log {as_of.describe()}")
@@ -295,11 +305,12 @@ def main(argv: list[str]) -> int:
         return 2
     import psycopg
 
-    from spark_jobs.runner import _database_url
+    from spark_jobs.runner import _database_url, _pipeline_url
 
     try:
         Layout("", args.work, "")
-        page = show(args, _database_url(args.database_url))
+        source = _database_url(args.database_url)
+        page = show(args, _pipeline_url(args.pipeline_url, source), source)
     except AuditsyncError as exc:  # TimeTravelError, StorageError, settings, the cluster
         print(f"auditsync audit-log: {exc}", file=sys.stderr)
         return 2

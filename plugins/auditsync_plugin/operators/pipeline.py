@@ -143,7 +143,7 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common.session import job_session
 
         from .. import quality
-        from ..hooks.pipeline_runs import database_url
+        from ..hooks.pipeline_runs import pipeline_database_url
         from ..quality_summary import summarize
 
         if self.datasets:
@@ -160,7 +160,7 @@ class QualityCheckpointOperator(BaseOperator):
                     self.run["landing"],
                     self.run["warehouse"],
                     self.run["run_id"],
-                    database_url(self.pg_conn_id),
+                    pipeline_database_url(self.pg_conn_id),
                 )
             else:
                 frames = {
@@ -213,11 +213,16 @@ class StartRunOperator(BaseOperator):
 
     def execute(self, context) -> str:
         from spark_jobs.warehouse.layout import Layout
+        from watch_service.protocol.errors import AuditsyncError
         from watch_service.store import runs
 
         from ..hooks.pipeline_runs import PipelineRunsHook
 
         hook = PipelineRunsHook(self.pg_conn_id)
+        try:
+            hook.check_apart()
+        except AuditsyncError as exc:
+            raise AirflowFailException(str(exc)) from None
         catalog = Layout("", self.warehouse, "").catalog if self.warehouse else None
         if catalog:
             later = hook.later_runs(catalog, self.run_id_value)

@@ -103,10 +103,15 @@ class FinishRunOperator(BaseOperator):
         from spark_jobs import lifecycle
         from spark_jobs.warehouse.layout import Layout
 
-        from ..hooks.pipeline_runs import database_url
+        from ..hooks.pipeline_runs import database_url, pipeline_database_url
 
         layout = Layout(self.landing, self.warehouse, self.run_id_value)
-        removed = lifecycle.prune(database_url(self.pg_conn_id), layout, self.keep)
+        removed = lifecycle.prune(
+            pipeline_database_url(self.pg_conn_id),
+            layout,
+            self.keep,
+            database_url(self.pg_conn_id),
+        )
         self.log.info(
             "retention: kept the newest %d run(s), pruned %d: %s",
             self.keep,

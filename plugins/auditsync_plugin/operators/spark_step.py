@@ -117,14 +117,21 @@ class SparkStepOperator(SparkSubmitOperator):
     def run_connected(self, module: Any, remote: str) -> dict[str, Any]:
         """The step in this process, as a client of the Spark Connect server at ``remote``:
         ``module.run(spark, args)`` with the flags a spark-submit would get."""
-        from spark_jobs.common.cli import DATABASE_URL_ENV
+        from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
         from spark_jobs.common.session import build_session
 
         argv = [str(a) for a in self.application_args or []]
         self.log.info("Spark Connect %s: %s %s", remote, self.step, " ".join(argv))
         # In this process the URL is parsed like any flag: it is no process's argument here.
         url = (self.env_vars or {}).get(DATABASE_URL_ENV)
-        args = module.build_parser().parse_args([*argv, *(["--database-url", url] if url else [])])
+        own = (self.env_vars or {}).get(PIPELINE_URL_ENV)
+        args = module.build_parser().parse_args(
+            [
+                *argv,
+                *(["--database-url", url] if url else []),
+                *(["--pipeline-database-url", own] if own else []),
+            ]
+        )
         # verify's signing key, from the task's environment like the URL (not this process's)
         args.log_signing_key = (self.env_vars or {}).get(LOG_SIGNING_KEY_ENV) or None
         out = io.StringIO()

@@ -83,8 +83,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     partition swaps (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
-    with store.connect(args.database_url) as conn:
+    tables.attach(spark, layout, store.pipeline_url(args))
+    with store.connect(store.pipeline_url(args)) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
     detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)

@@ -165,7 +165,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     the commit (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout(args.landing, args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
+    tables.attach(spark, layout, store.pipeline_url(args))
     state = tables.compact_state(spark, layout)
     landing = Storage(layout.landing_location)
     segments = new_segments(listed_names(landing, state), state)

@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
 from spark_jobs.steps.maintenance import landing_plan as lp
 from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
@@ -146,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         hours = lp.retention_hours(
             args.retention_hours if args.retention_hours is not None else os.environ.get(lp.SETTING)
         )
-        url = os.environ.get("AUDITSYNC_DATABASE_URL")
+        url = os.environ.get(PIPELINE_URL_ENV) or os.environ.get(DATABASE_URL_ENV)
         if not url:
-            raise AuditsyncError("AUDITSYNC_DATABASE_URL is not set (the run tables' database)")
+            raise AuditsyncError(
+                f"neither {PIPELINE_URL_ENV} nor {DATABASE_URL_ENV} is set (the run tables' "
+                "database)"
+            )
         figures = run(args.landing, args.work, url, hours)
     except AuditsyncError as exc:  # RetentionSettingError is one
         print(f"[landing retention] {exc}", file=sys.stderr)

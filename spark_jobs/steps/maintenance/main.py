@@ -103,17 +103,19 @@ def maintain(
 
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Maintain every table (or ``--table``s) that has a snapshot; returns the figures."""
-    if not args.database_url:
+    url = store.pipeline_url(args)
+    if not url:
         raise errors.WarehouseError(
-            "maintenance needs the catalog's database: --database-url or AUDITSYNC_DATABASE_URL"
+            "maintenance needs the catalog's database: --pipeline-database-url or "
+            "AUDITSYNC_PIPELINE_DATABASE_URL (apart), else --database-url or AUDITSYNC_DATABASE_URL"
         )
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id or "")
-    tables.attach(spark, layout, args.database_url)
+    tables.attach(spark, layout, url)
     now = dt.datetime.now(dt.UTC)
     cutoff = plan.cutoff_ms(now, args.snapshot_retention_hours)
     since = now - dt.timedelta(hours=args.snapshot_retention_hours)
-    with store.connect(args.database_url) as conn:
+    with store.connect(url) as conn:
         referenced = runs.referenced_snapshots(conn, layout.catalog, since)
     per_table: dict[str, dict[str, object]] = {}
     for name in args.table or TABLES:

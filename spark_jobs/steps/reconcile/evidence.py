@@ -47,6 +47,7 @@ class Rewinds:
 def find(
     spark: SparkSession,
     conn: Any,
+    source: Any,
     layout: Layout,
     target: jdbc.JdbcTarget,
     heads: dict[str, int],
@@ -58,11 +59,12 @@ def find(
     """``signalled``: the run's signalled ranges (tombstones, deletions); ``frames``: the
     ranges of the ``rewound`` frames it consumed (``scope.rewound_frames``). Both are suspects;
     the frames' ranges are reported whatever the digests say. The digest ranges alone change
-    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed."""
+    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed.
+    ``conn`` reaches the run tables (the stored digests), ``source`` the source's records."""
     said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
     told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
     spans = rewind.suspect_spans(heads, late_runs, told)
-    stored = runs.digests_meeting(conn, layout.catalog, spans)
+    stored = runs.digests_meeting(conn, layout.catalog, spans, source)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
     found: list[tuple[str, int, int]] = []
     if changed:
