@@ -15,16 +15,17 @@ stops with one line naming ``move-state``, which moves it there once
 (``watch_service.store.pipeline_state``).
 
 ``findings`` prints a run's defect ranges and whether each was repaired (no Spark session:
-``spark_jobs.findings``).
+``spark_jobs.findings_command`` renders what ``spark_jobs.findings`` reads).
 
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
-printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/warehouse/layout.py for the warehouse's Iceberg tables). A
-location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
-run, the per-run rows of runs older than the newest ``--keep-runs`` (default
-``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
-(``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
+printing one progress line per step (name, seconds, key counts). The runner opens the
+warehouse once (``spark_jobs.warehouse.warehouse.Warehouse``) and hands it to every step.
+Each step costs what the run's interval brought (see spark_jobs/warehouse/layout.py for the
+warehouse's Iceberg tables). A location is a path, ``file://…`` or ``s3://bucket/prefix``;
+any other scheme exits 2. After the run, the per-run rows of runs older than the newest
+``--keep-runs`` (default ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the
+run tables (``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
 passes, 1 when defects remain after backfill or the signed audit log does not verify (the
 line names its topic and first bad seq), 2 when a step fails to run.
 
@@ -48,7 +49,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from spark_jobs import findings, lifecycle
+from spark_jobs import findings_command, lifecycle
 from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 from watch_service.store.pipeline_state import PipelineStateError
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="extra Spark setting (repeatable)",
         )
-    findings.add_parser(sub)
+    findings_command.add_parser(sub)
     add_urls(
         sub.add_parser(
             "move-state",
@@ -228,15 +229,20 @@ def run_steps(
     done: list[str] | None = None,
     pipeline_url: str | None = None,
 ) -> dict[str, dict]:
-    """Each step's ``run`` in turn with this session; returns their figures by step, and
-    appends each step that ran to ``done``. A step that raises stops the run (the exception
-    propagates). ``pipeline_url`` None: the pipeline's state is in the source's database."""
+    """Each step's ``run`` in turn with this session and one ``Warehouse`` attached to it;
+    returns their figures by step, and appends each step that ran to ``done``. A step that
+    raises stops the run (the exception propagates), as does a warehouse that cannot be
+    attached (an old hand-written layout: the first step is the one that failed).
+    ``pipeline_url`` None: the pipeline's state (the catalog too) is in the source's database."""
+    from spark_jobs.warehouse.warehouse import Warehouse
+
     out: dict[str, dict] = {}
+    warehouse = Warehouse.attach(spark, layout, pipeline_url or database_url)
     for step in steps:
         args = layout.namespace(step, database_url, partitions, pipeline_url)
         t0 = time.monotonic()
         module = _step_module(step)
-        figures = module.run(spark, args, hook)
+        figures = module.run(spark, args, hook, warehouse)
         out[step] = figures
         if done is not None:
             done.append(step)
@@ -265,10 +271,11 @@ def audit(
         spark, layout, database_url, partitions, steps=("compact",), pipeline_url=pipeline_url
     )
     from spark_jobs.steps.reconcile.main import run as reconcile
+    from spark_jobs.warehouse.warehouse import Warehouse
 
-    figures = reconcile(
-        spark, layout.namespace("reconcile", database_url, partitions, pipeline_url, full=True)
-    )
+    args = layout.namespace("reconcile", database_url, partitions, pipeline_url, full=True)
+    warehouse = Warehouse.attach(spark, layout, pipeline_url or database_url)
+    figures = reconcile(spark, args, None, warehouse)
     print(progress_line("audit", figures["seconds"], figures), flush=True)
     return figures
 
@@ -359,7 +366,8 @@ def main(argv: list[str]) -> int:
     if args.action == "findings":  # a read with pyiceberg: no Spark session
         try:
             source = _database_url(args.database_url)
-            return findings.main(args, _pipeline_url(args.pipeline_url, source, check=False))
+            url = _pipeline_url(args.pipeline_url, source, check=False)
+            return findings_command.main(args, url)
         except psycopg.OperationalError as exc:
             print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
             return EXIT_STEP_ERROR

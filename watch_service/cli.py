@@ -160,7 +160,7 @@ _DELEGATED = (
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
     (
         "audit-log",
-        "spark_jobs.time_travel",
+        "spark_jobs.audit_log_command",
         "show the warehouse's audit log as a pipeline run left it (time travel)",
     ),
     (
