@@ -42,6 +42,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings, lifecycle
+from spark_jobs.common import progress
 from spark_jobs.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 
@@ -165,7 +166,7 @@ def run_steps(
         out[step] = figures
         if done is not None:
             done.append(step)
-        print(progress_line(step, time.monotonic() - t0, figures), flush=True)
+        progress.say(progress_line(step, time.monotonic() - t0, figures))
     return out
 
 
@@ -176,7 +177,7 @@ def audit(spark, layout: Layout, database_url: str, partitions: int = 4) -> dict
     from spark_jobs.steps.reconcile.main import run as reconcile
 
     figures = reconcile(spark, layout.namespace("reconcile", database_url, partitions, full=True))
-    print(progress_line("audit", figures["seconds"], figures), flush=True)
+    progress.say(progress_line("audit", figures["seconds"], figures))
     return figures
 
 
@@ -197,7 +198,7 @@ def convert(spark, layout: Layout, database_url: str) -> int:
 
     tables.create(spark, layout, database_url)
     if legacy.convert(spark, layout, database_url) is None:
-        print(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert", flush=True)
+        progress.say(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert")
     return 0
 
 
@@ -213,17 +214,16 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
     if args.action == "audit":
         figures = audit(spark, layout, url, args.num_partitions)
         for line in figures["differences"]:
-            print(f"[pipeline] differs: {line}", flush=True)
+            progress.say(f"[pipeline] differs: {line}")
         verdict = "agrees with" if figures["agree"] else "DISAGREES with"
-        print(
+        progress.say(
             f"[pipeline] full audit {run_id} {verdict} the incremental runs "
-            f"({time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - started:.1f} s)"
         )
         return 0 if figures["agree"] else EXIT_FAILED_GATE
     with store.connect(url) as conn:
         lifecycle.start(conn, run_id, layout.catalog)
-    print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
+    progress.say(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}")
     done: list[str] = []
     try:
         figures = run_steps(spark, layout, url, args.num_partitions, hook=None, done=done)
@@ -231,38 +231,39 @@ def execute(spark, args: argparse.Namespace, url: str) -> int:
         failed = next((s for s in STEPS if s not in done), STEPS[-1])
         with store.connect(url) as conn:
             lifecycle.fail(conn, run_id, failed, exc, layout.catalog)
-        print(
+        progress.say(
             f"[pipeline] run {run_id} failed in {failed}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-            flush=True,
+            sys.stderr,
+            level="ERROR",
         )
         return EXIT_STEP_ERROR
     pruning = time.monotonic()
     removed = lifecycle.prune(url, layout, args.keep_runs or lifecycle.KEEP_RUNS)
     if removed:
-        print(
+        progress.say(
             f"[pipeline] retention: removed the outputs of {len(removed)} old run(s) "
-            f"({time.monotonic() - pruning:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - pruning:.1f} s)"
         )
     if not figures["verify"]["passed"]:
-        print(
+        progress.say(
             f"[pipeline] FAILED quality gate: {gate_failure(figures['verify'])} "
-            f"(run {run_id}, {time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"(run {run_id}, {time.monotonic() - started:.1f} s)"
         )
         return EXIT_FAILED_GATE
-    print(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
+    progress.say(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)")
     return 0
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     if args.action == "findings":  # a read with pyiceberg: no Spark session
         try:
             return findings.main(args, _database_url(args.database_url))
         except psycopg.OperationalError as exc:
-            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            progress.say(
+                f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+            )
             return EXIT_STEP_ERROR
     from spark_jobs.common.session import JdbcDriverMissing
     from watch_service.storage import Location, StorageError
@@ -274,18 +275,20 @@ def main(argv: list[str]) -> int:
         if args.keep_runs is None:
             args.keep_runs = lifecycle.keep_runs(os.environ)
     except (StorageError, SettingsError) as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
 
     try:
         url = _database_url(args.database_url)
     except psycopg.OperationalError as exc:
-        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
+        progress.say(
+            f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+        )
         return EXIT_STEP_ERROR
     try:
         spark = _session(args)
     except JdbcDriverMissing as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
     try:
         return execute(spark, args, url)

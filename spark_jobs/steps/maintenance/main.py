@@ -128,7 +128,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             hook,
         )
         per_table[name] = figures
-        print(plan.progress_line(name, figures), flush=True)
+        progress.say(plan.progress_line(name, figures))
     totals = {
         key: sum(int(f[key]) for f in per_table.values())  # type: ignore[call-overload]
         for key in ("files_before", "files_after", "snapshots_expired", "orphans_removed")
@@ -138,6 +138,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-maintenance", args.master)
     figures = run(spark, args)
     progress.emit(
