@@ -73,11 +73,11 @@ import psycopg  # noqa: E402
 from _proc import tree_cpu_s  # noqa: E402 (bench/)
 from pipeline import World, load  # noqa: E402 (bench/)
 
-from spark_jobs import lifecycle, readers, runner  # noqa: E402
-from spark_jobs.common import tables  # noqa: E402
+from spark_jobs import lifecycle, runner  # noqa: E402
 from spark_jobs.common.session import build_session, stop_session  # noqa: E402
-from spark_jobs.layout import TABLES, Layout  # noqa: E402
 from spark_jobs.steps.maintenance import main as maintenance  # noqa: E402
+from spark_jobs.warehouse import readers, tables  # noqa: E402
+from spark_jobs.warehouse.layout import TABLES, Layout  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402

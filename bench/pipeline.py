@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from spark_jobs.layout import STEPS, Layout  # noqa: E402
+from spark_jobs.warehouse.layout import STEPS, Layout  # noqa: E402
 from watch_service.protocol.tlog.note import Signer  # noqa: E402
 from watch_service.settings import Settings  # noqa: E402
 from watch_service.sink.landing import SCHEMA, segment_name  # noqa: E402
@@ -247,8 +247,9 @@ def tlog_costs(base: Path, url: str, leaves: int, rows: int) -> dict[str, float]
     100`` leaves apart, on a pyiceberg audit log of ``rows`` rows in this PostgreSQL."""
     import json
 
-    from spark_jobs import readers, tlog_command, tlog_verify
+    from spark_jobs import tlog_command, tlog_verify
     from spark_jobs.tlog_store import TopicLog
+    from spark_jobs.warehouse import readers
     from watch_service.protocol.tlog import leaf, note
     from watch_service.storage import Storage
 

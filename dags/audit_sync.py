@@ -48,7 +48,7 @@ PATHS = step_args.Paths(
 )
 CONSUMERS = "{{ var.value.get('auditsync_consumers', '') }}"
 # Handed to the steps in their environment, never in a process's arguments (visible in `ps`).
-STEP_ENV = {step_args.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"}
+STEP_ENV = step_args.STEP_ENV
 # verify signs the audit log with the password of the connection auditsync_log_key (a note
 # signing key, `auditsync audit-log keygen`); without it the run's log is recorded unsigned.
 VERIFY_ENV = {

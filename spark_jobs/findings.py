@@ -27,9 +27,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from spark_jobs import readers
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import NAMESPACE, Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import S3Config
 

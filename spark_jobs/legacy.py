@@ -1,9 +1,9 @@
 """The one-time conversion of a warehouse the hand-written Parquet layouts left behind into the
-Iceberg tables (``spark_jobs.layout``), run when asked: ``auditsync pipeline convert``. A run
-never converts: ``tables.attach`` refuses an old layout with one line naming that command
-(``spark_jobs.common.old_layout``, which also says what an old layout looks like). The old
-layouts lived on one local filesystem that the driver and the executors share, so only a
-local warehouse is looked at.
+Iceberg tables (``spark_jobs.warehouse.layout``), run when asked: ``auditsync pipeline
+convert``. A run never converts: ``tables.attach`` refuses an old layout with one line naming
+that command (``spark_jobs.common.old_layout``, which also says what an old layout looks
+like). The old layouts lived on one local filesystem that the driver and the executors share,
+so only a local warehouse is looked at.
 
 Layout 2 (the incremental pipeline before Iceberg, marked by ``_layout.json`` {"version": 2,
 "id"}): every committed batch, verdict and audit-log row (``spark_jobs.old_warehouse`` says
@@ -34,11 +34,12 @@ from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.common import store, tables
+from spark_jobs.common import store
 from spark_jobs.common.old_layout import MARKER, Found, detect
-from spark_jobs.common.schemas import DETAIL, LEFT, SUMMARY
-from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import LEGACY_PROPERTY, Layout
+from spark_jobs.warehouse.schemas import DETAIL, LEFT, SUMMARY
 from watch_service.storage import Storage
 from watch_service.store import runs
 

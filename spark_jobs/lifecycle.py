@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import NAMESPACE, Layout
 from watch_service.settings import SettingsError
 from watch_service.store import run_retention, runs
 
@@ -80,11 +80,13 @@ def fail(
     runs.mark_failed(conn, run_id, step, one_line(error), warehouse)
 
 
-def prune(database_url: str, layout: Layout, keep: int) -> list[str]:
+def prune(database_url: str, layout: Layout, keep: int, source_url: str | None = None) -> list[str]:
     """Prune the warehouse's runs beyond the newest ``keep`` (never ``layout.run_id``); returns
-    the run ids pruned, oldest last. The Iceberg partitions go first: a crash between the two
-    leaves run rows whose partitions are gone, which the next prune deletes again (never
-    partitions whose runs PostgreSQL forgot, which reconcile would report as unknown runs)."""
+    the run ids pruned, oldest last. ``database_url`` is the pipeline's database, ``source_url``
+    the source's where apart (the digests are re-hashed there). The Iceberg partitions go
+    first: a crash between the two leaves run rows whose partitions are gone, which the next
+    prune deletes again (never partitions whose runs PostgreSQL forgot, which reconcile would
+    report as unknown runs)."""
     from spark_jobs.common import store
 
     with store.connect(database_url) as conn:
@@ -95,8 +97,11 @@ def prune(database_url: str, layout: Layout, keep: int) -> list[str]:
             return []
         committed = runs.committed_runs(conn, layout.catalog) & set(removed)
     delete_partitions(database_url, layout, removed, committed)
-    with store.connect(database_url, transaction=True) as conn:
-        run_retention.forget(conn, layout.catalog, removed, oldest_kept)
+    with (
+        store.connect(source_url or database_url) as source,
+        store.connect(database_url, transaction=True) as conn,
+    ):
+        run_retention.forget(conn, layout.catalog, removed, oldest_kept, source)
     return removed
 
 
@@ -108,8 +113,10 @@ def delete_partitions(
     never read, so they go); one commit per table; a table not created yet is skipped."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from spark_jobs import readers
-    from spark_jobs.common import tables  # pyspark, no JVM
+    from spark_jobs.warehouse import (
+        readers,
+        tables,  # pyspark, no JVM
+    )
 
     catalog = readers.catalog(layout, database_url)
 
@@ -135,7 +142,7 @@ def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:
     partitions gone: nothing moves twice."""
     import pyarrow as pa
 
-    from spark_jobs.common import tables
+    from spark_jobs.warehouse import tables
 
     column = tables.run_column("ledger")
     rows = None

@@ -1,5 +1,5 @@
 """The audit log as a pipeline run left it, or as it was at a given time: Iceberg time travel
-from Python (pyiceberg through ``spark_jobs.readers``, no JVM), shared by the command
+from Python (pyiceberg through ``spark_jobs.warehouse.readers``, no JVM), shared by the command
 
     auditsync audit-log show --topic T --work LOCATION [--as-of RUN_ID|TIMESTAMP]
                              [--after SEQ] [--limit N] [--json] [--database-url URL]
@@ -26,8 +26,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import readers
-from spark_jobs.layout import LEGACY_PROPERTY, Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import LEGACY_PROPERTY, Layout
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -110,6 +110,9 @@ class Page:
     rows: list[dict[str, Any]]
     snapshot_id: int | None  # None: the table had no snapshot then (no rows)
     next_after: int | None  # the --after of the next page, None when this is the last
+    # The tombstone leaves of the page's seqs (``protocol.tlog.leaf.tombstone_ranges``):
+    # (first, last, reason), filled by ``show``.
+    tombstones: tuple[tuple[int, int, str], ...] = ()
 
 
 def snapshot_of(table: Table, target: Target, what: str) -> int | None:
@@ -212,11 +215,24 @@ def render_table(rows: Sequence[Mapping[str, Any]], width: int = DATA_WIDTH) -> 
     return "\n".join(lines)
 
 
-def render_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One JSON object per row and line, every column, dates as ISO text (pure)."""
+def render_json(
+    rows: Sequence[Mapping[str, Any]],
+    tombstones: Sequence[tuple[int, int, str]] = (),
+    topic: str | None = None,
+) -> str:
+    """One JSON object per row and line, every column, dates as ISO text; between them, in seq
+    order, one object per tombstone range (``topic``, ``seq``, ``seq_to``, ``leaf``:
+    ``"tombstone"``, ``reason``) of ``topic`` (pure)."""
+    items: list[tuple[int, dict[str, Any]]] = [
+        (int(r["seq"]), {k: r.get(k) for k in (*COLUMNS, "date")}) for r in rows
+    ]
+    items += [
+        (a, {"topic": topic, "seq": a, "seq_to": b, "leaf": "tombstone", "reason": reason})
+        for a, b, reason in tombstones
+    ]
     return "\n".join(
-        json.dumps({k: r.get(k) for k in (*COLUMNS, "date")}, default=str, ensure_ascii=False)
-        for r in rows
+        json.dumps(obj, default=str, ensure_ascii=False)
+        for _, obj in sorted(items, key=lambda item: item[0])
     )
 
 
@@ -240,22 +256,42 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
     )
+    show.add_argument(
+        "--pipeline-database-url",
+        dest="pipeline_url",
+        default=None,
+        help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
+        "source's database)",
+    )
     from spark_jobs import tlog_command
 
     tlog_command.add_parsers(sub)
     return parser
 
 
-def show(args: argparse.Namespace, database_url: str) -> Page:
+def show(args: argparse.Namespace, database_url: str, source_url: str | None = None) -> Page:
+    """One page of the audit log as ``--as-of`` left it, with the tombstone leaves of its seqs.
+    ``database_url`` is the pipeline's (its run tables and catalog); the tombstones are the
+    source's recorded gaps (``store.gap_reads``, read at ``source_url``, the pipeline's database
+    when not given) between ``--after`` and the page's last row (to the last gap on the last
+    page), less the seqs the audit log holds."""
     import psycopg
+
+    from watch_service.protocol.tlog.leaf import tombstone_ranges
+    from watch_service.store.gap_reads import topic_gaps
 
     layout = Layout("", args.work, "")
     as_of = AsOf.parse(args.as_of)
     with psycopg.connect(database_url, autocommit=True) as conn:
         target = resolve(conn, layout, as_of)
+    with psycopg.connect(source_url or database_url, autocommit=True) as conn:
+        gaps = topic_gaps(conn, args.topic)
     table = load(layout, database_url)
     snapshot = snapshot_of(table, target, f"the audit log {as_of.describe()}")
-    return read_page(table, snapshot, args.topic, args.after, args.limit)
+    page = read_page(table, snapshot, args.topic, args.after, args.limit)
+    held = [int(r["seq"]) for r in page.rows]
+    found = tombstone_ranges(gaps, args.after + 1, page.next_after, held)
+    return dataclasses.replace(page, tombstones=tuple(found))
 
 
 def main(argv: list[str]) -> int:
@@ -269,11 +305,12 @@ def main(argv: list[str]) -> int:
         return 2
     import psycopg
 
-    from spark_jobs.runner import _database_url
+    from spark_jobs.runner import _database_url, _pipeline_url
 
     try:
         Layout("", args.work, "")
-        page = show(args, _database_url(args.database_url))
+        source = _database_url(args.database_url)
+        page = show(args, _pipeline_url(args.pipeline_url, source), source)
     except AuditsyncError as exc:  # TimeTravelError, StorageError, settings, the cluster
         print(f"auditsync audit-log: {exc}", file=sys.stderr)
         return 2
@@ -281,8 +318,8 @@ def main(argv: list[str]) -> int:
         print(f"auditsync audit-log: cannot use the database: {exc}".rstrip(), file=sys.stderr)
         return 2
     if args.json:
-        if page.rows:
-            print(render_json(page.rows))
+        if page.rows or page.tombstones:
+            print(render_json(page.rows, page.tombstones, args.topic))
     else:
         print(render_table(page.rows))
         where = "no snapshot yet" if page.snapshot_id is None else f"snapshot {page.snapshot_id}"

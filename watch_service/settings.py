@@ -30,6 +30,8 @@ class Settings:
     local_dir: Path = PROJECT_ROOT / ".local"
     # None: use the embedded cluster in local_dir.
     database_url: str | None = None
+    # The pipeline's own state (catalog, run tables, digests, alert ledger); None: the source's.
+    pipeline_database_url: str | None = None
     pg_port: int = 54329
     host: str = "127.0.0.1"
     port: int = 8400
@@ -96,6 +98,7 @@ class Settings:
 _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_HOME": ("local_dir", Path),
     "DATABASE_URL": ("database_url", str),
+    "AUDITSYNC_PIPELINE_DATABASE_URL": ("pipeline_database_url", str),
     "AUDITSYNC_PG_PORT": ("pg_port", int),
     "AUDITSYNC_HOST": ("host", str),
     "AUDITSYNC_PORT": ("port", int),

@@ -4,8 +4,8 @@ One rule for both, so lineage and data-aware scheduling agree:
 
 - an Iceberg table of the warehouse is namespace ``iceberg://<catalog>`` and name
   ``<namespace>.<table>`` (``iceberg://wh_1a2b…/audit.audit_log``): the catalog is the one the
-  steps attach (``spark_jobs.layout.Layout.catalog``, derived from the warehouse's location),
-  the rest is the table's name in it. Its Asset URI is the same text, and the provider
+  steps attach (``spark_jobs.warehouse.layout.Layout.catalog``, derived from the warehouse's
+  location), the rest is the table's name in it. Its Asset URI is the same text, and the provider
   registers the ``iceberg`` scheme with :func:`asset_to_openlineage` as its converter;
 - the landing zone is a location, named as OpenLineage names files and objects: namespace
   ``file`` and the absolute path, or ``s3://<bucket>`` and the key prefix;
@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs.layout import NAMESPACE, TABLES, Layout
+from spark_jobs.warehouse.layout import NAMESPACE, TABLES, Layout
 from watch_service.protocol.landing import COLUMNS
 from watch_service.storage import Location
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import store, tables
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEFT, SUMMARY, conform
-from spark_jobs.layout import Layout
+from spark_jobs.common import store
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEFT, SUMMARY, conform
 from watch_service.store import runs
 
 

@@ -16,6 +16,10 @@ from watch_service.tools.airflow_env import airflow_env
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[2]
+# The pipeline's database, when the connection auditsync_pipeline exists (issue 32).
+PIPELINE_URI = (
+    "{{ conn.get('auditsync_pipeline').get_uri() if conn.get('auditsync_pipeline') else '' }}"
+)
 
 
 def probe(tmp_path_factory, extra: dict[str, str] | None = None) -> dict:
@@ -150,7 +154,12 @@ def test_the_maintenance_wiring(parsed):
             ],
         },
         "downstream": {"maintenance": [], "landing_retention": []},
-        "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
+        "env": {
+            "maintenance": {
+                "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}",
+                "AUDITSYNC_PIPELINE_DATABASE_URL": PIPELINE_URI,
+            }
+        },
     }
 
 
@@ -167,6 +176,7 @@ def test_no_credentials_in_process_arguments(parsed):
         assert not any("log_key" in a for a in argv), (task, argv)
         assert parsed["spark_env"][task] == {
             "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}",
+            "AUDITSYNC_PIPELINE_DATABASE_URL": PIPELINE_URI,
             **({"AUDITSYNC_LOG_SIGNING_KEY": key} if task == "verify" else {}),
         }, task
 

@@ -9,8 +9,8 @@ import sqlite3
 
 import pytest
 
-from spark_jobs import readers
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.tlog import note
 
 from .conftest import AUDIT_SYNC_TASKS as TASKS

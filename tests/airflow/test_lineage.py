@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from auditsync_plugin import lineage
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.landing import COLUMNS
 
 from .conftest import AUDIT_SYNC_TASKS, FAULT_DATE, OL_EVENTS

@@ -27,9 +27,10 @@ import pytest
 from auditsync_plugin.ui import assets
 from auditsync_plugin.ui import report as ui_report
 from auditsync_plugin.ui.runs import TopicLine
-from spark_jobs import findings, readers
+from spark_jobs import findings
 from spark_jobs.common.statuses import DEFECTS
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 
 from ..support import free_port, stop
 from .conftest import BIN, wait_until

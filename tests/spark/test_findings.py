@@ -22,8 +22,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from spark_jobs import findings
-from spark_jobs.common import tables
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
 from watch_service import cli
 from watch_service.store import runs
 

@@ -26,12 +26,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import ArrayType, DateType, LongType, StringType, StructType
 
-from spark_jobs import legacy, readers, runner, time_travel
-from spark_jobs.common import errors, tables
+from spark_jobs import legacy, runner, time_travel
+from spark_jobs.common import errors
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
-from spark_jobs.layout import TABLES, Layout
 from spark_jobs.steps.verify.transforms import LEFT
+from spark_jobs.warehouse import readers, tables
+from spark_jobs.warehouse.layout import TABLES, Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.store import runs
 

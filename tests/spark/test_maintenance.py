@@ -14,10 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from spark_jobs import readers
-from spark_jobs.common import tables
 from spark_jobs.steps.maintenance import main as maintenance
 from spark_jobs.steps.maintenance import plan
+from spark_jobs.warehouse import readers, tables
 
 from ..support import unique
 from .warehouse import build

@@ -24,9 +24,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs import lifecycle, readers
-from spark_jobs.common import tables
-from spark_jobs.layout import Layout
+from spark_jobs import lifecycle
+from spark_jobs.warehouse import readers, tables
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

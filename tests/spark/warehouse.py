@@ -12,9 +12,8 @@ import json
 
 import psycopg
 
-from spark_jobs import readers
-from spark_jobs.common import tables
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers, tables
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 DAY = dt.date(2026, 11, 26)

@@ -24,8 +24,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import JOBS, step_package
+from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
+from spark_jobs.warehouse.layout import JOBS, step_package
 
 from .. import lineage
 
@@ -56,8 +56,9 @@ def failure_message(step: str, remote: str, output: str, figures: Mapping[str, A
 
 
 class SparkStepOperator(SparkSubmitOperator):
-    """``step``: one of ``spark_jobs.layout.JOBS``; ``application_args``: its ``main.py`` flags;
-    ``connect_conn_id``: the Spark Connect connection to prefer (None: always spark-submit)."""
+    """``step``: one of ``spark_jobs.warehouse.layout.JOBS``; ``application_args``: its
+    ``main.py`` flags; ``connect_conn_id``: the Spark Connect connection to prefer (None:
+    always spark-submit)."""
 
     ui_color = "#fde8d7"
 
@@ -139,7 +140,14 @@ class SparkStepOperator(SparkSubmitOperator):
         self.log.info("Spark Connect %s: %s %s", remote, self.step, " ".join(argv))
         # In this process the URL is parsed like any flag: it is no process's argument here.
         url = (self.env_vars or {}).get(DATABASE_URL_ENV)
-        args = module.build_parser().parse_args([*argv, *(["--database-url", url] if url else [])])
+        own = (self.env_vars or {}).get(PIPELINE_URL_ENV)
+        args = module.build_parser().parse_args(
+            [
+                *argv,
+                *(["--database-url", url] if url else []),
+                *(["--pipeline-database-url", own] if own else []),
+            ]
+        )
         # verify's signing key, from the task's environment like the URL (not this process's)
         args.log_signing_key = (self.env_vars or {}).get(LOG_SIGNING_KEY_ENV) or None
         out = io.StringIO()

@@ -23,12 +23,10 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import jdbc, progress, step_cache, store, tables
+from spark_jobs.common import jdbc, progress, step_cache, store
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, conform
 from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.backfill.search import upsert_documents
 from spark_jobs.steps.backfill.transforms import (
     delivered_rows,
@@ -37,6 +35,9 @@ from spark_jobs.steps.backfill.transforms import (
     source_rows,
 )
 from spark_jobs.steps.backfill.writes import write_audit_log
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, conform
 from watch_service.store import runs
 
 BOTH = "both"
@@ -82,8 +83,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     partition swaps (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
-    with store.connect(args.database_url) as conn:
+    tables.attach(spark, layout, store.pipeline_url(args))
+    with store.connect(store.pipeline_url(args)) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
     detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import step_cache, tables
-from spark_jobs.common.schemas import AUDIT_LOG, columns, conform
+from spark_jobs.common import step_cache
 from spark_jobs.common.seq_ranges import inside
-from spark_jobs.layout import Layout
 from spark_jobs.steps.backfill.transforms import merge_audit_log
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, columns, conform
 
 
 def seq_bounds(rows: DataFrame) -> list[tuple[str, int, int]]:

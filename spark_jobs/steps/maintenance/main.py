@@ -3,7 +3,7 @@
     spark-submit spark_jobs/steps/maintenance/main.py --work LOCATION [--run-id ID]
         [--snapshot-retention-hours 168] [--target-file-size-mb 128] [--table NAME ...]
 
-Per warehouse table (``spark_jobs.layout.TABLES``) that has a snapshot: Iceberg's
+Per warehouse table (``spark_jobs.warehouse.layout.TABLES``) that has a snapshot: Iceberg's
 ``rewrite_data_files``, ``expire_snapshots`` and ``remove_orphan_files`` procedures, with the
 limits ``spark_jobs.steps.maintenance.plan`` decides: no snapshot a pipeline run started within the
 retention references is expired (``pipeline_runs.snapshots``), nor the one holding compact's
@@ -20,11 +20,12 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.common import errors, progress, store, tables
+from spark_jobs.common import errors, progress, store
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session
-from spark_jobs.layout import NAMESPACE, TABLES, Layout
 from spark_jobs.steps.maintenance import plan
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import NAMESPACE, TABLES, Layout
 from watch_service.store import runs
 
 
@@ -102,17 +103,19 @@ def maintain(
 
 def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
     """Maintain every table (or ``--table``s) that has a snapshot; returns the figures."""
-    if not args.database_url:
+    url = store.pipeline_url(args)
+    if not url:
         raise errors.WarehouseError(
-            "maintenance needs the catalog's database: --database-url or AUDITSYNC_DATABASE_URL"
+            "maintenance needs the catalog's database: --pipeline-database-url or "
+            "AUDITSYNC_PIPELINE_DATABASE_URL (apart), else --database-url or AUDITSYNC_DATABASE_URL"
         )
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id or "")
-    tables.attach(spark, layout, args.database_url)
+    tables.attach(spark, layout, url)
     now = dt.datetime.now(dt.UTC)
     cutoff = plan.cutoff_ms(now, args.snapshot_retention_hours)
     since = now - dt.timedelta(hours=args.snapshot_retention_hours)
-    with store.connect(args.database_url) as conn:
+    with store.connect(url) as conn:
         referenced = runs.referenced_snapshots(conn, layout.catalog, since)
     per_table: dict[str, dict[str, object]] = {}
     for name in args.table or TABLES:

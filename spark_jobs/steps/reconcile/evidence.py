@@ -19,11 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import jdbc, local_rows, tables
-from spark_jobs.common.schemas import struct
+from spark_jobs.common import jdbc, local_rows
 from spark_jobs.common.seq_ranges import seq_runs
-from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import rewind
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import struct
 from watch_service.store import runs
 
 # Each committed run and its order: the last batch it read.
@@ -46,6 +47,7 @@ class Rewinds:
 def find(
     spark: SparkSession,
     conn: Any,
+    source: Any,
     layout: Layout,
     target: jdbc.JdbcTarget,
     heads: dict[str, int],
@@ -57,11 +59,12 @@ def find(
     """``signalled``: the run's signalled ranges (tombstones, deletions); ``frames``: the
     ranges of the ``rewound`` frames it consumed (``scope.rewound_frames``). Both are suspects;
     the frames' ranges are reported whatever the digests say. The digest ranges alone change
-    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed."""
+    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed.
+    ``conn`` reaches the run tables (the stored digests), ``source`` the source's records."""
     said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
     told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
     spans = rewind.suspect_spans(heads, late_runs, told)
-    stored = runs.digests_meeting(conn, layout.catalog, spans)
+    stored = runs.digests_meeting(conn, layout.catalog, spans, source)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
     found: list[tuple[str, int, int]] = []
     if changed:

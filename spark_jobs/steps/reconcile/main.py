@@ -32,13 +32,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store, tables
+from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import evidence, rewind
 from spark_jobs.steps.reconcile.late import (
     held_copies,
@@ -56,6 +54,9 @@ from spark_jobs.steps.reconcile.scope import (
     signalled_ranges,
 )
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
@@ -171,9 +172,10 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     the PostgreSQL commit (tests kill the step there)."""
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
+    pipeline_url = store.pipeline_url(args)
+    tables.attach(spark, layout, pipeline_url)
     house = layout.catalog
-    with store.connect(args.database_url) as conn:
+    with store.connect(pipeline_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
         run_order = runs.run_order(conn, house)
@@ -221,10 +223,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     found = evidence.Rewinds({}, [], 0)
     unknown: list[str] = []
     if not args.full:
-        with store.connect(args.database_url) as conn:
+        with (
+            store.connect(pipeline_url) as conn,
+            store.connect(args.database_url) as source,
+        ):
             found = evidence.find(
                 spark,
                 conn,
+                source,
                 layout,
                 target,
                 heads,
@@ -356,7 +362,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     records.unpersist()
     if hook:
         hook("reconcile.committing")
-    with store.connect(args.database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         runs.commit_reconcile(
             conn,
             house,
@@ -393,7 +399,7 @@ def _compare(args, house: str, summary_rows: list) -> dict:
         for r in summary_rows
         if r["count"] - r["revised"]
     }
-    with store.connect(args.database_url) as conn:
+    with store.connect(store.pipeline_url(args)) as conn:
         incremental = {
             k: n
             for k, n in runs.cumulative_summary(conn, house).items()

@@ -34,8 +34,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.common.schemas import SOURCE_RECORDS, conform
 from spark_jobs.common.spans import merge as merge_spans
+from spark_jobs.warehouse.schemas import SOURCE_RECORDS, conform
 from watch_service.protocol import hashes
 from watch_service.store.runs import DIGEST_BUCKET
 

@@ -20,16 +20,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.common import progress, step_cache, store, tables
+from spark_jobs.common import progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.verify.index_check import render as render_index
 from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, conform
 from watch_service.store import runs, tlog_runs
 
 
@@ -76,7 +77,7 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
 
 
 def check_the_log(
-    layout: Layout, database_url: str, signing_key: str | None = None
+    layout: Layout, source_url: str, pipeline_url: str, signing_key: str | None = None
 ) -> tlog_run.RunLog:
     """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
     a failed check fails the run, naming the topic and the first bad seq; the source_rewound
@@ -84,19 +85,20 @@ def check_the_log(
     ``signing_key`` (a Spark Connect task's), else the settings'."""
     from watch_service import settings as settings_mod
 
-    with store.connect(database_url) as conn:
+    with store.connect(pipeline_url) as conn:
         previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
         row = runs.get_run(conn, layout.run_id)
     steps = (row[3] if row else None) or {}
     rewound = (steps.get("reconcile") or {}).get("rewound") or {}
     log = tlog_run.check_and_publish(
         layout,
-        database_url,
+        source_url,
         settings_mod.load(log_signing_key=signing_key),
         previous,
         rewound=rewound,
+        pipeline_url=pipeline_url,
     )
-    with store.connect(database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
         if log.failure is not None:
             runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
@@ -104,12 +106,12 @@ def check_the_log(
     return log
 
 
-def check_the_index(layout: Layout, database_url: str) -> dict:
+def check_the_index(layout: Layout, source_url: str, pipeline_url: str) -> dict:
     """The search index checked and repaired (``index_check``); a document still wrong after
     the repair fails the run."""
-    index = verify_index(database_url, database_url, layout.catalog, layout.run_id)
+    index = verify_index(source_url, pipeline_url, layout.catalog, layout.run_id)
     if index["remaining"]:
-        with store.connect(database_url, transaction=True) as conn:
+        with store.connect(pipeline_url, transaction=True) as conn:
             runs.mark_failed(
                 conn,
                 layout.run_id,
@@ -126,8 +128,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     the PostgreSQL commit."""
     timer = progress.Timer()
     layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
-    with store.connect(args.database_url) as conn:
+    pipeline_url = store.pipeline_url(args)
+    tables.attach(spark, layout, pipeline_url)
+    with store.connect(pipeline_url) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
     own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
         "run_id", F.lit(args.run_id)
@@ -159,7 +162,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
     if hook:
         hook("verify.committing")
-    with store.connect(args.database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         passed = runs.record_verify(
             conn,
             args.run_id,
@@ -180,9 +183,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             still_open,
         )
     log_started = progress.Timer()
-    log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
+    log = check_the_log(
+        layout, args.database_url, pipeline_url, getattr(args, "log_signing_key", None)
+    )
     log_seconds = log_started.seconds
-    index = check_the_index(layout, args.database_url)
+    index = check_the_index(layout, args.database_url, pipeline_url)
     passed = passed and log.ok and index["remaining"] == 0
     counts = {
         "found": sum(r["found"] for r in mine),

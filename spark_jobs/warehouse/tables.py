@@ -25,8 +25,16 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from spark_jobs.common import local_rows
 from spark_jobs.common.jdbc import jdbc_target
 from spark_jobs.common.old_layout import refuse_old
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, LEFT, SUMMARY, conform
-from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.schemas import (
+    AUDIT_LOG,
+    DELIVERIES,
+    DETAIL,
+    LEDGER,
+    LEFT,
+    SUMMARY,
+    conform,
+)
 from watch_service.storage import S3Config, Storage, hadoop_conf
 
 CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
@@ -262,7 +270,7 @@ def _register(layout: Layout, database_url: str, s3: S3Config | None) -> None:
 
 def _metadata(spark: SparkSession, layout: Layout, name: str) -> Any:
     """The table's current Iceberg metadata (what Spark sees too: its catalog cache is off)."""
-    from spark_jobs import readers
+    from spark_jobs.warehouse import readers
 
     database_url, s3 = _METADATA_ACCESS[layout.catalog]
     catalog = readers.shared_catalog(layout.catalog, database_url, s3)

@@ -13,7 +13,7 @@ import functools
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import NAMESPACE, Layout
 from watch_service.storage import S3Config
 
 if TYPE_CHECKING:
