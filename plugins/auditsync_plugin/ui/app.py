@@ -180,7 +180,7 @@ def create_app(
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-    from spark_jobs.findings import Filters, page_size, render_csv, select
+    from spark_jobs.findings import Filters, select
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
     absent = assets.missing(static / "vendor")
@@ -304,7 +304,7 @@ def create_app(
             failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(findings.render(failed), 503)
         number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
-        size = page_size(rows)
+        size = findings.page_size(rows)
         return HTMLResponse(findings.render(findings.view(run, found, chosen, number, size)))
 
     @app.get("/findings.csv")
@@ -318,7 +318,7 @@ def create_app(
             raise HTTPException(404, str(exc)) from None
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run)
         return Response(
-            render_csv(select(found, chosen)),
+            findings.render_csv(select(found, chosen)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="findings-{name}.csv"'},
         )

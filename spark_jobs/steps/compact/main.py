@@ -34,6 +34,7 @@ from spark_jobs.steps.compact.transforms import LAST_FRAMES, batch_figures, comp
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import LANDING
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
 from watch_service.protocol.redelivery import from_footer, merge
@@ -160,13 +161,21 @@ def build_parser():
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Compact what is new; returns the step's figures. ``hook(point)`` is called just before
-    the commit (tests kill the step there)."""
+    the commit (tests kill the step there). ``warehouse``: the runner's (default: attached
+    from ``--landing``, ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout(args.landing, args.work, args.run_id)
-    tables.attach(spark, layout, store.pipeline_url(args))
-    state = tables.compact_state(spark, layout)
+    wh = warehouse or Warehouse.attach(
+        spark, Layout(args.landing, args.work, args.run_id), store.pipeline_url(args)
+    )
+    layout = wh.layout
+    state = wh.compact_state()
     landing = Storage(layout.landing_location)
     segments = new_segments(listed_names(landing, state), state)
     counts: dict[str, object] = {
@@ -198,8 +207,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         record = next_state(state, segments, lasts, args.run_id)
         if hook:
             hook("compact.committing")
-        tables.append(
-            layout,
+        wh.append(
             "deliveries",
             batch,
             {
@@ -219,12 +227,13 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         }
     figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
     store.record_step(args, "compact", figures)
-    store.record_snapshots(args, spark, layout, ("deliveries",))
+    store.record_snapshots(args, wh, ("deliveries",))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-compact", args.master)
     figures = run(spark, args)
     progress.emit("compact", figures["seconds"], figures)
