@@ -50,6 +50,7 @@ from collections.abc import Callable
 import psycopg
 
 from spark_jobs import findings_command, lifecycle
+from spark_jobs.common import progress
 from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 from watch_service.store.pipeline_state import PipelineStateError
@@ -181,10 +182,11 @@ def move_state(source_url: str, pipeline_url: str) -> int:
     from watch_service.store.database import mask_url
 
     if pipeline_url == source_url:
-        print(
+        progress.say(
             "[pipeline] move-state: no pipeline database apart from the source "
             "(set AUDITSYNC_PIPELINE_DATABASE_URL or --pipeline-database-url)",
-            file=sys.stderr,
+            sys.stderr,
+            level="ERROR",
         )
         return EXIT_STEP_ERROR
     with (
@@ -193,10 +195,9 @@ def move_state(source_url: str, pipeline_url: str) -> int:
     ):
         moved = pipeline_state.move(source, pipeline)
     shown = ", ".join(f"{t} {n}" for t, n in moved.items() if n)
-    print(
+    progress.say(
         f"[pipeline] moved the pipeline's state to {mask_url(pipeline_url)}: "
-        f"{shown or 'nothing to move'}",
-        flush=True,
+        f"{shown or 'nothing to move'}"
     )
     return 0
 
@@ -246,9 +247,9 @@ def run_steps(
         out[step] = figures
         if done is not None:
             done.append(step)
-        print(progress_line(step, time.monotonic() - t0, figures), flush=True)
+        progress.say(progress_line(step, time.monotonic() - t0, figures))
         for line in redelivery_lines(figures):
-            print(f"[pipeline] re-delivered: {line}", flush=True)
+            progress.say(f"[pipeline] re-delivered: {line}")
     return out
 
 
@@ -276,7 +277,7 @@ def audit(
     args = layout.namespace("reconcile", database_url, partitions, pipeline_url, full=True)
     warehouse = Warehouse.attach(spark, layout, pipeline_url or database_url)
     figures = reconcile(spark, args, None, warehouse)
-    print(progress_line("audit", figures["seconds"], figures), flush=True)
+    progress.say(progress_line("audit", figures["seconds"], figures))
     return figures
 
 
@@ -298,7 +299,7 @@ def convert(spark, layout: Layout, database_url: str) -> int:
 
     tables.create(spark, layout, database_url)
     if legacy.convert(spark, layout, database_url) is None:
-        print(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert", flush=True)
+        progress.say(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert")
     return 0
 
 
@@ -316,17 +317,16 @@ def execute(spark, args: argparse.Namespace, url: str, pipeline: str | None = No
     if args.action == "audit":
         figures = audit(spark, layout, url, args.num_partitions, pipeline)
         for line in figures["differences"]:
-            print(f"[pipeline] differs: {line}", flush=True)
+            progress.say(f"[pipeline] differs: {line}")
         verdict = "agrees with" if figures["agree"] else "DISAGREES with"
-        print(
+        progress.say(
             f"[pipeline] full audit {run_id} {verdict} the incremental runs "
-            f"({time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - started:.1f} s)"
         )
         return 0 if figures["agree"] else EXIT_FAILED_GATE
     with store.connect(own) as conn:
         lifecycle.start(conn, run_id, layout.catalog)
-    print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
+    progress.say(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}")
     done: list[str] = []
     try:
         figures = run_steps(
@@ -336,50 +336,53 @@ def execute(spark, args: argparse.Namespace, url: str, pipeline: str | None = No
         failed = next((s for s in STEPS if s not in done), STEPS[-1])
         with store.connect(own) as conn:
             lifecycle.fail(conn, run_id, failed, exc, layout.catalog)
-        print(
+        progress.say(
             f"[pipeline] run {run_id} failed in {failed}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-            flush=True,
+            sys.stderr,
+            level="ERROR",
         )
         return EXIT_STEP_ERROR
     pruning = time.monotonic()
     removed = lifecycle.prune(own, layout, args.keep_runs or lifecycle.KEEP_RUNS, url)
     if removed:
-        print(
+        progress.say(
             f"[pipeline] retention: removed the outputs of {len(removed)} old run(s) "
-            f"({time.monotonic() - pruning:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - pruning:.1f} s)"
         )
     if not figures["verify"]["passed"]:
-        print(
+        progress.say(
             f"[pipeline] FAILED quality gate: {gate_failure(figures['verify'])} "
-            f"(run {run_id}, {time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"(run {run_id}, {time.monotonic() - started:.1f} s)"
         )
         return EXIT_FAILED_GATE
-    print(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
+    progress.say(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)")
     return 0
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     if args.action == "findings":  # a read with pyiceberg: no Spark session
         try:
             source = _database_url(args.database_url)
             url = _pipeline_url(args.pipeline_url, source, check=False)
             return findings_command.main(args, url)
         except psycopg.OperationalError as exc:
-            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            progress.say(
+                f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+            )
             return EXIT_STEP_ERROR
     if args.action == "move-state":
         try:
             source = _database_url(args.database_url)
             return move_state(source, _pipeline_url(args.pipeline_url, source, check=False))
         except psycopg.OperationalError as exc:
-            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            progress.say(
+                f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+            )
             return EXIT_STEP_ERROR
         except (SettingsError, PipelineStateError) as exc:
-            print(f"[pipeline] move-state: {exc}", file=sys.stderr)
+            progress.say(f"[pipeline] move-state: {exc}", sys.stderr, level="ERROR")
             return EXIT_STEP_ERROR
     from spark_jobs.common.session import JdbcDriverMissing
     from watch_service.storage import Location, StorageError
@@ -391,22 +394,24 @@ def main(argv: list[str]) -> int:
         if args.keep_runs is None:
             args.keep_runs = lifecycle.keep_runs(os.environ)
     except (StorageError, SettingsError) as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
 
     try:
         url = _database_url(args.database_url)
         pipeline = _pipeline_url(args.pipeline_url, url)
     except psycopg.OperationalError as exc:
-        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
+        progress.say(
+            f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+        )
         return EXIT_STEP_ERROR
     except (SettingsError, PipelineStateError) as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
     try:
         spark = _session(args)
     except JdbcDriverMissing as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
     try:
         return execute(spark, args, url, None if pipeline == url else pipeline)

@@ -38,6 +38,7 @@ WS = "watch_service"
 WS_LAYERS = {
     "protocol": "protocol",
     "settings": "settings",
+    "logs": "settings",  # how every command logs (text or JSON lines): imports nothing of ours
     "storage": "storage",
     "store": "store",
     "engine": "engine",

@@ -13,6 +13,11 @@ Two databases on the session's cluster: the source (``DATABASE_URL``) and the pi
    session the restore took back to 200, gets B for 201..350 with no frame (late copies).
 4. Run ``r2``.
 
+Topic ``Q`` goes the same way with one consumer, ``cq``, that is told nothing: the seqs were
+written again before it reconnected with its cursor at 300, so it lands B for 301..350 only.
+No frame, no late copy: only the pipeline's memory of the top of what it verified of ``Q``
+(its highest digest range, re-hashed every run) shows the rewind.
+
 Without the pipeline's database apart, step 3 took ``r1`` away (``no pipeline run 'r1'``) and
 with it the digests that show ``c2``'s copies were judged against other content.
 """
@@ -105,16 +110,18 @@ def show(work: str, topic: str, as_of: str, source: str, pipeline: str) -> str:
 def world(spark, pg_url, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipedb")
     source, pipeline = databases(pg_url, tmp)
-    r = unique("pr")
-    make_source(source.url, {r: {"seqs": list(range(1, 201))}})
+    r, q = unique("pr"), unique("pq")
+    make_source(source.url, {r: {"seqs": list(range(1, 201))}, q: {"seqs": list(range(1, 201))}})
     root = places.root("file", tmp)
     landing, work = places.join(root, "landing"), places.join(root, "work")
     c1 = Stream("c1-" + r, {r: 0}).records(r, list(range(1, 201)))
     c2 = Stream("c2-" + r, {r: 0}).records(r, list(range(1, 201)))
+    cq = Stream("cq-" + q, {q: 0}).records(q, list(range(1, 201)))
     backup = asyncio.run(source.dump(WHOLE))
-    write(source.url, r, range(201, 301), payload)
-    for c in (c1, c2):
-        c.records(r, list(range(201, 301)))
+    for topic, c in ((r, c1), (r, c2), (q, cq)):
+        if c is not c2:
+            write(source.url, topic, range(201, 301), payload)
+        c.records(topic, list(range(201, 301)))
         write_segment(landing, c, 0, c.frame_no)
     r1, r2 = unique("r1"), unique("r2")
     first = run(spark, landing, work, r1, source.url, pipeline.url)
@@ -124,6 +131,7 @@ def world(spark, pg_url, tmp_path_factory):
     yield {
         "before": before,
         "r": r,
+        "q": q,
         "source": source,
         "pipeline": pipeline,
         "work": work,
@@ -132,7 +140,7 @@ def world(spark, pg_url, tmp_path_factory):
         "first": first,
         "r1_summary": r1_summary,
         "backup": backup,
-        "streams": (c1, c2),
+        "streams": (c1, c2, cq),
         "spark": spark,
     }
     source.drop()
@@ -142,14 +150,16 @@ def world(spark, pg_url, tmp_path_factory):
 @pytest.fixture(scope="module")
 def restored(world):
     """Steps 3 and 4, after the test below has read ``r1``'s audit log."""
-    r, source, (c1, c2) = world["r"], world["source"], world["streams"]
+    r, q, source, (c1, c2, cq) = world["r"], world["q"], world["source"], world["streams"]
     asyncio.run(source.restore(world["backup"], WHOLE))
-    write(source.url, r, range(201, 351), content_b)
+    for topic in (r, q):
+        write(source.url, topic, range(201, 351), content_b)
     b = {s: content_b(s, r) for s in range(201, 351)}
-    ends = (c1.frame_no, c2.frame_no)
+    ends = (c1.frame_no, c2.frame_no, cq.frame_no)
     c1.rewound(r, 201, 300, head=200).records(r, list(range(201, 351)), data=b)
     c2.records(r, list(range(201, 351)), data=b)
-    for c, end in zip((c1, c2), ends, strict=True):
+    cq.records(q, list(range(301, 351)), data={s: content_b(s, q) for s in range(301, 351)})
+    for c, end in zip((c1, c2, cq), ends, strict=True):
         write_segment(world["landing"], c, end, c.frame_no)
     code = run(
         world["spark"],
@@ -171,16 +181,27 @@ def test_a_restored_source_leaves_the_pipelines_history_whole(world, restored):
         assert runs.run_summary(conn, r1) == world["r1_summary"]
         second = runs.get_run(conn, r2)
     assert listed == {r1: "passed", r2: "passed"}
-    assert second[3]["reconcile"]["rewound"] == {r: [[201, 300]]}
+    q = world["q"]
+    assert second[3]["reconcile"]["rewound"] == {r: [[201, 300]], q: [[201, 300]]}
     # c1's frame, and c2's late copies against r1's digests: both consumers' 100 rewound seqs
     summary = {(c, s): n for c, t, s, n, *_ in world["r1_summary"]}
-    assert summary == {("c1-" + r, st.DELIVERED): 300, ("c2-" + r, st.DELIVERED): 300}
+    assert summary == {
+        ("c1-" + r, st.DELIVERED): 300,
+        ("c2-" + r, st.DELIVERED): 300,
+        ("cq-" + q, st.DELIVERED): 300,
+    }
     with psycopg.connect(pipeline, autocommit=True) as conn:
         net = runs.cumulative_summary(conn, Layout("", world["work"], "").catalog)
     for c in ("c1-" + r, "c2-" + r):
         assert net[(c, r, st.SOURCE_REWOUND)] == 100
         assert net[(c, r, st.DIVERGENT)] == 100
         assert net[(c, r, st.DELIVERED)] == 250  # 1..200 and 301..350: 201..300 revised
+    # cq holds A for 201..300, judged again: a mismatch each, repaired by backfill
+    assert {s: n for (c, t, s), n in net.items() if t == q} == {
+        st.DELIVERED: 250,
+        st.MISMATCH: 100,
+        st.SOURCE_REWOUND: 100,
+    }
     with psycopg.connect(source, autocommit=True) as conn:
         assert pipeline_state.held(conn) == pipeline_state.Held(0, 0)
 
@@ -195,7 +216,8 @@ def test_audit_log_show_as_of_an_earlier_run_answers_as_before(world, restored):
         (s, sha(payload(s, r))) for s in range(1, 301)
     ]
     assert show(world["work"], r, r1, *urls) == world["before"]
-    now = [json.loads(line) for line in show(world["work"], r, r2, *urls).splitlines()]
-    assert [(row["seq"], row["data_sha256"]) for row in now] == [
-        (s, sha(payload(s, r) if s <= 200 else content_b(s, r))) for s in range(1, 351)
-    ]
+    for topic in (r, world["q"]):
+        now = [json.loads(x) for x in show(world["work"], topic, r2, *urls).splitlines()]
+        assert [(row["seq"], row["data_sha256"]) for row in now] == [
+            (s, sha(payload(s, topic) if s <= 200 else content_b(s, topic))) for s in range(1, 351)
+        ]

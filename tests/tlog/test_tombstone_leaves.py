@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import tlog_command
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_store import TopicLog
+from spark_jobs.warehouse.layout import Layout
 from tests.tlog.house import audit_table, go_check, row
 from watch_service import cli
 from watch_service.protocol.requests import NewRecord, TopicConfig

@@ -6,6 +6,8 @@ last :data:`RECENT` seqs landed per topic; a copy of an older seq, or any after 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from watch_service.protocol.redelivery import DUPLICATE, REISSUED, UNCHECKED, Redelivery
 
 RECENT = 16_384  # seqs remembered per topic (a dict entry each: about 2 MB a topic)
@@ -14,7 +16,9 @@ RECENT = 16_384  # seqs remembered per topic (a dict entry each: about 2 MB a to
 class Redeliveries:
     def __init__(self, recent: int = RECENT) -> None:
         self.recent = recent
-        self._seen: dict[str, dict[int, int]] = {}
+        # Per topic, seq -> fingerprint, least recently landed first (``popitem(last=False)``
+        # is O(1); a plain dict's first key is found by skipping the slots deleted before it).
+        self._seen: dict[str, OrderedDict[int, int]] = {}
         self._open: dict[str, Redelivery] = {}
         self._done: list[Redelivery] = []
 
@@ -28,7 +32,9 @@ class Redeliveries:
         frame_no: int,
     ) -> None:
         """One landed record copy; ``cursor``: the topic's cursor before its frame."""
-        seen = self._seen.setdefault(topic, {})
+        seen = self._seen.get(topic)
+        if seen is None:
+            seen = self._seen[topic] = OrderedDict()
         mark = hash((ts, sha))
         if cursor is not None and seq <= cursor:
             prior = seen.get(seq)
@@ -36,10 +42,10 @@ class Redeliveries:
             self._extend(topic, seq, verdict, cursor, frame_no)
         else:
             self._close(topic)
-        seen.pop(seq, None)
-        seen[seq] = mark  # insertion order is recency: the oldest goes first
+        seen[seq] = mark
+        seen.move_to_end(seq)
         if len(seen) > self.recent:
-            del seen[next(iter(seen))]
+            seen.popitem(last=False)
 
     def _extend(self, topic: str, seq: int, verdict: str, cursor: int, frame_no: int) -> None:
         now = self._open.get(topic)

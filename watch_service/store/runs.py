@@ -78,13 +78,13 @@ WITH recent AS (
     SELECT run_id, status AS run_status, started_at, finished_at,
            (snapshots ->> 'audit_log')::bigint AS audit_snapshot,
            steps -> 'reconcile' -> 'rewound' AS rewound, failed_step, failure_reason,
-           log_status, checkpoints
+           log_status, checkpoints, steps -> 'compact' -> 'redelivered' AS redelivered
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
 SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
        s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining,
        r.rewound -> s.topic AS rewound, r.failed_step, r.failure_reason, r.log_status,
-       r.checkpoints -> s.topic AS checkpoint
+       r.checkpoints -> s.topic AS checkpoint, r.redelivered
 FROM recent r LEFT JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """
@@ -164,6 +164,18 @@ SELECT d.topic, d.seq_from, d.seq_to, d.digest
                   AS s(topic, lo, hi)
         WHERE d.topic = s.topic AND d.seq_to >= s.lo AND d.seq_from <= s.hi)
 """
+# Each topic's stored range that reaches highest: the top of what the pipeline verified of it.
+TOP_RANGES = """
+SELECT t.topic, d.seq_from, d.seq_to
+  FROM unnest(%(topics)s::text[]) AS t(topic)
+ CROSS JOIN LATERAL (SELECT seq_from, seq_to FROM reconcile_digests d
+                      WHERE d.warehouse = %(warehouse)s AND d.topic = t.topic
+                      ORDER BY d.seq_to DESC LIMIT 1) d
+"""
+# The stored ranges of one topic below a seq, highest first.
+RANGES_BELOW = """SELECT seq_from, seq_to, digest FROM reconcile_digests
+                   WHERE warehouse = %(warehouse)s AND topic = %(topic)s AND seq_to < %(below)s
+                   ORDER BY seq_to DESC LIMIT %(limit)s"""
 UPSERT_DIGEST = """INSERT INTO reconcile_digests
                    (warehouse, topic, seq_from, seq_to, digest, run_id)
                    VALUES (%s, %s, %s, %s, %s, %s)
@@ -422,6 +434,22 @@ def digests_meeting(
     stored = [tuple(r) for r in _execute(conn, DIGESTS_MEETING, params).fetchall()]
     now = ranges_now(conn if source is None else source, [(t, a, b) for t, a, b, _ in stored])
     return [(t, a, b, d, digest) for (t, a, b, d), (digest, _) in zip(stored, now, strict=True)]
+
+
+def top_ranges(conn: Any, warehouse: str, topics: Iterable[str]) -> list[tuple[str, int, int]]:
+    """(topic, seq_from, seq_to) of each topic's highest stored range (one indexed read per
+    topic: ``reconcile_digests_reach``)."""
+    params = {"warehouse": warehouse, "topics": sorted(set(topics))}
+    return [(t, int(a), int(b)) for t, a, b in _execute(conn, TOP_RANGES, params).fetchall()]
+
+
+def ranges_below(
+    conn: Any, warehouse: str, topic: str, below: int, limit: int
+) -> list[tuple[int, int, str]]:
+    """(seq_from, seq_to, digest) of up to ``limit`` stored ranges of ``topic`` ending below
+    ``below``, highest first."""
+    params = {"warehouse": warehouse, "topic": topic, "below": below, "limit": limit}
+    return [(int(a), int(b), d) for a, b, d in _execute(conn, RANGES_BELOW, params).fetchall()]
 
 
 def store_digests(

@@ -129,6 +129,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-backfill", args.master)
     figures = run(spark, args)
     step = "backfill" if args.target == BOTH else f"backfill_{args.target}"

@@ -233,6 +233,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-compact", args.master)
     figures = run(spark, args)
     progress.emit("compact", figures["seconds"], figures)

@@ -88,7 +88,7 @@ def run(
             hook,
         )
         per_table[name] = figures
-        print(plan.progress_line(name, figures), flush=True)
+        progress.say(plan.progress_line(name, figures))
     totals = {
         key: sum(int(f[key]) for f in per_table.values())  # type: ignore[call-overload]
         for key in ("files_before", "files_after", "snapshots_expired", "orphans_removed")
@@ -98,6 +98,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-maintenance", args.master)
     figures = run(spark, args)
     progress.emit(

@@ -2,12 +2,14 @@
 changed ones seq by seq with the earlier verdicts, and hand back the rewound ranges with the
 digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot.
 
-Two kinds of evidence, reported together: the digests (what changed under an earlier verdict)
-and the ``rewound`` frames the consumers landed (the service's own word that the source lost
-those seqs). A failover of the one PostgreSQL that holds both the source and the run tables
-takes the digests of the lost seqs with it (a run that judged them committed after them, so its
-commit was lost too): there the frames are the only evidence left, and they name the lost
-seqs exactly as far as any consumer was served them.
+Two kinds of evidence, reported together: the digests (what changed under an earlier verdict;
+every run re-hashes each topic's top range, the pipeline's memory of how far it verified the
+source) and the ``rewound`` frames the consumers landed (the service's own word that the
+source lost those seqs). The digests live in the pipeline's database; where that is the
+source's own (no ``AUDITSYNC_PIPELINE_DATABASE_URL``), a failover takes the digests of the
+lost seqs with it (a run that judged them committed after them, so its commit was lost too):
+there the frames are the only evidence left, and they name the lost seqs exactly as far as any
+consumer was served them.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ def find(
     ``conn`` reaches the run tables (the stored digests), ``source`` the source's records."""
     said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
     told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
-    spans = rewind.suspect_spans(heads, late_runs, told)
+    tops = runs.top_ranges(conn, warehouse.layout.catalog, heads)
+    spans = sorted(set(rewind.suspect_spans(heads, late_runs, told) + tops))
     stored = runs.digests_meeting(conn, warehouse.layout.catalog, spans, source)
+    stored += walk_down(conn, source, warehouse.layout.catalog, tops, stored)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
     found: list[tuple[str, int, int]] = []
     if changed:
@@ -74,6 +78,40 @@ def find(
         len(stored),
         rewind.merge(found + said),
     )
+
+
+def walk_down(
+    conn: Any,
+    source: Any,
+    warehouse: str,
+    tops: list[tuple[str, int, int]],
+    stored: list[tuple[str, int, int, str, str | None]],
+    batch: int = 16,
+) -> list[tuple[str, int, int, str, str | None]]:
+    """The stored ranges below a topic's changed top range, re-hashed highest first until one
+    hashes as judged: a restore loses a suffix of the source, so the top of what the pipeline
+    verified shows it whatever the consumers were told, and the ranges under it say how far
+    down it reaches. Returns the ranges re-hashed that ``stored`` does not hold."""
+    seen = {(t, a, b) for t, a, b, _, _ in stored}
+    was = {(t, a, b): (d, now) for t, a, b, d, now in stored}
+    out = []
+    for topic, a, b in tops:
+        digest, now = was[(topic, a, b)]
+        if digest == now:
+            continue
+        below = min(x for t, x, _, d, n in stored if t == topic and d != n)
+        while below > 0:
+            ranges = runs.ranges_below(conn, warehouse, topic, below, batch)
+            hashed = runs.ranges_now(source, [(topic, lo, hi) for lo, hi, _ in ranges])
+            for (lo, hi, d), (n, _) in zip(ranges, hashed, strict=True):
+                if (topic, lo, hi) not in seen:
+                    out.append((topic, lo, hi, d, n))
+                if d == n:
+                    below = 0
+                    break
+            else:
+                below = ranges[-1][0] if len(ranges) == batch else 0
+    return out
 
 
 def earlier_verdicts(

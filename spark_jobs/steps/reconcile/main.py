@@ -422,6 +422,7 @@ def _compare(args, house: str, summary_rows: list) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-reconcile", args.master)
     figures = run(spark, args)
     progress.emit("reconcile", figures["seconds"], figures)

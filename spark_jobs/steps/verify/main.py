@@ -102,7 +102,7 @@ def check_the_log(
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
         if log.failure is not None:
             runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
-    print(f"verify: signed audit log {log.status}", flush=True)
+    progress.say(f"verify: signed audit log {log.status}")
     return log
 
 
@@ -118,7 +118,7 @@ def check_the_index(layout: Layout, source_url: str, pipeline_url: str) -> dict:
                 "verify",
                 f"search index: {index['remaining']} documents still wrong after repair",
             )
-    print(render_index(index), flush=True)
+    progress.say(render_index(index))
     return index
 
 
@@ -203,12 +203,13 @@ def run(
     figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
     store.record_snapshots(args, wh, ("remaining",))
-    print(render(report), flush=True)
+    progress.say(render(report))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-verify", args.master)
     figures = run(spark, args)
     progress.emit("verify", figures["seconds"], figures)
