@@ -18,6 +18,9 @@ A third warehouse makes the same three runs and prunes to the newest run
 after each (``lifecycle.prune``, keep 1, as the runner and the DAG do): run 3 judges the late
 copies of run 1's seqs against the pruned runs' ledger partition, and its verdicts are the
 same.
+
+Every run here sees the Spark settings the pipeline ships with (adaptive execution and
+whole-stage codegen on, ``places.SHIPPED``), not the test JVMs' faster defaults.
 """
 
 from __future__ import annotations
@@ -88,20 +91,21 @@ def world(request, spark, pg_url, object_store, tmp_path_factory):
     figures, run_ids, cached, before = [], [], [], places.cached_plans(spark)
     pruned = Layout(inc.landing, places.join(root, "pruned"), "")
     pruned_late, pruned_away, pruned_ids = [], [], []
-    for run in range(3):
-        land(inc.landing, plan, run)
-        layout = Layout(inc.landing, inc.work, unique("inc"))
-        figures.append(runner.run_steps(spark, layout, pg_url, partitions=2))
-        run_ids.append(layout.run_id)
-        cached.append(places.cached_plans(spark) - before)
-        layout = Layout(inc.landing, pruned.work, unique("pruned"))
-        done = runner.run_steps(spark, layout, pg_url, partitions=2)
-        pruned_late.append(bool(done["reconcile"]["late"]))
-        pruned_away += lifecycle.prune(pg_url, layout, 1)
-        pruned_ids.append(layout.run_id)
-    whole = Layout(inc.landing, places.join(root, "whole"), unique("whole"))
-    whole_figures = runner.run_steps(spark, whole, pg_url, partitions=2)
-    audit = runner.audit(spark, Layout(inc.landing, inc.work, unique("audit")), pg_url, 2)
+    with places.shipped_settings(spark):  # adaptive execution and codegen on, as shipped
+        for run in range(3):
+            land(inc.landing, plan, run)
+            layout = Layout(inc.landing, inc.work, unique("inc"))
+            figures.append(runner.run_steps(spark, layout, pg_url, partitions=2))
+            run_ids.append(layout.run_id)
+            cached.append(places.cached_plans(spark) - before)
+            layout = Layout(inc.landing, pruned.work, unique("pruned"))
+            done = runner.run_steps(spark, layout, pg_url, partitions=2)
+            pruned_late.append(bool(done["reconcile"]["late"]))
+            pruned_away += lifecycle.prune(pg_url, layout, 1)
+            pruned_ids.append(layout.run_id)
+        whole = Layout(inc.landing, places.join(root, "whole"), unique("whole"))
+        whole_figures = runner.run_steps(spark, whole, pg_url, partitions=2)
+        audit = runner.audit(spark, Layout(inc.landing, inc.work, unique("audit")), pg_url, 2)
     return {
         "a": a,
         "g": g,
