@@ -42,10 +42,11 @@ $(LOCAL)/.system-deps: Makefile
 	@touch $@
 
 # The virtualenv, exactly as locked. Re-synced whenever the lock or pyproject changes.
-# Its bytecode is compiled once here (about 60 CPU-s): where PYTHONDONTWRITEBYTECODE is set (as
-# on the CI machines), no .pyc is ever written, and every process compiled what it imported from
-# source: Airflow, GX, pyspark and pyiceberg cost 22.8 CPU-s to import, 9.8 with the bytecode,
-# in each `airflow dags test`, task process, scheduler and pipeline step the suite starts.
+# --compile-bytecode writes every installed module's .pyc once, here: without them each Python
+# process compiles what it imports from source, every time when PYTHONDONTWRITEBYTECODE is set
+# or the venv is read-only (importing pyspark, pandas and pyiceberg's catalog cost 5.3 CPU-s
+# that way, 2.3 with them; Great Expectations 17.9 against 5.6), and a run, a Spark worker, an
+# Airflow task and a test's subprocess each pay it.
 venv: $(VENV)/.synced
 $(VENV)/.synced: uv.lock pyproject.toml | uv
 	@echo "==> syncing $(VENV) from uv.lock"

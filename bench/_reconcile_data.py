@@ -16,7 +16,7 @@ import psycopg
 
 from spark_jobs.common import jdbc
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import LANDING
+from spark_jobs.warehouse.schemas import LANDING
 
 TOPICS = 4
 FRAME = 256

@@ -49,11 +49,11 @@ from _reconcile_data import TOPICS, expected, load_source, make_landing  # noqa:
 
 from spark_jobs.common import jdbc  # noqa: E402
 from spark_jobs.common import statuses as st  # noqa: E402
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, LANDING  # noqa: E402
 from spark_jobs.common.session import build_session  # noqa: E402
 from spark_jobs.steps.compact.transforms import compact  # noqa: E402
 from spark_jobs.steps.reconcile.main import held_locally  # noqa: E402
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize  # noqa: E402
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LANDING  # noqa: E402
 from watch_service.store import runs  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402

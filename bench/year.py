@@ -60,7 +60,7 @@ from psycopg import sql  # noqa: E402
 from year_landing import seed_history  # noqa: E402
 
 from spark_jobs import lifecycle  # noqa: E402
-from spark_jobs.layout import Layout  # noqa: E402
+from spark_jobs.warehouse.layout import Layout  # noqa: E402
 from watch_service.protocol.landing_keys import folder_of  # noqa: E402
 from watch_service.storage import Storage  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
@@ -199,8 +199,7 @@ def seed_row(schema: pa.Schema, column: str, run_id: str) -> dict[str, object]:
 def seed_iceberg(dep: Deployment, run_ids: list[str], snapshots: int) -> int:
     """Per run-partitioned table: one append of a row per kept run (a partition each), then
     more one-row appends up to ``snapshots`` commits; returns the commits made."""
-    from spark_jobs import readers
-    from spark_jobs.common import tables
+    from spark_jobs.warehouse import readers, tables
 
     commits = 0
     for name in RUN_TABLES:

@@ -77,7 +77,7 @@ Schedule: `AUDITSYNC_MAINTENANCE_SCHEDULE` (default `@daily`).
         application_args=step_args.maintenance_args(
             "{{ var.value.auditsync_warehouse }}", RETENTION_HOURS, TARGET_FILE_MB
         ),
-        env_vars={step_args.DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}"},
+        env_vars=step_args.STEP_ENV,
         conn_id="spark_default",
         spark_binary=SPARK_SUBMIT,
         name="maintenance",

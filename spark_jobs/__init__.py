@@ -5,6 +5,7 @@ Each job is a package under ``steps/`` with a pure ``transforms.py`` (DataFrame 
 ``main.py`` whose ``run(spark, args) -> dict`` does the step with any SparkSession (classic or
 Spark Connect: no SparkContext, JVM handles, RDDs or Python UDFs) and whose ``main()`` only
 parses flags, builds a session and calls ``run`` (what ``spark-submit`` runs). What the jobs
-share lives in ``common/``; the warehouse layout in ``layout.py``; ``runner.py`` is
+share lives in ``common/``; the warehouse (its layout, schemas, tables and readers) in
+``warehouse/``, its one owner; ``runner.py`` is
 ``auditsync pipeline run|audit``. The run tables' SQL is ``watch_service.store.runs``.
 """

@@ -1,9 +1,9 @@
 """The one-time conversion of a warehouse the hand-written Parquet layouts left behind into the
-Iceberg tables (``spark_jobs.layout``), run when asked: ``auditsync pipeline convert``. A run
-never converts: ``tables.attach`` refuses an old layout with one line naming that command
-(``spark_jobs.common.old_layout``, which also says what an old layout looks like). The old
-layouts lived on one local filesystem that the driver and the executors share, so only a
-local warehouse is looked at.
+Iceberg tables (``spark_jobs.warehouse.layout``), run when asked: ``auditsync pipeline
+convert``. A run never converts: ``tables.attach`` refuses an old layout with one line naming
+that command (``spark_jobs.common.old_layout``, which also says what an old layout looks
+like). The old layouts lived on one local filesystem that the driver and the executors share,
+so only a local warehouse is looked at.
 
 Layout 2 (the incremental pipeline before Iceberg, marked by ``_layout.json`` {"version": 2,
 "id"}): every committed batch, verdict and audit-log row (``spark_jobs.old_warehouse`` says
@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.common import store, tables
+from spark_jobs.common import store
 from spark_jobs.common.old_layout import MARKER, Found, detect
-from spark_jobs.common.schemas import DETAIL, LEFT, SUMMARY
-from spark_jobs.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.old_warehouse import OldWarehouse
+from spark_jobs.warehouse import tables
+from spark_jobs.warehouse.layout import LEGACY_PROPERTY, Layout
+from spark_jobs.warehouse.schemas import DETAIL, LEFT, SUMMARY
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.storage import Storage
 from watch_service.store import runs
 
@@ -83,6 +85,7 @@ def convert(
     found = detect(house)
     if found is None:
         return None
+    wh = Warehouse.open(layout, database_url, spark=spark)
     old = OldWarehouse(spark, layout, house, found.old_id, database_url)
     readers: dict[str, Callable[[], DataFrame | None]] = {"audit_log": old.audit_log}
     if found.version == 2:
@@ -99,17 +102,17 @@ def convert(
     added: dict[str, int] = {}
     for name, read in readers.items():
         done = {LEGACY_PROPERTY: found.key}
-        summary = tables.snapshot_summary(spark, layout, name, done)
+        summary = wh.snapshot_summary(name, done)
         if summary is None:
             rows = read()
             if rows is None:
                 continue
             if name == "deliveries":
                 done[tables.COMPACT_PROPERTY] = json.dumps(old.state, sort_keys=True)
-            tables.append(layout, name, rows, done)
+            wh.append(name, rows, done)
             if hook:
                 hook(f"legacy.{name}")
-            summary = tables.snapshot_summary(spark, layout, name, done) or {}
+            summary = wh.snapshot_summary(name, done) or {}
         added[name] = int(summary.get("added-records", 0))
     moved = 0
     if found.old_id:
@@ -122,7 +125,7 @@ def convert(
             house.move(name, f"{found.aside}/{name}")
             if hook:
                 hook("legacy.moving")
-    batch = tables.compact_state(spark, layout)["batch"] if found.version == 2 else 0
+    batch = wh.compact_state()["batch"] if found.version == 2 else 0
     text = message(layout, found, batch, added, moved)
     print(text, file=sys.stderr, flush=True)
     return text

@@ -31,8 +31,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType, StructField, StructType
 
 from spark_jobs.common import local_rows, store
-from spark_jobs.common.schemas import AUDIT_LOG, DELIVERIES, LEDGER
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DELIVERIES, LEDGER
 from watch_service.storage import Storage
 from watch_service.store import runs
 

@@ -25,9 +25,9 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import readers
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_store import TlogError, TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.tlog import leaf, merkle, note, proof, tiles
 from watch_service.protocol.tombstones import Tombstone
@@ -160,17 +160,19 @@ def publish(
     snapshot_id: int | None = None,
     topics: Sequence[str] | None = None,
     gaps: Mapping[str, Sequence[Tombstone]] | None = None,
+    pipeline_url: str | None = None,
 ) -> list[Published]:
     """Grow each topic's log by the audit-log rows (at ``snapshot_id``, default now) after its
     last checkpoint, and sign the new checkpoint (kept as ``runs/<run_id>`` too). ``gaps``
     (default: read from PostgreSQL) give the tombstone leaves' reasons. Its cost follows the
-    new leaves: one scan per window of new seqs, the tiles they change, two small reads."""
+    new leaves: one scan per window of new seqs, the tiles they change, two small reads.
+    The catalog is read from ``pipeline_url`` (default: ``database_url``, the source's)."""
     import psycopg
 
     from spark_jobs import time_travel
 
     layout = Layout("", work, "")
-    table = time_travel.load(layout, database_url)
+    table = time_travel.load(layout, pipeline_url or database_url)
     snapshot = current_snapshot(table, snapshot_id)
     storage = Storage(layout.warehouse)
     out = []
@@ -273,6 +275,11 @@ def run(args: argparse.Namespace) -> int:
 
         return _database_url(args.database_url)
 
+    def pipeline_url(source: str) -> str:  # the catalog's: AUDITSYNC_PIPELINE_DATABASE_URL
+        from spark_jobs.runner import _pipeline_url
+
+        return _pipeline_url(None, source)
+
     try:
         settings = settings_mod.load()
         if args.action == "keygen":
@@ -283,12 +290,14 @@ def run(args: argparse.Namespace) -> int:
             print(verifier_of(settings))
         elif args.action == "publish":
             signer = signer_of(settings)
+            source = database_url()
             for p in publish(
                 args.work,
-                database_url(),
+                source,
                 signer,
                 run_id=args.run,
                 topics=args.topic,
+                pipeline_url=pipeline_url(source),
             ):
                 print(f"{p.topic}: {p.checkpoint.size} leaves (+{p.checkpoint.size - p.old_size})")
         elif args.action == "prove":
@@ -302,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             )
             from spark_jobs import time_travel
 
-            table = time_travel.load(layout, database_url())
+            table = time_travel.load(layout, pipeline_url(database_url()))
             found = tlog_verify.verify(
                 log, table, current_snapshot(table, None), args.from_run, args.to_run
             )

@@ -36,7 +36,6 @@ import dataclasses
 from typing import Any
 
 from spark_jobs import tlog_fork
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_command import (
     current_snapshot,
     leaves_after,
@@ -46,6 +45,7 @@ from spark_jobs.tlog_command import (
 )
 from spark_jobs.tlog_store import TlogError, TopicLog
 from spark_jobs.tlog_verify import VerifyFailure, check_range
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.tlog import note
 from watch_service.settings import Settings
 from watch_service.storage import Storage
@@ -148,11 +148,14 @@ def check_and_publish(
     previous: dict[str, dict[str, Any]],
     sweep: int = SWEEP,
     rewound: dict[str, list[tuple[int, int]]] | None = None,
+    pipeline_url: str | None = None,
 ) -> RunLog:
     """Check each topic's signed log against the audit log and grow it by the new leaves;
     ``previous`` is the last run's ``pipeline_runs.checkpoints`` (the sweep cursors),
     ``rewound`` this run's ``source_rewound`` ranges per topic: where the audit log changed
-    a signed seq inside them, the log forks there (recorded as the topic's ``fork``)."""
+    a signed seq inside them, the log forks there (recorded as the topic's ``fork``).
+    ``database_url`` is the source's (its gaps), ``pipeline_url`` the catalog's (default: the
+    same)."""
     from spark_jobs import time_travel
 
     try:
@@ -162,7 +165,7 @@ def check_and_publish(
     if verifier is None:
         return RunLog(NO_KEY, {})
     try:
-        table = time_travel.load(layout, database_url)
+        table = time_travel.load(layout, pipeline_url or database_url)
     except time_travel.TimeTravelError:  # no audit log yet: nothing to sign
         return RunLog(SIGNED if signer else NO_KEY, {})
     snapshot = current_snapshot(table, None)
@@ -200,6 +203,7 @@ def check_and_publish(
         run_id=layout.run_id,
         snapshot_id=snapshot,
         topics=list(out),
+        pipeline_url=pipeline_url,
     ):
         out[p.topic].update(
             size=p.checkpoint.size,

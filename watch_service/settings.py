@@ -30,6 +30,8 @@ class Settings:
     local_dir: Path = PROJECT_ROOT / ".local"
     # None: use the embedded cluster in local_dir.
     database_url: str | None = None
+    # The pipeline's own state (catalog, run tables, digests, alert ledger); None: the source's.
+    pipeline_database_url: str | None = None
     pg_port: int = 54329
     host: str = "127.0.0.1"
     port: int = 8400
@@ -96,6 +98,7 @@ class Settings:
 _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_HOME": ("local_dir", Path),
     "DATABASE_URL": ("database_url", str),
+    "AUDITSYNC_PIPELINE_DATABASE_URL": ("pipeline_database_url", str),
     "AUDITSYNC_PG_PORT": ("pg_port", int),
     "AUDITSYNC_HOST": ("host", str),
     "AUDITSYNC_PORT": ("port", int),
@@ -217,6 +220,16 @@ def _check_ranges(values: dict[str, Any], source: dict[str, str]) -> None:
             raise SettingsError(f"{where}: a port must be within 1..65535, got {value!r}")
         if field in _POSITIVE and value <= 0:
             raise SettingsError(f"{where}: must be > 0, got {value!r}")
+
+
+def log_format(environ: Mapping[str, str] | None = None) -> str:
+    """``AUDITSYNC_LOG_FORMAT`` alone (``text`` unless set), checked as :func:`load` checks it:
+    the one logging setting of the commands that need no other (the Spark jobs)."""
+    env = os.environ if environ is None else environ
+    value = env.get("AUDITSYNC_LOG_FORMAT") or "text"
+    if value not in LOG_FORMATS:
+        raise SettingsError(f"AUDITSYNC_LOG_FORMAT: expected text or json, got {value!r}")
+    return value
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

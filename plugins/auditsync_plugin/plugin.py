@@ -17,10 +17,14 @@ class _FastApiApps:
 
     def __get__(self, instance: object, owner: type) -> list[dict[str, Any]]:
         if self._apps is None:
-            from .ui.app import create_app
+            from .ui.app import airflow_source_conninfo, create_app
 
             self._apps = [
-                {"app": create_app(), "url_prefix": URL_PREFIX, "name": "auditsync reconciliation"}
+                {
+                    "app": create_app(source_conninfo=airflow_source_conninfo),
+                    "url_prefix": URL_PREFIX,
+                    "name": "auditsync reconciliation",
+                }
             ]
         return self._apps
 

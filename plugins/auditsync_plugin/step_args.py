@@ -1,11 +1,13 @@
 """The arguments each Spark job's ``main.py`` gets under Airflow.
 
-The flags and the folder layout are the pipeline runner's (``spark_jobs.layout.Layout``,
+The flags and the folder layout are the pipeline runner's (``spark_jobs.warehouse.layout.Layout``,
 what ``auditsync pipeline run`` passes), so Airflow and the runner cannot drift apart. The DAG
 hands in Jinja templates as the roots and run id; the result is templated ``application_args``
 that Airflow renders per run. They hold no database URL: the steps read it from
-``AUDITSYNC_DATABASE_URL`` (``DATABASE_ENV``), so no password shows in ``ps``. Pure string
-building.
+``AUDITSYNC_DATABASE_URL`` (``DATABASE_ENV``), so no password shows in ``ps``, and the
+pipeline's own database from ``AUDITSYNC_PIPELINE_DATABASE_URL`` (``PIPELINE_ENV``: the
+connection ``auditsync_pipeline``'s URI, empty without one: the source's database then holds
+the pipeline's state too). Pure string building.
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ import dataclasses
 import importlib.util
 from pathlib import Path
 
-from spark_jobs.common.cli import DATABASE_URL_ENV
-from spark_jobs.layout import JOBS, STEPS, step_flags, step_package
+from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
+from spark_jobs.warehouse.layout import JOBS, STEPS, step_flags, step_package
 
 DATABASE_ENV = DATABASE_URL_ENV
+PIPELINE_ENV = PIPELINE_URL_ENV
+PIPELINE_CONN_ID = "auditsync_pipeline"
+# The templated environment every step gets: the source's URL, and the pipeline's when the
+# connection auditsync_pipeline exists.
+STEP_ENV = {
+    DATABASE_ENV: "{{ conn.auditsync_pg.get_uri() }}",
+    PIPELINE_ENV: (
+        f"{{{{ conn.get('{PIPELINE_CONN_ID}').get_uri() if conn.get('{PIPELINE_CONN_ID}') "
+        "else '' }}"
+    ),
+}
 
 # The backfill main repairs both by default; ``--target`` makes it do one, so the DAG runs the
 # audit log and the search index repairs as parallel tasks.

@@ -4,6 +4,10 @@ SparkSubmitOperator passes the same flags the pipeline runner does).
 The database URL carries a password, and a process's arguments are visible to every user of
 the machine (``ps``): callers hand it over in ``AUDITSYNC_DATABASE_URL`` instead, which
 ``--database-url`` defaults to.
+
+The pipeline's own state (the Iceberg JDBC catalog, the run tables, the range digests, the
+alert ledger) lives in the pipeline database: ``AUDITSYNC_PIPELINE_DATABASE_URL``, which
+``--pipeline-database-url`` defaults to; unset, the source's database holds it too.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 from collections.abc import Mapping
 
 DATABASE_URL_ENV = "AUDITSYNC_DATABASE_URL"
+PIPELINE_URL_ENV = "AUDITSYNC_PIPELINE_DATABASE_URL"
 
 
 def job_parser(step: str, description: str) -> argparse.ArgumentParser:
@@ -43,6 +48,13 @@ def add_database(
         required=required and from_env is None,
         help=f"postgresql://user@host:port/db of the source of truth (default: "
         f"${DATABASE_URL_ENV}, which keeps a password out of `ps`)",
+    )
+    parser.add_argument(
+        "--pipeline-database-url",
+        dest="pipeline_url",
+        default=env.get(PIPELINE_URL_ENV) or None,
+        help=f"postgresql://… of the pipeline's own state: catalog, run tables, digests "
+        f"(default: ${PIPELINE_URL_ENV}, else the source's database)",
     )
     parser.add_argument(
         "--run-id",

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.common import local_rows
-from spark_jobs.common.schemas import GAPS, SOURCE_RECORDS, conform
+from spark_jobs.warehouse.schemas import GAPS, SOURCE_RECORDS, conform
 
 DRIVER = "org.postgresql.Driver"
 FETCH_SIZE = 10_000

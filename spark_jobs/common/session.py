@@ -15,7 +15,7 @@ that may start Spark again (the GX operator in an Airflow worker) calls ``SparkS
 One builder for every session: a job's own JVM (``spark-submit`` or ``master``), or a client
 of a long-running Spark Connect server (``remote="sc://host:port"``), which already carries the
 jars and Iceberg's SQL extensions and keeps its static settings; only session settings travel
-then (the warehouse's catalog is attached per session: ``spark_jobs.common.tables.attach``).
+then (the warehouse's catalog is attached per session: ``spark_jobs.warehouse.tables.attach``).
 """
 
 from __future__ import annotations

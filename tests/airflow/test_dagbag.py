@@ -16,6 +16,10 @@ from watch_service.tools.airflow_env import airflow_env
 
 pytestmark = pytest.mark.airflow
 ROOT = Path(__file__).resolve().parents[2]
+# The pipeline's database, when the connection auditsync_pipeline exists (issue 32).
+PIPELINE_URI = (
+    "{{ conn.get('auditsync_pipeline').get_uri() if conn.get('auditsync_pipeline') else '' }}"
+)
 
 
 def probe(tmp_path_factory, extra: dict[str, str] | None = None) -> dict:
@@ -57,7 +61,9 @@ def test_a_bad_keep_runs_setting_is_an_import_error_naming_it(tmp_path_factory):
 def test_no_import_errors_and_both_dags(parsed):
     assert parsed["import_errors"] == {}
     assert parsed["dags"] == ["audit_full", "audit_sync", "maintenance", "retention"]
-    assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
+    # ours, beside the openlineage provider's listener plugin
+    assert parsed["plugins"] == ["OpenLineageProviderPlugin", "auditsync"]
+    assert parsed["plugin_errors"] == {}
 
 
 def test_parsing_does_no_io_and_no_heavy_imports(parsed):
@@ -97,6 +103,8 @@ def test_the_pipeline_wiring(parsed):
         "auditsync_quality_report",
         "auditsync_reconciliation",
         "auditsync_search_index",
+        # the alias the run's tables are published under, named as lineage names them
+        "auditsync_warehouse_tables",
     ]
 
 
@@ -146,7 +154,12 @@ def test_the_maintenance_wiring(parsed):
             ],
         },
         "downstream": {"maintenance": [], "landing_retention": []},
-        "env": {"maintenance": {"AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}"}},
+        "env": {
+            "maintenance": {
+                "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}",
+                "AUDITSYNC_PIPELINE_DATABASE_URL": PIPELINE_URI,
+            }
+        },
     }
 
 
@@ -163,6 +176,7 @@ def test_no_credentials_in_process_arguments(parsed):
         assert not any("log_key" in a for a in argv), (task, argv)
         assert parsed["spark_env"][task] == {
             "AUDITSYNC_DATABASE_URL": "{{ conn.auditsync_pg.get_uri() }}",
+            "AUDITSYNC_PIPELINE_DATABASE_URL": PIPELINE_URI,
             **({"AUDITSYNC_LOG_SIGNING_KEY": key} if task == "verify" else {}),
         }, task
 

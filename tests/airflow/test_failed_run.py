@@ -21,7 +21,7 @@ import pytest
 from auditsync_plugin.ui import runs as ui_runs
 from auditsync_plugin.ui.page import render_page
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from .conftest import DagTest, dags_test, pg_rows, pipeline_run_id

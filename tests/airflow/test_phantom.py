@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from auditsync_plugin.ui import runs as ui_runs
-from spark_jobs import readers
 from spark_jobs.common.jars import jars_dir
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 
 from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 from .receivers import LEDGER, html_of, screenshot

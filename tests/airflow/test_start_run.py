@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from auditsync_plugin.operators.pipeline import StartRunOperator
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

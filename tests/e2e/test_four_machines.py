@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import readers
 from spark_jobs.common.statuses import DEFECTS, MISMATCH, SILENT_GAP
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.settings import Settings
 from watch_service.sink.faults import CORRUPT, DROP
 from watch_service.sink.landing import Landing

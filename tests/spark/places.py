@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from spark_jobs import readers
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.storage import Storage
 
 from ..conftest import TEST_BUCKET

@@ -7,7 +7,6 @@ import datetime as dt
 import pytest
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
 from spark_jobs.steps.backfill.transforms import (
     delivered_rows,
     merge_audit_log,
@@ -18,6 +17,7 @@ from spark_jobs.steps.backfill.transforms import (
 )
 from spark_jobs.steps.compact.transforms import compact
 from spark_jobs.steps.verify.transforms import defect_report, remaining_defects
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, LANDING, SOURCE_RECORDS
 
 from .builders import Stream, payload, sha
 

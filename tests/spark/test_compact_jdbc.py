@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 from spark_jobs.common import jdbc
-from spark_jobs.common.schemas import LANDING, columns
 from spark_jobs.steps.compact.main import Segment, first_starts
 from spark_jobs.steps.compact.transforms import LAST_FRAMES, compact
 from spark_jobs.steps.reconcile.scope import consumer_scope
+from spark_jobs.warehouse.schemas import LANDING, columns
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.sink.landing import Landing
 from watch_service.storage import Storage

@@ -12,7 +12,7 @@ import pytest
 
 from spark_jobs import runner
 from spark_jobs.common.store import connect
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

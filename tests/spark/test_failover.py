@@ -62,10 +62,11 @@ import aiohttp
 import psycopg
 import pytest
 
-from spark_jobs import readers, runner
+from spark_jobs import runner
 from spark_jobs.common import statuses as st
-from spark_jobs.layout import Layout
 from spark_jobs.tlog_store import TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.tlog import note
 from watch_service.sink.faults import FaultPolicy
 from watch_service.storage import Storage

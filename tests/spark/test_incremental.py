@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs import lifecycle, readers, runner
+from spark_jobs import lifecycle, runner
 from spark_jobs.common import statuses as st
-from spark_jobs.common import tables
 from spark_jobs.common.store import connect
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse import readers, tables
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

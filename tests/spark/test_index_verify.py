@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from spark_jobs import runner
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 from watch_service.store.search_index import upsert_documents_sync
 

@@ -11,7 +11,7 @@ import pytest
 from spark_jobs import runner
 from spark_jobs.common import statuses as st
 from spark_jobs.common.store import connect
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

@@ -7,9 +7,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import Row
 
-from spark_jobs.common import local_rows, tables
+from spark_jobs.common import local_rows
 from spark_jobs.steps.reconcile.main import HELD
 from spark_jobs.steps.reconcile.scope import SCOPE, SIGNALLED
+from spark_jobs.warehouse import tables
 
 pytestmark = pytest.mark.spark
 

@@ -12,8 +12,8 @@ import pytest
 
 from spark_jobs import legacy
 from spark_jobs.common.errors import WarehouseError
-from spark_jobs.layout import Layout
 from spark_jobs.old_warehouse import compact_state, finish_swaps, last_writers, partition_key
+from spark_jobs.warehouse.layout import Layout
 from watch_service.storage import Location, Storage
 
 pytestmark = pytest.mark.unit

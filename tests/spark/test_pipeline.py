@@ -27,10 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs import readers, runner, tlog_run
+from spark_jobs import runner, tlog_run
 from spark_jobs.common import statuses as st
-from spark_jobs.layout import STEPS, Layout
 from spark_jobs.tlog_store import TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import STEPS, Layout
 from watch_service import settings
 from watch_service.protocol.landing import COLUMNS
 from watch_service.protocol.requests import NewRecord, TopicConfig

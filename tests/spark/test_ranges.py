@@ -9,9 +9,9 @@ import pytest
 
 from spark_jobs.common import jdbc
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import GAPS, LANDING, SOURCE_RECORDS
 from spark_jobs.steps.compact.transforms import compact
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
+from spark_jobs.warehouse.schemas import GAPS, LANDING, SOURCE_RECORDS
 
 from .builders import Stream, payload
 

@@ -28,8 +28,8 @@ import pytest
 
 from spark_jobs import findings, runner
 from spark_jobs.common import statuses as st
-from spark_jobs.layout import Layout
 from spark_jobs.steps.reconcile import evidence, rewind
+from spark_jobs.warehouse.layout import Layout
 from watch_service.store import runs
 
 from ..support import unique

@@ -18,7 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from spark_jobs import readers, time_travel
+from spark_jobs import time_travel
+from spark_jobs.warehouse import readers
 from watch_service import cli
 from watch_service.store import runs
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import readers, tlog_command
-from spark_jobs.layout import Layout
+from spark_jobs import tlog_command
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service import cli
 from watch_service.protocol.tlog import leaf, merkle, note, proof
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from spark_jobs import lifecycle
-from spark_jobs.layout import Layout
+from spark_jobs.warehouse.layout import Layout
 from tests.support import unique
 from watch_service.settings import SettingsError
 from watch_service.store import run_retention, runs

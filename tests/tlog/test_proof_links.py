@@ -11,9 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from spark_jobs import readers, tlog_command
-from spark_jobs.layout import Layout
+from spark_jobs import tlog_command
 from spark_jobs.tlog_store import TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.tlog import leaf, note, proof
 from watch_service.storage import Storage
 from watch_service.store import runs

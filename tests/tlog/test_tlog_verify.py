@@ -11,9 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_jobs import readers, tlog_command, tlog_verify
-from spark_jobs.layout import Layout
+from spark_jobs import tlog_command, tlog_verify
 from spark_jobs.tlog_store import TopicLog
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.layout import Layout
 from tests.support import unique
 from watch_service.protocol.tlog import note
 from watch_service.protocol.tombstones import Tombstone

@@ -1,4 +1,5 @@
-"""Which PostgreSQL to talk to: ``DATABASE_URL`` if set, else the embedded cluster."""
+"""Which PostgreSQL to talk to: ``DATABASE_URL`` if set, else the embedded cluster; and where
+the pipeline keeps its own state: ``AUDITSYNC_PIPELINE_DATABASE_URL`` if set, else the same."""
 
 from __future__ import annotations
 
@@ -26,7 +27,15 @@ def database_url(settings: Settings) -> str:
     return embedded_cluster(settings).url
 
 
-def check_url(url: str) -> str:
+def pipeline_url(settings: Settings, source_url: str) -> str:
+    """The pipeline's database: its own when set (checked like ``DATABASE_URL``), else the
+    source's."""
+    if settings.pipeline_database_url:
+        return check_url(settings.pipeline_database_url, "AUDITSYNC_PIPELINE_DATABASE_URL")
+    return source_url
+
+
+def check_url(url: str, name: str = "DATABASE_URL") -> str:
     """``url`` if libpq can parse it (URI or ``key=value`` form), else a SettingsError that
     does not repeat the value (it may hold a password)."""
     try:
@@ -35,7 +44,7 @@ def check_url(url: str) -> str:
         # libpq's reason may quote the value, password and all: the value is not repeated.
         reason = str(exc).strip().splitlines()[0].replace(url, "…")
         raise SettingsError(
-            f"DATABASE_URL: cannot parse it ({reason}); expected "
+            f"{name}: cannot parse it ({reason}); expected "
             "postgresql://user[:password]@host[:port]/dbname or key=value pairs"
         ) from None
     return url

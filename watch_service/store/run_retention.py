@@ -29,8 +29,10 @@ block (``runs.DIGEST_BUCKET`` seqs) it judged, so forgetting runs bounds them tw
 So the table holds about one row per retained block plus the kept runs' partial ranges.
 
 Every query reads the warehouse's runs, which pruning bounds to ``keep`` plus the protected
-ones, so a prune costs what it deletes, not the history. Functions take a DB-API connection and
-never commit: call :func:`forget` inside one transaction.
+ones, so a prune costs what it deletes, not the history. Functions take a DB-API connection to
+the pipeline's database and never commit: call :func:`forget` inside one transaction; what it
+reads of the source (digests now, ``earliest_seq``) comes from ``source`` (default: the same
+connection, one database for both).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
-from watch_service.store.runs import DIGEST_BUCKET, RANGE_DIGEST
+from watch_service.store.runs import DIGEST_BUCKET, RANGE_DIGEST, ranges_now
 
 # The warehouse's runs, newest first, with whether a later run needs them.
 RUNS_BY_AGE = """
@@ -77,11 +79,9 @@ WITH blocks AS (
     SELECT DISTINCT topic, seq_from / {DIGEST_BUCKET} AS block FROM reconcile_digests
      WHERE warehouse = %(warehouse)s AND run_id = ANY(%(run_ids)s)
 )
-SELECT d.topic, d.seq_from, d.seq_to, d.digest, d.run_id, h.now, h.n
+SELECT d.topic, d.seq_from, d.seq_to, d.digest, d.run_id
   FROM reconcile_digests d
   JOIN blocks b ON d.topic = b.topic AND d.seq_from / {DIGEST_BUCKET} = b.block
- CROSS JOIN LATERAL (SELECT {RANGE_DIGEST} AS now, count(*) AS n FROM records r
-                      WHERE r.topic = d.topic AND r.seq BETWEEN d.seq_from AND d.seq_to) h
  WHERE d.warehouse = %(warehouse)s
  ORDER BY d.topic, d.seq_from
 """
@@ -93,9 +93,12 @@ DROP_RANGES = """DELETE FROM reconcile_digests
 INSERT_RANGE = """INSERT INTO reconcile_digests
                   (warehouse, topic, seq_from, seq_to, digest, run_id)
                   VALUES (%(warehouse)s, %(topic)s, %(lo)s, %(hi)s, %(digest)s, %(run_id)s)"""
-FORGET_TRIMMED = """DELETE FROM reconcile_digests d USING topics t
+DIGEST_TOPICS = "SELECT DISTINCT topic FROM reconcile_digests WHERE warehouse = %(warehouse)s"
+EARLIEST = "SELECT name, earliest_seq FROM topics WHERE name = ANY(%(topics)s::text[])"
+FORGET_TRIMMED = """DELETE FROM reconcile_digests d
+                     USING unnest(%(topics)s::text[], %(earliest)s::bigint[]) AS t(name, earliest)
                      WHERE d.warehouse = %(warehouse)s AND d.topic = t.name
-                       AND d.seq_to < t.earliest_seq"""
+                       AND d.seq_to < t.earliest"""
 # (topic, seq_from, seq_to, digest as judged, digest now, run_id, records now)
 Part = tuple[str, int, int, str, str | None, str, int]
 
@@ -121,9 +124,12 @@ def runs_by_age(conn: Any, warehouse: str) -> list[tuple[str, Any, bool, bool]]:
     return [(r[0], r[1], bool(r[2]), bool(r[3])) for r in cur.fetchall()]
 
 
-def forget(conn: Any, warehouse: str, run_ids: Sequence[str], oldest_kept: Any) -> None:
+def forget(
+    conn: Any, warehouse: str, run_ids: Sequence[str], oldest_kept: Any, source: Any = None
+) -> None:
     """Delete the run tables' rows of ``run_ids``, their verdicts rolled up first, and the
     alerts sent before ``oldest_kept`` (None: none). Call inside one transaction."""
+    source = conn if source is None else source
     if not run_ids:
         return
     key = {"warehouse": warehouse, "run_ids": list(run_ids)}
@@ -133,8 +139,28 @@ def forget(conn: Any, warehouse: str, run_ids: Sequence[str], oldest_kept: Any) 
         cur.execute(sql, key)
     if oldest_kept is not None:
         cur.execute(FORGET_ALERTS, {"before": oldest_kept})
-    merge_digests(conn, warehouse, run_ids)
-    cur.execute(FORGET_TRIMMED, {"warehouse": warehouse})
+    merge_digests(conn, warehouse, run_ids, source)
+    forget_trimmed(conn, warehouse, source)
+
+
+def forget_trimmed(conn: Any, warehouse: str, source: Any) -> None:
+    """Drop the ranges wholly below their topic's ``earliest_seq`` in the source."""
+    cur = conn.cursor()
+    cur.execute(DIGEST_TOPICS, {"warehouse": warehouse})
+    topics = [r[0] for r in cur.fetchall()]
+    if not topics:
+        return
+    read = source.cursor()
+    read.execute(EARLIEST, {"topics": topics})
+    earliest = read.fetchall()
+    cur.execute(
+        FORGET_TRIMMED,
+        {
+            "warehouse": warehouse,
+            "topics": [t for t, _ in earliest],
+            "earliest": [int(e) for _, e in earliest],
+        },
+    )
 
 
 def merge_plan(parts: Sequence[Part]) -> list[tuple[str, int, int, str, int]]:
@@ -155,17 +181,21 @@ def merge_plan(parts: Sequence[Part]) -> list[tuple[str, int, int, str, int]]:
     return plan
 
 
-def merge_digests(conn: Any, warehouse: str, run_ids: Sequence[str]) -> int:
+def merge_digests(conn: Any, warehouse: str, run_ids: Sequence[str], source: Any = None) -> int:
     """Merge the partial ranges of the blocks ``run_ids`` judged (:func:`merge_plan`); returns
     the blocks merged. Call inside the prune's transaction."""
+    source = conn if source is None else source
     cur = conn.cursor()
     cur.execute(DIGEST_BLOCKS, {"warehouse": warehouse, "run_ids": list(run_ids)})
-    parts = [(r[0], int(r[1]), int(r[2]), r[3], r[5], r[4], int(r[6])) for r in cur.fetchall()]
+    stored = [(r[0], int(r[1]), int(r[2]), r[3], r[4]) for r in cur.fetchall()]
+    now = ranges_now(source, [(t, a, b) for t, a, b, _, _ in stored])
+    parts = [(t, a, b, d, h, run, n) for (t, a, b, d, run), (h, n) in zip(stored, now, strict=True)]
     merged = 0
+    read = source.cursor()
     for topic, lo, hi, run_id, records in merge_plan(parts):
         key = {"warehouse": warehouse, "topic": topic, "lo": lo, "hi": hi}
-        cur.execute(UNION_DIGEST, key)
-        digest, count = cur.fetchone()
+        read.execute(UNION_DIGEST, key)
+        digest, count = read.fetchone()
         if digest is None or count != records:
             continue  # a record between the ranges: the union is not what was judged
         cur.execute(DROP_RANGES, key)

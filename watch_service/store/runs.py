@@ -1,7 +1,12 @@
 """The pipeline's run tables (migrations 003, 006, 021): ``pipeline_runs``,
 ``reconcile_summary``, the incremental state ``reconcile_runs`` / ``reconcile_windows`` and the
-per-range source digests ``reconcile_digests``. All their SQL lives here, with the one read of
-the source reconcile makes outside Spark (the topics' heads at judgement time).
+per-range source digests ``reconcile_digests``. All their SQL lives here, with the reads of
+the source reconcile makes outside Spark (the topics' heads at judgement time, the digests of
+seq ranges now).
+
+The run tables live in the pipeline's database, which may be apart from the source's
+(``store/pipeline_state``): no statement here joins the two. A function that reads both takes
+the source's connection as ``source``.
 
 Every function takes a synchronous DB-API connection (psycopg 3, or psycopg2 as Airflow's
 ``PostgresHook.get_conn()`` gives) and never commits: the caller owns the transaction (open the
@@ -87,9 +92,8 @@ ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 # topic's head now; the Reconciliation page's lag table.
 CONSUMER_PROGRESS = """
 SELECT DISTINCT ON (w.consumer, w.topic) w.consumer, w.topic, w.seq_to AS reconciled_through,
-       t.head_seq, r.recorded_at
+       r.recorded_at
   FROM reconcile_windows w JOIN reconcile_runs r USING (run_id)
-  LEFT JOIN topics t ON t.name = w.topic
  ORDER BY w.consumer, w.topic, w.seq_to DESC
  LIMIT %(limit)s
 """
@@ -143,16 +147,35 @@ DIGEST_BUCKET = 1024
 RANGE_DIGEST = hashes.sql_range_digest("r.seq", "r.data::text")
 SOURCE_HEADS = "SELECT name, head_seq FROM topics WHERE name = ANY(%(topics)s)"
 # Stored digests meeting any (topic, lo, hi) span (inclusive), with the range's digest now.
-DIGESTS_MEETING = f"""
-SELECT d.topic, d.seq_from, d.seq_to, d.digest,
-       (SELECT {RANGE_DIGEST} FROM records r
-         WHERE r.topic = d.topic AND r.seq BETWEEN d.seq_from AND d.seq_to) AS now
+# Each (topic, lo, hi) range's digest now and its record count, in the order given (source).
+RANGES_NOW = f"""
+SELECT h.now, h.n
+  FROM unnest(%(topics)s::text[], %(los)s::bigint[], %(his)s::bigint[])
+       WITH ORDINALITY AS s(topic, lo, hi, i)
+ CROSS JOIN LATERAL (SELECT {RANGE_DIGEST} AS now, count(*) AS n FROM records r
+                      WHERE r.topic = s.topic AND r.seq BETWEEN s.lo AND s.hi) h
+ ORDER BY s.i
+"""
+DIGESTS_MEETING = """
+SELECT d.topic, d.seq_from, d.seq_to, d.digest
   FROM reconcile_digests d
  WHERE d.warehouse = %(warehouse)s AND EXISTS (
        SELECT 1 FROM unnest(%(topics)s::text[], %(los)s::bigint[], %(his)s::bigint[])
                   AS s(topic, lo, hi)
         WHERE d.topic = s.topic AND d.seq_to >= s.lo AND d.seq_from <= s.hi)
 """
+# Each topic's stored range that reaches highest: the top of what the pipeline verified of it.
+TOP_RANGES = """
+SELECT t.topic, d.seq_from, d.seq_to
+  FROM unnest(%(topics)s::text[]) AS t(topic)
+ CROSS JOIN LATERAL (SELECT seq_from, seq_to FROM reconcile_digests d
+                      WHERE d.warehouse = %(warehouse)s AND d.topic = t.topic
+                      ORDER BY d.seq_to DESC LIMIT 1) d
+"""
+# The stored ranges of one topic below a seq, highest first.
+RANGES_BELOW = """SELECT seq_from, seq_to, digest FROM reconcile_digests
+                   WHERE warehouse = %(warehouse)s AND topic = %(topic)s AND seq_to < %(below)s
+                   ORDER BY seq_to DESC LIMIT %(limit)s"""
 UPSERT_DIGEST = """INSERT INTO reconcile_digests
                    (warehouse, topic, seq_from, seq_to, digest, run_id)
                    VALUES (%s, %s, %s, %s, %s, %s)
@@ -286,9 +309,21 @@ def recent_runs(conn: Any, limit: int = 20) -> list[dict[str, Any]]:
     return _dicts(_execute(conn, RECENT_RUNS, {"limit": limit}))
 
 
-def consumer_progress(conn: Any, limit: int = 500) -> list[dict[str, Any]]:
-    """(consumer, topic, reconciled_through, head_seq, recorded_at) per consumer and topic."""
-    return _dicts(_execute(conn, CONSUMER_PROGRESS, {"limit": limit}))
+def consumer_progress(conn: Any, limit: int = 500, source: Any = None) -> list[dict[str, Any]]:
+    """(consumer, topic, reconciled_through, head_seq, recorded_at) per consumer and topic; the
+    heads read from ``source`` (default: ``conn``, one database for both)."""
+    rows = _dicts(_execute(conn, CONSUMER_PROGRESS, {"limit": limit}))
+    heads = source_heads(conn if source is None else source, {r["topic"] for r in rows})
+    return [
+        {
+            "consumer": r["consumer"],
+            "topic": r["topic"],
+            "reconciled_through": r["reconciled_through"],
+            "head_seq": heads.get(r["topic"]),
+            "recorded_at": r["recorded_at"],
+        }
+        for r in rows
+    ]
 
 
 def run_summary(conn: Any, run_id: str) -> list[tuple]:
@@ -369,11 +404,24 @@ def source_heads(conn: Any, topics: Iterable[str]) -> dict[str, int]:
     return {name: int(head) for name, head in cur.fetchall()}
 
 
+def ranges_now(source: Any, ranges: Sequence[tuple[str, int, int]]) -> list[tuple[str | None, int]]:
+    """(digest now or None, records now) of each (topic, lo, hi) range, in order (source)."""
+    if not ranges:
+        return []
+    params = {
+        "topics": [t for t, _, _ in ranges],
+        "los": [lo for _, lo, _ in ranges],
+        "his": [hi for _, _, hi in ranges],
+    }
+    return [(r[0], int(r[1])) for r in _execute(source, RANGES_NOW, params).fetchall()]
+
+
 def digests_meeting(
-    conn: Any, warehouse: str, spans: Iterable[tuple[str, int, int]]
+    conn: Any, warehouse: str, spans: Iterable[tuple[str, int, int]], source: Any = None
 ) -> list[tuple[str, int, int, str, str | None]]:
     """(topic, seq_from, seq_to, digest as judged, digest now or None) of the stored ranges
-    meeting any (topic, lo, hi) span (inclusive)."""
+    meeting any (topic, lo, hi) span (inclusive); re-hashed in ``source`` (default: ``conn``,
+    one database for both)."""
     spans = list(spans)
     if not spans:
         return []
@@ -383,7 +431,25 @@ def digests_meeting(
         "los": [lo for _, lo, _ in spans],
         "his": [hi for _, _, hi in spans],
     }
-    return [tuple(r) for r in _execute(conn, DIGESTS_MEETING, params).fetchall()]
+    stored = [tuple(r) for r in _execute(conn, DIGESTS_MEETING, params).fetchall()]
+    now = ranges_now(conn if source is None else source, [(t, a, b) for t, a, b, _ in stored])
+    return [(t, a, b, d, digest) for (t, a, b, d), (digest, _) in zip(stored, now, strict=True)]
+
+
+def top_ranges(conn: Any, warehouse: str, topics: Iterable[str]) -> list[tuple[str, int, int]]:
+    """(topic, seq_from, seq_to) of each topic's highest stored range (one indexed read per
+    topic: ``reconcile_digests_reach``)."""
+    params = {"warehouse": warehouse, "topics": sorted(set(topics))}
+    return [(t, int(a), int(b)) for t, a, b in _execute(conn, TOP_RANGES, params).fetchall()]
+
+
+def ranges_below(
+    conn: Any, warehouse: str, topic: str, below: int, limit: int
+) -> list[tuple[int, int, str]]:
+    """(seq_from, seq_to, digest) of up to ``limit`` stored ranges of ``topic`` ending below
+    ``below``, highest first."""
+    params = {"warehouse": warehouse, "topic": topic, "below": below, "limit": limit}
+    return [(int(a), int(b), d) for a, b, d in _execute(conn, RANGES_BELOW, params).fetchall()]
 
 
 def store_digests(

@@ -1,5 +1,10 @@
 """The pipeline's run tables in PostgreSQL, as Airflow reaches them: a ``PostgresHook`` on the
-``auditsync_pg`` connection whose methods hand a psycopg connection to the store's functions.
+pipeline's connection whose methods hand a psycopg connection to the store's functions.
+
+The pipeline's state (run tables, digests, alert ledger, the Iceberg catalog) lives where the
+connection ``auditsync_pipeline`` points, apart from the source (``auditsync_pg``) so a
+restore or failover of the source leaves it whole; without that connection, in the source's
+database (``pipeline_conn_id``).
 
 The SQL itself lives with the rest of the pipeline's run tables (``watch_service.store.runs``),
 never in an operator; this hook only decides which connection and transaction it runs in.
@@ -18,10 +23,11 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from watch_service.store import runs
 
 DEFAULT_CONN_ID = "auditsync_pg"
+PIPELINE_CONN_ID = "auditsync_pipeline"
 
 
 def database_url(pg_conn_id: str) -> str:
-    """The run tables' PostgreSQL (the warehouse's catalog lives there too)."""
+    """The source's PostgreSQL (``AUDITSYNC_DATABASE_URL``, else the connection)."""
     from spark_jobs.common.cli import DATABASE_URL_ENV
 
     from_env = os.environ.get(DATABASE_URL_ENV)
@@ -30,15 +36,58 @@ def database_url(pg_conn_id: str) -> str:
     return str(PostgresHook.get_connection(pg_conn_id).get_uri())
 
 
+def pipeline_conn_id(pg_conn_id: str) -> str:
+    """``auditsync_pipeline`` when that connection exists, else ``pg_conn_id`` (the source's
+    database holds the pipeline's state too)."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        PostgresHook.get_connection(PIPELINE_CONN_ID)
+    except AirflowNotFoundException:
+        return pg_conn_id
+    return PIPELINE_CONN_ID
+
+
+def pipeline_database_url(pg_conn_id: str) -> str:
+    """The pipeline's PostgreSQL: ``AUDITSYNC_PIPELINE_DATABASE_URL``, else the connection
+    ``auditsync_pipeline``, else the source's (:func:`database_url`)."""
+    from spark_jobs.common.cli import PIPELINE_URL_ENV
+
+    from_env = os.environ.get(PIPELINE_URL_ENV)
+    if from_env:
+        return from_env
+    conn_id = pipeline_conn_id(pg_conn_id)
+    if conn_id == pg_conn_id:
+        return database_url(pg_conn_id)
+    return str(PostgresHook.get_connection(conn_id).get_uri())
+
+
 class PipelineRunsHook(PostgresHook):
-    """``pipeline_runs`` / ``reconcile_summary`` through the ``auditsync_pg`` connection."""
+    """``pipeline_runs`` / ``reconcile_summary`` through the pipeline's connection
+    (``pipeline_conn_id`` of the given source connection)."""
 
     default_conn_name = DEFAULT_CONN_ID
     conn_type = "auditsync_pg"  # the provider's connection type (a `postgres` one works too)
     hook_name = "auditsync pipeline runs"
 
     def __init__(self, postgres_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
-        super().__init__(postgres_conn_id=postgres_conn_id, **kwargs)
+        self.source_conn_id = postgres_conn_id
+        super().__init__(postgres_conn_id=pipeline_conn_id(postgres_conn_id), **kwargs)
+
+    def check_apart(self) -> None:
+        """Refuse to start a run in an empty pipeline database while the source's holds the
+        pipeline's state (``pipeline_state.refusal``: the message names the move command)."""
+        from watch_service.store import pipeline_state
+
+        if self.postgres_conn_id == self.source_conn_id:
+            return
+        with (
+            closing(PostgresHook(postgres_conn_id=self.source_conn_id).get_conn()) as source,
+            closing(self.get_conn()) as own,
+        ):
+            reason = pipeline_state.refusal(pipeline_state.held(source), pipeline_state.held(own))
+        if reason:
+            raise pipeline_state.PipelineStateError(reason)
 
     def start_run(self, run_id: str, warehouse: str | None = None) -> None:
         """Mark ``run_id`` running, forgetting what an earlier attempt of it recorded."""

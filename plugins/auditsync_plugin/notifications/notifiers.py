@@ -197,14 +197,14 @@ class AuditsyncAlert(BaseNotifier):
         from watch_service.store import alerts as ledger
         from watch_service.store import runs
 
-        from ..hooks.pipeline_runs import PipelineRunsHook, database_url
+        from ..hooks.pipeline_runs import PipelineRunsHook, pipeline_database_url
 
         with closing(PipelineRunsHook(self.pg_conn_id).get_conn()) as conn:
             row = runs.get_run(conn, self.pipeline_run_id)
             summary = runs.run_summary(conn, self.pipeline_run_id)
             windows = ledger.run_windows(conn, self.pipeline_run_id)
         base = airflow_base_url()
-        found = self._ranges(database_url(self.pg_conn_id))
+        found = self._ranges(pipeline_database_url(self.pg_conn_id))
         lines = alerts.findings(summary, windows, DEFECTS, base, self.pipeline_run_id, found)
         return alerts.run_alert(
             self.kind, dag_id, run_id, self.pipeline_run_id, row, lines, base, error

@@ -38,13 +38,13 @@ class LandingRetentionOperator(BaseOperator):
         from watch_service.storage import StorageError
 
         from ..hooks.landing_store import landing_storage
-        from ..hooks.pipeline_runs import database_url
+        from ..hooks.pipeline_runs import pipeline_database_url
 
         try:
             hours = landing_plan.retention_hours(self.retention_hours)
             store = landing_storage(self.landing)
         except (landing_plan.RetentionSettingError, StorageError) as exc:
             raise AirflowFailException(str(exc)) from None
-        figures = landing.run(store, self.warehouse, database_url(self.pg_conn_id), hours)
+        figures = landing.run(store, self.warehouse, pipeline_database_url(self.pg_conn_id), hours)
         self.log.info("landing retention: %s", figures)
         return figures

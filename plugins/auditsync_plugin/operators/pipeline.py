@@ -56,9 +56,10 @@ def has_data(path: str) -> bool:
 
 
 def read_dataset(spark, name: str, path: str):
-    """A dataset as written; its schema from ``spark_jobs.common.schemas`` when it is empty,
+    """A dataset as written; its schema from ``spark_jobs.warehouse.schemas`` when it is empty,
     where Parquet has nothing to infer one from."""
-    from spark_jobs.common import local_rows, schemas
+    from spark_jobs.common import local_rows
+    from spark_jobs.warehouse import schemas
 
     if has_data(path):
         return spark.read.parquet(path)
@@ -98,7 +99,7 @@ def run_slice(
 ) -> dict[str, Any]:
     """The run's datasets, by suite name, as the warehouse layout selects them."""
     from spark_jobs.common.slices import quality_frames
-    from spark_jobs.layout import Layout
+    from spark_jobs.warehouse.layout import Layout
 
     return quality_frames(spark, Layout(landing, warehouse, run_id), database_url)
 
@@ -142,7 +143,7 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common.session import job_session
 
         from .. import quality
-        from ..hooks.pipeline_runs import database_url
+        from ..hooks.pipeline_runs import pipeline_database_url
         from ..quality_summary import summarize
 
         if self.datasets:
@@ -159,7 +160,7 @@ class QualityCheckpointOperator(BaseOperator):
                     self.run["landing"],
                     self.run["warehouse"],
                     self.run["run_id"],
-                    database_url(self.pg_conn_id),
+                    pipeline_database_url(self.pg_conn_id),
                 )
             else:
                 frames = {
@@ -211,12 +212,17 @@ class StartRunOperator(BaseOperator):
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> str:
-        from spark_jobs.layout import Layout
+        from spark_jobs.warehouse.layout import Layout
+        from watch_service.protocol.errors import AuditsyncError
         from watch_service.store import runs
 
         from ..hooks.pipeline_runs import PipelineRunsHook
 
         hook = PipelineRunsHook(self.pg_conn_id)
+        try:
+            hook.check_apart()
+        except AuditsyncError as exc:
+            raise AirflowFailException(str(exc)) from None
         catalog = Layout("", self.warehouse, "").catalog if self.warehouse else None
         if catalog:
             later = hook.later_runs(catalog, self.run_id_value)
@@ -247,21 +253,40 @@ def published_extra(run_id: str, row: Sequence[Any] | None) -> dict[str, Any]:
 
 
 class PublishOperator(BaseOperator):
-    """Attach the passed run's result to the asset events of ``outlets``."""
+    """Attach the passed run's result to the asset events of ``outlets``. An ``AssetAlias``
+    among them gets one event per dataset the run wrote (``lineage.published``: the Iceberg
+    tables of ``warehouse`` and the search index), under the names OpenLineage reports."""
 
-    template_fields: Sequence[str] = ("run_id_value",)
+    template_fields: Sequence[str] = ("run_id_value", "warehouse")
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        run_id_value: str,
+        warehouse: str = "",
+        pg_conn_id: str = PG_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
+        self.warehouse = warehouse
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk import Asset, AssetAlias
+
+        from .. import lineage
         from ..hooks.pipeline_runs import PipelineRunsHook
 
-        row = PipelineRunsHook(self.pg_conn_id).run_row(self.run_id_value)
-        extra = published_extra(self.run_id_value, row)
+        hook = PipelineRunsHook(self.pg_conn_id)
+        extra = published_extra(self.run_id_value, hook.run_row(self.run_id_value))
         for asset in self.outlets:
-            context["outlet_events"][asset].extra = extra
+            if not isinstance(asset, AssetAlias):
+                context["outlet_events"][asset].extra = extra
+                continue
+            for dataset in lineage.published(self.warehouse, hook.get_uri()):
+                context["outlet_events"][asset].add(
+                    Asset(uri=dataset.uri, group="auditsync"), extra=extra
+                )
         self.log.info("published %s", json.dumps(extra, sort_keys=True))
         return extra

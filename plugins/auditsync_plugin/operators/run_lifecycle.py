@@ -60,7 +60,7 @@ class RunFailed(BaseNotifier):
         log.info("pipeline run %s failed in %s: %s", self.pipeline_run_id, step, reason)
 
     def catalog(self) -> str | None:
-        from spark_jobs.layout import Layout
+        from spark_jobs.warehouse.layout import Layout
 
         return Layout("", self.warehouse, "").catalog if self.warehouse else None
 
@@ -101,12 +101,17 @@ class FinishRunOperator(BaseOperator):
 
     def execute(self, context: Any) -> int:
         from spark_jobs import lifecycle
-        from spark_jobs.layout import Layout
+        from spark_jobs.warehouse.layout import Layout
 
-        from ..hooks.pipeline_runs import database_url
+        from ..hooks.pipeline_runs import database_url, pipeline_database_url
 
         layout = Layout(self.landing, self.warehouse, self.run_id_value)
-        removed = lifecycle.prune(database_url(self.pg_conn_id), layout, self.keep)
+        removed = lifecycle.prune(
+            pipeline_database_url(self.pg_conn_id),
+            layout,
+            self.keep,
+            database_url(self.pg_conn_id),
+        )
         self.log.info(
             "retention: kept the newest %d run(s), pruned %d: %s",
             self.keep,

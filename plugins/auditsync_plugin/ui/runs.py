@@ -35,6 +35,7 @@ class TopicLine:
     failure_reason: str = ""
     log_status: str = ""  # the signed audit log: signed | unsigned: why | failed: why
     checkpoint: Mapping[str, Any] | None = None  # this topic's: size, root (base64), note
+    signature: str = ""  # whether its signed notes verify (``signatures.check``)
 
 
 def pivot(
@@ -85,13 +86,17 @@ def pivot(
 
 
 def fetch(
-    conninfo: Mapping[str, Any], limit: int = 60
+    conninfo: Mapping[str, Any], limit: int = 60, source: Mapping[str, Any] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The newest ``limit`` runs' rows (``recent_runs``) and each consumer's progress
-    (``consumer_progress``), in one connection."""
+    (``consumer_progress``) from the pipeline's database, the heads from ``source``'s (None:
+    the same database)."""
     import psycopg
 
     from watch_service.store import runs
 
     with psycopg.connect(**conninfo, connect_timeout=5, autocommit=True) as conn:
-        return runs.recent_runs(conn, limit), runs.consumer_progress(conn)
+        if source is None or dict(source) == dict(conninfo):
+            return runs.recent_runs(conn, limit), runs.consumer_progress(conn)
+        with psycopg.connect(**source, connect_timeout=5, autocommit=True) as heads:
+            return runs.recent_runs(conn, limit), runs.consumer_progress(conn, source=heads)

@@ -24,7 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import (
+from spark_jobs.warehouse.schemas import (
     AUDIT_LOG,
     DELIVERIES,
     DETAIL,

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.common.cursors import topic_cursor
-from spark_jobs.common.schemas import DELIVERIES, LANDING, conform
+from spark_jobs.warehouse.schemas import DELIVERIES, LANDING, conform
 
 # Each consumer's last compacted frame before this batch.
 LAST_FRAMES = StructType(

@@ -24,8 +24,10 @@ from typing import Any
 
 import psycopg
 
-from spark_jobs.layout import Layout
+from spark_jobs.common import progress
+from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
 from spark_jobs.steps.maintenance import landing_plan as lp
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.protocol.landing_keys import DAY_RE, HOUR_RE, LEGACY, SegmentKey, parse_segment
 from watch_service.storage import Storage
@@ -142,21 +144,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     try:
         hours = lp.retention_hours(
             args.retention_hours if args.retention_hours is not None else os.environ.get(lp.SETTING)
         )
-        url = os.environ.get("AUDITSYNC_DATABASE_URL")
+        url = os.environ.get(PIPELINE_URL_ENV) or os.environ.get(DATABASE_URL_ENV)
         if not url:
-            raise AuditsyncError("AUDITSYNC_DATABASE_URL is not set (the run tables' database)")
+            raise AuditsyncError(
+                f"neither {PIPELINE_URL_ENV} nor {DATABASE_URL_ENV} is set (the run tables' "
+                "database)"
+            )
         figures = run(args.landing, args.work, url, hours)
     except AuditsyncError as exc:  # RetentionSettingError is one
-        print(f"[landing retention] {exc}", file=sys.stderr)
+        progress.say(f"[landing retention] {exc}", sys.stderr, level="ERROR")
         return 2
     except psycopg.OperationalError as exc:
-        print(f"[landing retention] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+        progress.say(
+            f"[landing retention] cannot use the database: {exc}".rstrip(), sys.stderr, "ERROR"
+        )
         return 2
-    print(json.dumps(figures, sort_keys=True))
+    print(json.dumps(figures, sort_keys=True))  # a JSON line in either format
     return 0
 
 

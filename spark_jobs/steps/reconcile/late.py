@@ -40,7 +40,9 @@ from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
 from spark_jobs.common import step_cache
-from spark_jobs.common.schemas import (
+from spark_jobs.steps.reconcile.scope import SCOPE
+from spark_jobs.steps.reconcile.transforms import copy_hashes
+from spark_jobs.warehouse.schemas import (
     DETAIL,
     GAPS,
     LEDGER,
@@ -48,8 +50,6 @@ from spark_jobs.common.schemas import (
     SUMMARY,
     conform,
 )
-from spark_jobs.steps.reconcile.scope import SCOPE
-from spark_jobs.steps.reconcile.transforms import copy_hashes
 from watch_service.protocol import hashes
 
 

@@ -21,9 +21,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import DELIVERIES, DETAIL, GAPS, LEDGER, conform
 from spark_jobs.steps.reconcile.scope import SCOPE
 from spark_jobs.steps.reconcile.transforms import EXPECTED
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, GAPS, LEDGER, conform
 from watch_service.protocol.landing import KIND_RECORD
 
 

@@ -16,14 +16,19 @@ it has not read nor miss that the source it judged against is gone:
   ``watch_service.protocol.hashes`` for Spark, PostgreSQL and Python), stored in
   ``reconcile_digests`` in the run's commit.
 - **Evidence.** A later run re-hashes, in PostgreSQL, only the stored ranges that its late
-  copies, its landed ``rewound`` frames or a head below them meet (``suspect_spans``). Where a
+  copies, its landed ``rewound`` frames or a head below them meet (``suspect_spans``), and
+  each topic's top range (the pipeline's memory of how far it verified the source: a restore
+  loses a suffix, so the top shows it even when no consumer was told or sent a late copy);
+  under a changed top range, the ranges below it until one hashes as judged
+  (``evidence.walk_down``). Where a
   digest changed, the seqs are compared one by one with the source hash the newest earlier
   verdict holds (``rewound_seqs``): a seq whose content differs now, or that is above the head
   now, was rewound; a seq trimmed since (retention, deletion) was not. The ranges of landed
   ``rewound`` frames are suspects like the others: the digests say exactly which seqs changed.
 
-The cost follows the suspect ranges, not the history: one indexed digest query, and a seq by
-seq comparison inside changed ranges only.
+The cost follows the suspect ranges, not the history: one indexed digest query, one range of at
+most ``BUCKET`` seqs per topic of the run, and a seq by seq comparison inside changed ranges
+only.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.common.schemas import SOURCE_RECORDS, conform
 from spark_jobs.common.spans import merge as merge_spans
+from spark_jobs.warehouse.schemas import SOURCE_RECORDS, conform
 from watch_service.protocol import hashes
 from watch_service.store.runs import DIGEST_BUCKET
 

@@ -44,7 +44,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from spark_jobs.common.schemas import DELIVERIES, conform
+from spark_jobs.warehouse.schemas import DELIVERIES, conform
 from watch_service.protocol.landing import (
     KIND_CAUGHT_UP,
     KIND_RECORD,

@@ -54,19 +54,19 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import (
+from spark_jobs.steps.reconcile.scope import (
+    SCOPE,
+    SIGNALLED,
+    consumer_scope,
+    signalled_ranges,
+)
+from spark_jobs.warehouse.schemas import (
     DELIVERIES,
     DETAIL,
     GAPS,
     SOURCE_RECORDS,
     SUMMARY,
     conform,
-)
-from spark_jobs.steps.reconcile.scope import (
-    SCOPE,
-    SIGNALLED,
-    consumer_scope,
-    signalled_ranges,
 )
 from watch_service.protocol import hashes
 from watch_service.protocol.landing import KIND_RECORD

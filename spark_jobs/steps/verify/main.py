@@ -20,16 +20,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.common import progress, step_cache, store, tables
+from spark_jobs.common import progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, conform
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.common.session import build_session, stop_session
-from spark_jobs.layout import Layout
 from spark_jobs.steps.verify.index_check import render as render_index
 from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
+from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, conform
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs, tlog_runs
 
 
@@ -64,7 +65,7 @@ def render(report: list) -> str:
     return "\n".join(lines)
 
 
-def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> DataFrame:
+def audit_rows_for(warehouse: Warehouse, defects: DataFrame) -> DataFrame:
     """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
     bounds = (
         defects.groupBy("topic")
@@ -72,11 +73,11 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
         .collect()
     )
     within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
-    return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
+    return conform(warehouse.read("audit_log").filter(within), AUDIT_LOG)
 
 
 def check_the_log(
-    layout: Layout, database_url: str, signing_key: str | None = None
+    layout: Layout, source_url: str, pipeline_url: str, signing_key: str | None = None
 ) -> tlog_run.RunLog:
     """The signed audit log's check and growth (``spark_jobs.tlog_run``), recorded with the run;
     a failed check fails the run, naming the topic and the first bad seq; the source_rewound
@@ -84,65 +85,68 @@ def check_the_log(
     ``signing_key`` (a Spark Connect task's), else the settings'."""
     from watch_service import settings as settings_mod
 
-    with store.connect(database_url) as conn:
+    with store.connect(pipeline_url) as conn:
         previous = tlog_runs.last_checkpoints(conn, layout.catalog, layout.run_id)
         row = runs.get_run(conn, layout.run_id)
     steps = (row[3] if row else None) or {}
     rewound = (steps.get("reconcile") or {}).get("rewound") or {}
     log = tlog_run.check_and_publish(
         layout,
-        database_url,
+        source_url,
         settings_mod.load(log_signing_key=signing_key),
         previous,
         rewound=rewound,
+        pipeline_url=pipeline_url,
     )
-    with store.connect(database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
         if log.failure is not None:
             runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
-    print(f"verify: signed audit log {log.status}", flush=True)
+    progress.say(f"verify: signed audit log {log.status}")
     return log
 
 
-def check_the_index(layout: Layout, database_url: str) -> dict:
+def check_the_index(layout: Layout, source_url: str, pipeline_url: str) -> dict:
     """The search index checked and repaired (``index_check``); a document still wrong after
     the repair fails the run."""
-    index = verify_index(database_url, database_url, layout.catalog, layout.run_id)
+    index = verify_index(source_url, pipeline_url, layout.catalog, layout.run_id)
     if index["remaining"]:
-        with store.connect(database_url, transaction=True) as conn:
+        with store.connect(pipeline_url, transaction=True) as conn:
             runs.mark_failed(
                 conn,
                 layout.run_id,
                 "verify",
                 f"search index: {index['remaining']} documents still wrong after repair",
             )
-    print(render_index(index), flush=True)
+    progress.say(render_index(index))
     return index
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
-    the PostgreSQL commit."""
+    the PostgreSQL commit. ``warehouse``: the runner's (default: attached from ``--work`` and
+    ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, args.database_url)
-    with store.connect(args.database_url) as conn:
+    pipeline_url = store.pipeline_url(args)
+    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
+    layout = wh.layout
+    with store.connect(pipeline_url) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
-    own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
+    own = conform(wh.run_rows("detail", args.run_id), DETAIL).withColumn(
         "run_id", F.lit(args.run_id)
     )
-    older = tables.run_details(spark, layout, carried).filter(
+    older = wh.run_details(carried).filter(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
     detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))
-    tables.replace_run(
-        layout,
-        "remaining",
-        args.run_id,
-        remaining_defects(detail, audit_rows_for(spark, layout, detail)),
-    )
-    remaining = conform(tables.run_rows(spark, layout, "remaining", args.run_id), LEFT)
+    wh.replace_run("remaining", args.run_id, remaining_defects(detail, audit_rows_for(wh, detail)))
+    remaining = conform(wh.run_rows("remaining", args.run_id), LEFT)
     report = defect_report(detail, remaining, args.examples).collect()
     still_open = sorted(
         {
@@ -159,7 +163,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
     if hook:
         hook("verify.committing")
-    with store.connect(args.database_url, transaction=True) as conn:
+    with store.connect(pipeline_url, transaction=True) as conn:
         passed = runs.record_verify(
             conn,
             args.run_id,
@@ -180,9 +184,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             still_open,
         )
     log_started = progress.Timer()
-    log = check_the_log(layout, args.database_url, getattr(args, "log_signing_key", None))
+    log = check_the_log(
+        layout, args.database_url, pipeline_url, getattr(args, "log_signing_key", None)
+    )
     log_seconds = log_started.seconds
-    index = check_the_index(layout, args.database_url)
+    index = check_the_index(layout, args.database_url, pipeline_url)
     passed = passed and log.ok and index["remaining"] == 0
     counts = {
         "found": sum(r["found"] for r in mine),
@@ -196,13 +202,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     }
     figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
-    store.record_snapshots(args, spark, layout, ("remaining",))
-    print(render(report), flush=True)
+    store.record_snapshots(args, wh, ("remaining",))
+    progress.say(render(report))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-verify", args.master)
     figures = run(spark, args)
     progress.emit("verify", figures["seconds"], figures)

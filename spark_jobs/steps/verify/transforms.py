@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.common import statuses as st
-from spark_jobs.common.schemas import AUDIT_LOG, DETAIL, LEFT, REMAINING, conform
+from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, LEFT, REMAINING, conform
 
 GROUP = ["run_id", "consumer", "topic", "status"]
 

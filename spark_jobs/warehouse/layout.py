@@ -99,13 +99,20 @@ class Layout:
         return step_flags(step, self.landing, self.work, self.run_id, partitions)
 
     def namespace(
-        self, step: str, database_url: str | None = None, partitions: int = 4, **extra: object
+        self,
+        step: str,
+        database_url: str | None = None,
+        partitions: int = 4,
+        pipeline_url: str | None = None,
+        **extra: object,
     ) -> argparse.Namespace:
-        """What ``step``'s parser makes of ``step_args``, for calling ``run`` in-process."""
+        """What ``step``'s parser makes of ``step_args``, for calling ``run`` in-process;
+        ``pipeline_url`` None: the pipeline's state lives in the source's database."""
         values: dict[str, object] = {
             "work": self.work,
             "run_id": self.run_id,
             "database_url": database_url,
+            "pipeline_url": pipeline_url,
             "master": None,
             "landing": self.landing,
             "num_partitions": partitions,
