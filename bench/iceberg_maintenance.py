@@ -13,7 +13,7 @@ quality gate fails stops the bench.
 
 Every ``--maintain-every`` N runs (default 50) the real maintenance step runs
 (``spark_jobs.steps.maintenance.main.run``: rewrite, expire, remove orphans, with the production
-expiry rule of ``spark_jobs.steps.maintenance.plan``). The maintenance DAG is daily and a day of
+expiry rule of ``spark_jobs.warehouse.maintenance``). The maintenance DAG is daily and a day of
 15-minute runs is 96 runs. N = 50 is about half a day: 200 runs give four passes, so the state
 between passes is seen four times, not twice. The bound below takes N as a parameter, and
 production's is the same with N = 96. The retention is counted in runs because the bench
@@ -78,6 +78,7 @@ from spark_jobs.common.session import build_session, stop_session  # noqa: E402
 from spark_jobs.steps.maintenance import main as maintenance  # noqa: E402
 from spark_jobs.warehouse import readers, tables  # noqa: E402
 from spark_jobs.warehouse.layout import TABLES, Layout  # noqa: E402
+from spark_jobs.warehouse.warehouse import Warehouse  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
@@ -93,12 +94,13 @@ SELECT extract(epoch FROM now() - min(started_at)) / 3600 + 1.0 / 3600
 """
 
 
-def census(spark, layout: Layout) -> dict[str, dict[str, int]]:
+def census(spark, layout: Layout, url: str) -> dict[str, dict[str, int]]:
     """Per table with a snapshot: data files, the most in one partition, snapshots, and the
     most data files one run's commits added (``per_run``)."""
     out = {}
+    wh = Warehouse.open(layout, url, spark=spark)
     for name in TABLES:
-        if tables.current_snapshot(spark, layout, name) is None:
+        if wh.snapshot(name) is None:
             continue
         table = layout.table(name)
         files = spark.sql(
@@ -233,7 +235,7 @@ def bench(spark, url: str, base: Path, args: argparse.Namespace) -> bool:
         print(f"[bench] run {i}: {wall:.2f} s, CPU {cpu:.2f} s ({load()})", flush=True)
         if i % args.maintain_every and i != args.runs:
             continue
-        counts = census(spark, layout)
+        counts = census(spark, layout, url)
         for name, c in counts.items():
             f[name] = max(f.get(name, 0), c["per_run"])
         show(f"after run {i}, before maintenance:", counts)
@@ -241,7 +243,7 @@ def bench(spark, url: str, base: Path, args: argparse.Namespace) -> bool:
         if i % args.maintain_every == 0:
             line = maintain(spark, layout, url, args.retention_runs, world.topics[0])
             passes.append(f"after run {i}: {line}")
-            after = census(spark, layout)
+            after = census(spark, layout, url)
             left = {name: c["files"] for name, c in after.items()}
             show(f"after the maintenance pass at run {i}:", after)
     for line in passes:

@@ -70,6 +70,7 @@ CONSUMER = "bench"
 FRAME = 500
 FRAMES_PER_SEGMENT = 100
 TS0 = 1_700_000_000_000
+NEW_ROWS = 2_000  # a run's new records, as the issue's cost target counts them
 # One record per millisecond per topic: 5 M records land on ONE day of the audit log, the
 # costliest shape for a pipeline whose cost would follow the day (issue 24); a new interval's
 # records land in that day too.
@@ -244,12 +245,15 @@ def tlog_costs(base: Path, url: str, leaves: int, rows: int) -> dict[str, float]
     """The signed audit log's own costs, without Spark: ``audit-log prove`` on a tree of
     ``leaves`` leaves (built with ``TopicLog.append``: tombstone leaves, so no audit-log rows
     are needed), and ``audit-log verify --from --to`` between runs ``rows / 10`` and ``rows /
-    100`` leaves apart, on a pyiceberg audit log of ``rows`` rows in this PostgreSQL."""
+    100`` leaves apart, on a pyiceberg audit log of ``rows`` rows in this PostgreSQL; and a
+    run's own log work over the ``leaves``-leaf tree with ``NEW_ROWS`` new audit-log rows."""
+    import dataclasses
     import json
 
-    from spark_jobs import tlog_command, tlog_verify
+    from spark_jobs import tlog_command, tlog_run, tlog_verify
     from spark_jobs.tlog_store import TopicLog
     from spark_jobs.warehouse import readers
+    from watch_service import settings as settings_mod
     from watch_service.protocol.tlog import leaf, note
     from watch_service.storage import Storage
 
@@ -269,26 +273,46 @@ def tlog_costs(base: Path, url: str, leaves: int, rows: int) -> dict[str, float]
     print(f"tlog: {leaves:,}-leaf tree built in {out['build']:.1f} s; prove "
           f"{', '.join(f'{p * 1000:.0f}' for p in proves)} ms ({load()})", flush=True)  # fmt: skip
 
-    layout = Layout("", str(base / "tlog-verify"), "")
-    catalog = readers.catalog(layout, url)
-    catalog.create_namespace("audit")
     names = ("topic", "seq", "ts", "tag", "node", "meta", "data", "data_sha256", "origin")
     kinds = (pa.string(), pa.int64(), pa.int64(), *[pa.string()] * 6)
     schema = pa.schema([pa.field(n, k) for n, k in zip(names, kinds)])
-    table = catalog.create_table(
-        "audit.audit_log", schema=schema, location=Storage(layout.warehouse).uri("audit/audit_log")
-    )
-    with table.update_spec() as spec:
-        spec.add_identity("topic")
 
-    def add(first: int, last: int) -> None:
-        data = [json.dumps({"n": s}) for s in range(first, last + 1)]
-        table.append(pa.Table.from_pydict({
-            "topic": ["t"] * len(data), "seq": list(range(first, last + 1)),
-            "ts": [TS0 + s for s in range(first, last + 1)], "tag": [None] * len(data),
-            "node": [None] * len(data), "meta": [None] * len(data), "data": data,
-            "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
-            "origin": ["delivered"] * len(data)}, schema))  # fmt: skip
+    def audit_log(layout: Layout, topic: str):
+        """An audit log in ``layout``'s warehouse, and a function adding rows of ``topic``."""
+        catalog = readers.catalog(layout, url)
+        catalog.create_namespace("audit")
+        location = Storage(layout.warehouse).uri("audit/audit_log")
+        table = catalog.create_table("audit.audit_log", schema=schema, location=location)
+        with table.update_spec() as spec:
+            spec.add_identity("topic")
+
+        def add(first: int, last: int) -> None:
+            data = [json.dumps({"n": s}) for s in range(first, last + 1)]
+            table.append(pa.Table.from_pydict({
+                "topic": [topic] * len(data), "seq": list(range(first, last + 1)),
+                "ts": [TS0 + s for s in range(first, last + 1)], "tag": [None] * len(data),
+                "node": [None] * len(data), "meta": [None] * len(data), "data": data,
+                "data_sha256": [hashlib.sha256(d.encode()).hexdigest() for d in data],
+                "origin": ["delivered"] * len(data)}, schema))  # fmt: skip
+
+        return add
+
+    # A run's own log work over that history (verify's ``log``: ``tlog_run.check_and_publish``,
+    # its sweep of up to 8,192 signed seqs against the tiles, then the new leaves signed), with
+    # ``NEW_ROWS`` audit-log rows after the tree's last leaf, as a run adding them leaves it.
+    run_layout = Layout("", str(base / "tlog-bench"), "bench-run")
+    audit_log(run_layout, "big")(leaves + 1, leaves + NEW_ROWS)
+    keyed = dataclasses.replace(settings_mod.load(), log_signing_key=str(signer))
+    t0 = time.monotonic()
+    ran = tlog_run.check_and_publish(run_layout, url, keyed, {})
+    out["run_log"] = time.monotonic() - t0
+    assert ran.status == "signed", ran
+    assert ran.checkpoints["big"]["size"] == leaves + NEW_ROWS, ran.checkpoints
+    print(f"tlog: a run's log work over {leaves:,} leaves + {NEW_ROWS:,} new rows "
+          f"{out['run_log']:.2f} s ({load()})", flush=True)  # fmt: skip
+
+    layout = Layout("", str(base / "tlog-verify"), "")
+    add = audit_log(layout, "t")
 
     marks = [rows - rows // 10, rows - rows // 100, rows]
     add(1, marks[0])
@@ -454,7 +478,8 @@ def main(argv: list[str]) -> int:
         f"(target <= 200 ms); verify --from --to {tlog['verify_tenth']:.2f} s for "
         f"{args.tlog_rows // 10:,} leaves, {tlog['verify_hundredth']:.2f} s for "
         f"{args.tlog_rows // 100:,} (ratio {tlog['verify_tenth'] / tlog['verify_hundredth']:.1f}"
-        f", leaves ratio 10)"
+        f", leaves ratio 10); a run's log work over {args.tlog_leaves:,} leaves + "
+        f"{NEW_ROWS:,} new {tlog['run_log']:.2f} s (target <= 5 % of the run)"
     )
     if dags:
         connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))

@@ -143,8 +143,9 @@ def seed_history(
 def seed_state(spark, url: str, layout: Layout, through: int, folder: str) -> None:
     """The warehouse as compact leaves it after consuming frames 1..through."""
     from spark_jobs.warehouse import tables
+    from spark_jobs.warehouse.warehouse import Warehouse
 
-    tables.attach(spark, layout, url)
+    wh = Warehouse.attach(spark, layout, url)
     state = {
         "batch": 1,
         "run_id": "seed",
@@ -161,7 +162,7 @@ def seed_state(spark, url: str, layout: Layout, through: int, folder: str) -> No
     row = {"consumer": CONSUMER, "frame_no": through, "received_ms": 0, "kind": "record"}
     row |= {"topic": TOPIC, "seq": through, "batch": 1}
     df = spark.createDataFrame([tuple(row.get(f.name) for f in schema.fields)], schema)
-    tables.append(layout, "deliveries", df, {tables.COMPACT_PROPERTY: json.dumps(state)})
+    wh.append("deliveries", df, {tables.COMPACT_PROPERTY: json.dumps(state)})
 
 
 class Zone:

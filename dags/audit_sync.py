@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
+from airflow.sdk import DAG, Asset, AssetAlias, CronDataIntervalTimetable
 
 from auditsync_plugin import deadlines, step_args
 from auditsync_plugin.notifications import notifiers
@@ -71,6 +71,10 @@ RECONCILIATION = Asset(
 QUALITY_REPORT = Asset(
     name="auditsync_quality_report", uri="auditsync://gx/data_docs", group="auditsync"
 )
+# Resolved at run time to the datasets the run wrote, named as its OpenLineage events name
+# them: iceberg://<catalog>/audit.audit_log, audit.detail, audit.summary and the search index's
+# postgres://host:port/<db>/public/search_documents (auditsync_plugin.lineage).
+WAREHOUSE_TABLES = AssetAlias(name="auditsync_warehouse_tables", group="auditsync")
 
 
 def failed_marks_run(**callbacks: Any) -> dict[str, Any]:
@@ -129,7 +133,9 @@ Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE
 7. **quality** — Great Expectations checkpoints over this run's slice (its deliveries,
    reconcile detail and summary, the audit-log partitions it wrote); Data Docs under
    *Browse → Reconciliation*. The `audit_full` DAG re-verifies all history on demand.
-8. **publish** — asset events for the audit log, search index, reconciliation and report.
+8. **publish** — asset events for the audit log, search index, reconciliation and report,
+   and, through the alias `auditsync_warehouse_tables`, for the tables the run wrote under
+   the names its OpenLineage events give them (`iceberg://<catalog>/audit.audit_log`, …).
 9. **finish_run** — the teardown of `start_run`, whatever the outcome: the runs beyond the
    newest `AUDITSYNC_KEEP_RUNS` (default 96) lose their `detail`, `summary` and `remaining`
    partitions and their run-table rows; their ledger rows move to its one `(pruned)` partition
@@ -191,7 +197,8 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
     publish = PublishOperator(
         task_id="publish",
         run_id_value=RUN_ID,
-        outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT],
+        warehouse=PATHS.warehouse,
+        outlets=[AUDIT_LOG, SEARCH_INDEX, RECONCILIATION, QUALITY_REPORT, WAREHOUSE_TABLES],
         **failed_marks_run(),
     )
     finish = FinishRunOperator(

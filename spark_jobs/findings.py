@@ -1,41 +1,31 @@
 """A run's findings: each defect range reconcile found (consumer, topic, status, seq_from to
-seq_to) and whether it was repaired, read with pyiceberg (no JVM) and shared by the command
-
-    auditsync pipeline findings --run RUN_ID [--work LOCATION] [--json]
-                                [--status S] [--consumer C] [--topic T] [--database-url URL]
-
-and the Reconciliation page's findings view and its CSV download (the Airflow plugin).
+seq_to) and whether it was repaired, read with pyiceberg (no JVM). The query returns data;
+``auditsync pipeline findings`` (``spark_jobs.findings_command``) and the Reconciliation page's
+findings view and its CSV download (the Airflow plugin's ``ui/findings.py``) render it.
 
 The ranges are the run's ``detail`` rows of a defect status. Repaired or not is verify's word:
 a range the run's own verify left has a row in its ``remaining`` partition (``left`` seqs of
 it still missing); a range with no such row was repaired. When a later verify re-checked the
 run's repairable defects and saw them all repaired (``reconcile_runs.repairs_open`` false),
 what the run's verify left of them is repaired too. A run whose verify did not run shows its
-ranges ``unverified``. :func:`build`, :func:`select`, :func:`page_of` and the renderers are
-pure; :func:`read` is the I/O. Anything that cannot be read is a ``FindingsError`` (an
-``AuditsyncError``) whose message says why in one line; the command prints it and exits 2.
+ranges ``unverified``. :func:`build` and :func:`select` are pure; :func:`read` is the I/O.
+Anything that cannot be read is a ``FindingsError`` (an ``AuditsyncError``) whose message says
+why in one line; the command prints it and exits 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
-import io
-import json
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
 from spark_jobs.warehouse import readers
-from spark_jobs.warehouse.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 from watch_service.storage import S3Config
 
 COLUMNS = ("consumer", "topic", "status", "seq_from", "seq_to", "seqs", "left", "repaired")
-PAGE_ROWS = 50  # the view's default page size
-PAGE_SIZES = (10, 25, 50, 100, 200)  # what the view offers
 REPAIRED, PARTLY, NOT_REPAIRED, UNVERIFIED = "yes", "partly", "no", "unverified"
 
 
@@ -111,43 +101,10 @@ def select(rows: Iterable[Mapping[str, Any]], filters: Filters) -> list[Mapping[
     return [r for r in rows if filters.keeps(r)]
 
 
-def page_size(raw: str) -> int:
-    """A page size the view offers, from its ``rows`` query value; anything else (empty, a typo,
-    a size not offered) is the default, as a bad page number is the first page."""
-    value = raw.strip()
-    return int(value) if value.isdigit() and int(value) in PAGE_SIZES else PAGE_ROWS
-
-
-def page_of(rows: Sequence[Any], page: int, size: int = PAGE_ROWS) -> tuple[list[Any], int, int]:
-    """(the rows of page ``page``, clamped to 1..pages, that page number, the page count)."""
-    pages = max(1, -(-len(rows) // size))
-    number = min(max(1, page), pages)
-    return list(rows[(number - 1) * size : number * size]), number, pages
-
-
 def choices(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     """The values each filter can take (the run's consumers, topics, statuses)."""
     rows = list(rows)
     return {name: sorted({r[name] for r in rows}) for name in ("consumer", "topic", "status")}
-
-
-def render_csv(rows: Iterable[Mapping[str, Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, COLUMNS, lineterminator="\r\n")
-    writer.writeheader()
-    writer.writerows({k: r[k] for k in COLUMNS} for r in rows)
-    return out.getvalue()
-
-
-def render_json(rows: Iterable[Mapping[str, Any]]) -> str:
-    """One JSON object per range and line."""
-    return "\n".join(json.dumps({k: r[k] for k in COLUMNS}, ensure_ascii=False) for r in rows)
-
-
-def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    widths = {k: max([len(k), *(len(str(r[k])) for r in rows)]) for k in COLUMNS}
-    line = "  ".join(f"{{{k}:<{widths[k]}}}" for k in COLUMNS)
-    return "\n".join(line.format(**r).rstrip() for r in [{k: k for k in COLUMNS}, *rows])
 
 
 def run_of(found: tuple | None, run_id: str, catalog: str | None) -> Run:
@@ -185,47 +142,11 @@ def read(database_url: str, run_id: str, work: str | None = None) -> list[dict[s
     equal: Any = EqualTo  # pydantic models: their generated signatures confuse mypy
     among: Any = In
     try:
-        detail = catalog.load_table(f"{NAMESPACE}.detail")
-        remaining = catalog.load_table(f"{NAMESPACE}.remaining")
+        detail = readers.table_in(catalog, "detail")
+        remaining = readers.table_in(catalog, "remaining")
     except (NoSuchTableError, NoSuchNamespaceError):
         raise FindingsError(f"warehouse {run.warehouse} has no detail table yet") from None
     defects = And(equal("run_id", run_id), among("status", DEFECTS))
     found_rows = readers.scan(detail, row_filter=defects).to_pylist()
     left = readers.scan(remaining, row_filter=equal("verify_run", run_id)).to_pylist()
     return build(found_rows, [r for r in left if r["run_id"] == run_id], run)
-
-
-# -- the command ---------------------------------------------------------------------------------
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("findings", help="print a run's defect ranges and whether each was repaired")
-    p.add_argument("--run", required=True, metavar="RUN_ID")
-    p.add_argument("--work", default=None, help="the warehouse (default: the run's own)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    for name in ("status", "consumer", "topic"):
-        p.add_argument(f"--{name}", default="", help=f"only this {name}")
-    p.add_argument(
-        "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
-    )
-
-
-def main(args: argparse.Namespace, database_url: str) -> int:
-    if args.status and args.status not in DEFECTS:
-        print(
-            f"auditsync pipeline findings: --status {args.status!r}: expected one of "
-            f"{', '.join(DEFECTS)}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        rows = read(database_url, args.run, args.work)
-    except AuditsyncError as exc:  # FindingsError, StorageError
-        print(f"auditsync pipeline findings: {exc}", file=sys.stderr)
-        return 2
-    kept = select(rows, Filters(args.consumer, args.topic, args.status))
-    if args.json:
-        if kept:
-            print(render_json(kept))
-    else:
-        print(render_table(kept))
-        print(f"({len(kept)} of {len(rows)} defect ranges of run {args.run})")
-    return 0

@@ -40,6 +40,7 @@ from spark_jobs.old_warehouse import OldWarehouse
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import LEGACY_PROPERTY, Layout
 from spark_jobs.warehouse.schemas import DETAIL, LEFT, SUMMARY
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.storage import Storage
 from watch_service.store import runs
 
@@ -84,6 +85,7 @@ def convert(
     found = detect(house)
     if found is None:
         return None
+    wh = Warehouse.open(layout, database_url, spark=spark)
     old = OldWarehouse(spark, layout, house, found.old_id, database_url)
     readers: dict[str, Callable[[], DataFrame | None]] = {"audit_log": old.audit_log}
     if found.version == 2:
@@ -100,17 +102,17 @@ def convert(
     added: dict[str, int] = {}
     for name, read in readers.items():
         done = {LEGACY_PROPERTY: found.key}
-        summary = tables.snapshot_summary(spark, layout, name, done)
+        summary = wh.snapshot_summary(name, done)
         if summary is None:
             rows = read()
             if rows is None:
                 continue
             if name == "deliveries":
                 done[tables.COMPACT_PROPERTY] = json.dumps(old.state, sort_keys=True)
-            tables.append(layout, name, rows, done)
+            wh.append(name, rows, done)
             if hook:
                 hook(f"legacy.{name}")
-            summary = tables.snapshot_summary(spark, layout, name, done) or {}
+            summary = wh.snapshot_summary(name, done) or {}
         added[name] = int(summary.get("added-records", 0))
     moved = 0
     if found.old_id:
@@ -123,7 +125,7 @@ def convert(
             house.move(name, f"{found.aside}/{name}")
             if hook:
                 hook("legacy.moving")
-    batch = tables.compact_state(spark, layout)["batch"] if found.version == 2 else 0
+    batch = wh.compact_state()["batch"] if found.version == 2 else 0
     text = message(layout, found, batch, added, moved)
     print(text, file=sys.stderr, flush=True)
     return text

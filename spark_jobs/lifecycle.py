@@ -14,8 +14,8 @@
   ``ledger`` rows move, in one commit, into one partition (``tables.PRUNED_LEDGER``) that
   reconcile reads with the kept runs', since late copies are judged against them: the ledger
   keeps every verdict but no longer a partition per run (maintenance compacts that
-  partition's files). The runner calls it after its steps, the DAG from its ``finish_run``
-  teardown.
+  partition's files). Both are ``Warehouse.delete_runs``. The runner calls it after its
+  steps, the DAG from its ``finish_run`` teardown.
 
 ``keep`` is ``AUDITSYNC_KEEP_RUNS`` (:func:`keep_runs`, default 96: a day of 15-minute runs).
 Deleting a run's rows leaves the snapshots that kept runs reference, so time travel of every
@@ -24,11 +24,10 @@ kept run works. Nothing here starts a JVM: the Airflow task that prunes needs no
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from spark_jobs.warehouse.layout import NAMESPACE, Layout
+from spark_jobs.warehouse.layout import Layout
 from watch_service.settings import SettingsError
 from watch_service.store import run_retention, runs
 
@@ -96,71 +95,12 @@ def prune(database_url: str, layout: Layout, keep: int, source_url: str | None =
         if not removed:
             return []
         committed = runs.committed_runs(conn, layout.catalog) & set(removed)
-    delete_partitions(database_url, layout, removed, committed)
+    from spark_jobs.warehouse.warehouse import Warehouse  # pyspark, no JVM
+
+    Warehouse.open(layout, database_url).delete_runs(removed, committed, PRUNED_TABLES)
     with (
         store.connect(source_url or database_url) as source,
         store.connect(database_url, transaction=True) as conn,
     ):
         run_retention.forget(conn, layout.catalog, removed, oldest_kept, source)
     return removed
-
-
-def delete_partitions(
-    database_url: str, layout: Layout, run_ids: list[str], committed: set[str]
-) -> None:
-    """Delete these runs' partitions of :data:`PRUNED_TABLES` and of the ledger, the
-    ``committed`` runs' ledger rows moved to ``tables.PRUNED_LEDGER`` (a crashed run's are
-    never read, so they go); one commit per table; a table not created yet is skipped."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    from spark_jobs.warehouse import (
-        readers,
-        tables,  # pyspark, no JVM
-    )
-
-    catalog = readers.catalog(layout, database_url)
-
-    def load(name: str) -> Any:
-        try:
-            return catalog.load_table(f"{NAMESPACE}.{name}")
-        except NoSuchTableError:
-            return None
-
-    with warnings.catch_warnings():
-        # A run that wrote no rows to a table (it failed first) has no partition there.
-        warnings.filterwarnings("ignore", "Delete operation did not match any records")
-        for name in PRUNED_TABLES:
-            if (table := load(name)) is not None:
-                table.delete(_among(tables.run_column(name), run_ids))
-        if (ledger := load("ledger")) is not None:
-            move_ledger(ledger, run_ids, committed)
-
-
-def move_ledger(table: Any, run_ids: list[str], committed: set[str]) -> None:
-    """In one commit, delete these runs' ledger partitions and append the ``committed`` ones'
-    rows to ``tables.PRUNED_LEDGER``. A re-run of a prune that committed this finds the
-    partitions gone: nothing moves twice."""
-    import pyarrow as pa
-
-    from spark_jobs.warehouse import tables
-
-    column = tables.run_column("ledger")
-    rows = None
-    if committed:
-        rows = table.scan(row_filter=_among(column, sorted(committed))).to_arrow()
-    with table.transaction() as tx:
-        tx.delete(_among(column, run_ids))
-        if rows is not None and rows.num_rows:
-            at = rows.schema.get_field_index(column)
-            field = rows.schema.field(at)
-            moved = pa.array([tables.PRUNED_LEDGER] * rows.num_rows, field.type)
-            tx.append(rows.set_column(at, field, moved))
-
-
-def _among(column: str, values: list[str]) -> Any:
-    """pyiceberg's ``In(column, values)`` (its pydantic model misleads mypy about the
-    signature)."""
-    from pyiceberg.expressions import In
-
-    among: Any = In
-    return among(column, tuple(values))

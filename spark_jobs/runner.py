@@ -15,16 +15,17 @@ stops with one line naming ``move-state``, which moves it there once
 (``watch_service.store.pipeline_state``).
 
 ``findings`` prints a run's defect ranges and whether each was repaired (no Spark session:
-``spark_jobs.findings``).
+``spark_jobs.findings_command`` renders what ``spark_jobs.findings`` reads).
 
 ``run`` is one incremental run: compact -> reconcile -> backfill -> verify, each step's
 ``run(spark, args)`` called in turn in ONE Spark session (one JVM start per run, not four),
-printing one progress line per step (name, seconds, key counts). Each step costs what the
-run's interval brought (see spark_jobs/warehouse/layout.py for the warehouse's Iceberg tables). A
-location is a path, ``file://…`` or ``s3://bucket/prefix``; any other scheme exits 2. After the
-run, the per-run rows of runs older than the newest ``--keep-runs`` (default
-``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the run tables
-(``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
+printing one progress line per step (name, seconds, key counts). The runner opens the
+warehouse once (``spark_jobs.warehouse.warehouse.Warehouse``) and hands it to every step.
+Each step costs what the run's interval brought (see spark_jobs/warehouse/layout.py for the
+warehouse's Iceberg tables). A location is a path, ``file://…`` or ``s3://bucket/prefix``;
+any other scheme exits 2. After the run, the per-run rows of runs older than the newest
+``--keep-runs`` (default ``AUDITSYNC_KEEP_RUNS``, else 96) are deleted, in Iceberg and in the
+run tables (``spark_jobs.lifecycle``: the run lifecycle the DAG shares). Exit status: 0 when verify
 passes, 1 when defects remain after backfill or the signed audit log does not verify (the
 line names its topic and first bad seq), 2 when a step fails to run.
 
@@ -48,7 +49,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from spark_jobs import findings, lifecycle
+from spark_jobs import findings_command, lifecycle
+from spark_jobs.common import progress
 from spark_jobs.warehouse.layout import STEPS, Layout, step_package
 from watch_service.settings import SettingsError
 from watch_service.store.pipeline_state import PipelineStateError
@@ -58,7 +60,8 @@ EXIT_STEP_ERROR = 2
 
 
 def progress_line(step: str, seconds: float, result: dict | None) -> str:
-    hidden = ("step", "seconds", "log_failure")  # the log's failure has its own line
+    # The log's failure and the re-delivery ranges have lines of their own.
+    hidden = ("step", "seconds", "log_failure", "redelivered")
     figures = {k: v for k, v in (result or {}).items() if k not in hidden}
     shown = "  ".join(f"{k}={v}" for k, v in figures.items())
     return f"[pipeline] {step:<9} {seconds:7.1f} s  {shown}".rstrip()
@@ -128,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="extra Spark setting (repeatable)",
         )
-    findings.add_parser(sub)
+    findings_command.add_parser(sub)
     add_urls(
         sub.add_parser(
             "move-state",
@@ -179,10 +182,11 @@ def move_state(source_url: str, pipeline_url: str) -> int:
     from watch_service.store.database import mask_url
 
     if pipeline_url == source_url:
-        print(
+        progress.say(
             "[pipeline] move-state: no pipeline database apart from the source "
             "(set AUDITSYNC_PIPELINE_DATABASE_URL or --pipeline-database-url)",
-            file=sys.stderr,
+            sys.stderr,
+            level="ERROR",
         )
         return EXIT_STEP_ERROR
     with (
@@ -191,10 +195,9 @@ def move_state(source_url: str, pipeline_url: str) -> int:
     ):
         moved = pipeline_state.move(source, pipeline)
     shown = ", ".join(f"{t} {n}" for t, n in moved.items() if n)
-    print(
+    progress.say(
         f"[pipeline] moved the pipeline's state to {mask_url(pipeline_url)}: "
-        f"{shown or 'nothing to move'}",
-        flush=True,
+        f"{shown or 'nothing to move'}"
     )
     return 0
 
@@ -227,20 +230,37 @@ def run_steps(
     done: list[str] | None = None,
     pipeline_url: str | None = None,
 ) -> dict[str, dict]:
-    """Each step's ``run`` in turn with this session; returns their figures by step, and
-    appends each step that ran to ``done``. A step that raises stops the run (the exception
-    propagates). ``pipeline_url`` None: the pipeline's state is in the source's database."""
+    """Each step's ``run`` in turn with this session and one ``Warehouse`` attached to it;
+    returns their figures by step, and appends each step that ran to ``done``. A step that
+    raises stops the run (the exception propagates), as does a warehouse that cannot be
+    attached (an old hand-written layout: the first step is the one that failed).
+    ``pipeline_url`` None: the pipeline's state (the catalog too) is in the source's database."""
+    from spark_jobs.warehouse.warehouse import Warehouse
+
     out: dict[str, dict] = {}
+    warehouse = Warehouse.attach(spark, layout, pipeline_url or database_url)
     for step in steps:
         args = layout.namespace(step, database_url, partitions, pipeline_url)
         t0 = time.monotonic()
         module = _step_module(step)
-        figures = module.run(spark, args, hook)
+        figures = module.run(spark, args, hook, warehouse)
         out[step] = figures
         if done is not None:
             done.append(step)
-        print(progress_line(step, time.monotonic() - t0, figures), flush=True)
+        progress.say(progress_line(step, time.monotonic() - t0, figures))
+        for line in redelivery_lines(figures):
+            progress.say(f"[pipeline] re-delivered: {line}")
     return out
+
+
+def redelivery_lines(figures: dict | None) -> list[str]:
+    """compact's re-delivery ranges (``redelivered``), one line each (pure)."""
+    from watch_service.protocol.redelivery import Redelivery, describe
+
+    return [
+        describe(item["consumer"], [Redelivery.parse(item)])[0]
+        for item in (figures or {}).get("redelivered") or ()
+    ]
 
 
 def audit(
@@ -252,11 +272,12 @@ def audit(
         spark, layout, database_url, partitions, steps=("compact",), pipeline_url=pipeline_url
     )
     from spark_jobs.steps.reconcile.main import run as reconcile
+    from spark_jobs.warehouse.warehouse import Warehouse
 
-    figures = reconcile(
-        spark, layout.namespace("reconcile", database_url, partitions, pipeline_url, full=True)
-    )
-    print(progress_line("audit", figures["seconds"], figures), flush=True)
+    args = layout.namespace("reconcile", database_url, partitions, pipeline_url, full=True)
+    warehouse = Warehouse.attach(spark, layout, pipeline_url or database_url)
+    figures = reconcile(spark, args, None, warehouse)
+    progress.say(progress_line("audit", figures["seconds"], figures))
     return figures
 
 
@@ -278,7 +299,7 @@ def convert(spark, layout: Layout, database_url: str) -> int:
 
     tables.create(spark, layout, database_url)
     if legacy.convert(spark, layout, database_url) is None:
-        print(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert", flush=True)
+        progress.say(f"[pipeline] {layout.work}: no hand-written layout, nothing to convert")
     return 0
 
 
@@ -296,17 +317,16 @@ def execute(spark, args: argparse.Namespace, url: str, pipeline: str | None = No
     if args.action == "audit":
         figures = audit(spark, layout, url, args.num_partitions, pipeline)
         for line in figures["differences"]:
-            print(f"[pipeline] differs: {line}", flush=True)
+            progress.say(f"[pipeline] differs: {line}")
         verdict = "agrees with" if figures["agree"] else "DISAGREES with"
-        print(
+        progress.say(
             f"[pipeline] full audit {run_id} {verdict} the incremental runs "
-            f"({time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - started:.1f} s)"
         )
         return 0 if figures["agree"] else EXIT_FAILED_GATE
     with store.connect(own) as conn:
         lifecycle.start(conn, run_id, layout.catalog)
-    print(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}", flush=True)
+    progress.say(f"[pipeline] run {run_id}: landing {layout.landing}, work {layout.work}")
     done: list[str] = []
     try:
         figures = run_steps(
@@ -316,49 +336,53 @@ def execute(spark, args: argparse.Namespace, url: str, pipeline: str | None = No
         failed = next((s for s in STEPS if s not in done), STEPS[-1])
         with store.connect(own) as conn:
             lifecycle.fail(conn, run_id, failed, exc, layout.catalog)
-        print(
+        progress.say(
             f"[pipeline] run {run_id} failed in {failed}: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-            flush=True,
+            sys.stderr,
+            level="ERROR",
         )
         return EXIT_STEP_ERROR
     pruning = time.monotonic()
     removed = lifecycle.prune(own, layout, args.keep_runs or lifecycle.KEEP_RUNS, url)
     if removed:
-        print(
+        progress.say(
             f"[pipeline] retention: removed the outputs of {len(removed)} old run(s) "
-            f"({time.monotonic() - pruning:.1f} s)",
-            flush=True,
+            f"({time.monotonic() - pruning:.1f} s)"
         )
     if not figures["verify"]["passed"]:
-        print(
+        progress.say(
             f"[pipeline] FAILED quality gate: {gate_failure(figures['verify'])} "
-            f"(run {run_id}, {time.monotonic() - started:.1f} s)",
-            flush=True,
+            f"(run {run_id}, {time.monotonic() - started:.1f} s)"
         )
         return EXIT_FAILED_GATE
-    print(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)", flush=True)
+    progress.say(f"[pipeline] passed (run {run_id}, {time.monotonic() - started:.1f} s)")
     return 0
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     if args.action == "findings":  # a read with pyiceberg: no Spark session
         try:
             source = _database_url(args.database_url)
-            return findings.main(args, _pipeline_url(args.pipeline_url, source, check=False))
+            url = _pipeline_url(args.pipeline_url, source, check=False)
+            return findings_command.main(args, url)
         except psycopg.OperationalError as exc:
-            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            progress.say(
+                f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+            )
             return EXIT_STEP_ERROR
     if args.action == "move-state":
         try:
             source = _database_url(args.database_url)
             return move_state(source, _pipeline_url(args.pipeline_url, source, check=False))
         except psycopg.OperationalError as exc:
-            print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+            progress.say(
+                f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+            )
             return EXIT_STEP_ERROR
         except (SettingsError, PipelineStateError) as exc:
-            print(f"[pipeline] move-state: {exc}", file=sys.stderr)
+            progress.say(f"[pipeline] move-state: {exc}", sys.stderr, level="ERROR")
             return EXIT_STEP_ERROR
     from spark_jobs.common.session import JdbcDriverMissing
     from watch_service.storage import Location, StorageError
@@ -370,22 +394,24 @@ def main(argv: list[str]) -> int:
         if args.keep_runs is None:
             args.keep_runs = lifecycle.keep_runs(os.environ)
     except (StorageError, SettingsError) as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
 
     try:
         url = _database_url(args.database_url)
         pipeline = _pipeline_url(args.pipeline_url, url)
     except psycopg.OperationalError as exc:
-        print(f"[pipeline] cannot use the database: {exc}".rstrip(), file=sys.stderr, flush=True)
+        progress.say(
+            f"[pipeline] cannot use the database: {exc}".rstrip(), sys.stderr, level="ERROR"
+        )
         return EXIT_STEP_ERROR
     except (SettingsError, PipelineStateError) as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
     try:
         spark = _session(args)
     except JdbcDriverMissing as exc:
-        print(f"[pipeline] {exc}", file=sys.stderr, flush=True)
+        progress.say(f"[pipeline] {exc}", sys.stderr, level="ERROR")
         return EXIT_STEP_ERROR
     try:
         return execute(spark, args, url, None if pipeline == url else pipeline)

@@ -1,12 +1,8 @@
 """The audit log as a pipeline run left it, or as it was at a given time: Iceberg time travel
-from Python (pyiceberg through ``spark_jobs.warehouse.readers``, no JVM), shared by the command
-
-    auditsync audit-log show --topic T --work LOCATION [--as-of RUN_ID|TIMESTAMP]
-                             [--after SEQ] [--limit N] [--json] [--database-url URL]
-
-and the Airflow plugin's audit-log page (the same command's ``key``, ``keygen``, ``publish``,
-``prove`` and ``verify``, the audit log's signed transparency log, are
-``spark_jobs.tlog_command``). ``--as-of RUN_ID`` reads the snapshot the run recorded
+from Python (pyiceberg through ``spark_jobs.warehouse.readers``, no JVM). The queries return
+data (:func:`page`, :class:`Page`); ``auditsync audit-log show``
+(``spark_jobs.audit_log_command``) and the Airflow plugin's audit-log page render it.
+``--as-of RUN_ID`` reads the snapshot the run recorded
 (``pipeline_runs.snapshots['audit_log']``; a run that did not write the audit log left it as it
 was when the run finished); ``--as-of 2026-11-26T08:00:00Z`` the snapshot
 current then; no ``--as-of``, the table now. Rows come in seq order, one topic, a page at a
@@ -17,13 +13,9 @@ line; the command prints it and exits 2.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
-import json
 import re
-import sys
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.warehouse import readers
@@ -34,9 +26,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 TABLE = "audit_log"
-DEFAULT_LIMIT = 100
-DATA_WIDTH = 60
-COLUMNS = ("topic", "seq", "ts", "tag", "node", "meta", "data", "data_sha256", "origin", "run_id")
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -110,6 +99,9 @@ class Page:
     rows: list[dict[str, Any]]
     snapshot_id: int | None  # None: the table had no snapshot then (no rows)
     next_after: int | None  # the --after of the next page, None when this is the last
+    # The tombstone leaves of the page's seqs (``protocol.tlog.leaf.tombstone_ranges``):
+    # (first, last, reason), filled by ``show``.
+    tombstones: tuple[tuple[int, int, str], ...] = ()
 
 
 def snapshot_of(table: Table, target: Target, what: str) -> int | None:
@@ -190,7 +182,39 @@ def resolve(conn: Any, layout: Layout, as_of: AsOf) -> Target:
     return run_target(runs.run_snapshots(conn, as_of.run_id), layout, as_of.run_id)
 
 
-# -- the command ---------------------------------------------------------------------------------
+def page(
+    layout: Layout,
+    database_url: str,
+    topic: str,
+    as_of: AsOf,
+    after: int,
+    limit: int,
+    source_url: str | None = None,
+) -> Page:
+    """The query of ``auditsync audit-log show``: up to ``limit`` rows of ``topic`` after seq
+    ``after``, as ``as_of`` names the audit log, with the tombstone leaves of their seqs.
+    ``database_url`` is the pipeline's (its run tables and catalog); the tombstones are the
+    source's recorded gaps (``store.gap_reads``, read at ``source_url``, the pipeline's database
+    when not given) between ``after`` and the page's last row (to the last gap on the last
+    page), less the seqs the audit log holds."""
+    import psycopg
+
+    from watch_service.protocol.tlog.leaf import tombstone_ranges
+    from watch_service.store.gap_reads import topic_gaps
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        target = resolve(conn, layout, as_of)
+    with psycopg.connect(source_url or database_url, autocommit=True) as conn:
+        gaps = topic_gaps(conn, topic)
+    table = load(layout, database_url)
+    snapshot = snapshot_of(table, target, f"the audit log {as_of.describe()}")
+    found = read_page(table, snapshot, topic, after, limit)
+    held = [int(r["seq"]) for r in found.rows]
+    tombstones = tombstone_ranges(gaps, after + 1, found.next_after, held)
+    return dataclasses.replace(found, tombstones=tuple(tombstones))
+
+
+# -- shared by the renderers (the command's and the plugin's) -------------------------------------
 def iso_ms(ms: int) -> str:
     return (
         dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
@@ -200,106 +224,3 @@ def iso_ms(ms: int) -> str:
 def clip(text: str | None, width: int) -> str:
     text = "" if text is None else " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_table(rows: Sequence[Mapping[str, Any]], width: int = DATA_WIDTH) -> str:
-    """seq, ts, origin and the data clipped to ``width``, one line per row (pure)."""
-    lines = [f"{'seq':>10}  {'ts':<24}  {'origin':<10}  data"]
-    for r in rows:
-        lines.append(
-            f"{r['seq']:>10}  {iso_ms(r['ts']):<24}  {r['origin']:<10}  {clip(r['data'], width)}"
-        )
-    return "\n".join(lines)
-
-
-def render_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One JSON object per row and line, every column, dates as ISO text (pure)."""
-    return "\n".join(
-        json.dumps({k: r.get(k) for k in (*COLUMNS, "date")}, default=str, ensure_ascii=False)
-        for r in rows
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="auditsync audit-log", description="The warehouse's audit log, at any snapshot."
-    )
-    sub = parser.add_subparsers(dest="action", required=True)
-    show = sub.add_parser("show", help="print one topic's audit log as a run left it")
-    show.add_argument("--topic", required=True)
-    show.add_argument("--work", required=True, help="the warehouse: a path, file:// or s3://")
-    show.add_argument(
-        "--as-of",
-        default=None,
-        metavar="RUN_ID|TIMESTAMP",
-        help="a pipeline run id, or an ISO 8601 time such as 2026-11-26T08:00:00Z (default: now)",
-    )
-    show.add_argument("--after", type=int, default=0, metavar="SEQ", help="rows after this seq")
-    show.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="at most N rows")
-    show.add_argument("--json", action="store_true", help="one JSON object per line")
-    show.add_argument(
-        "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
-    )
-    show.add_argument(
-        "--pipeline-database-url",
-        dest="pipeline_url",
-        default=None,
-        help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
-        "source's database)",
-    )
-    from spark_jobs import tlog_command
-
-    tlog_command.add_parsers(sub)
-    return parser
-
-
-def show(args: argparse.Namespace, database_url: str) -> Page:
-    """One page of the audit log as ``--as-of`` left it; ``database_url`` is the pipeline's
-    (its run tables and catalog)."""
-    import psycopg
-
-    layout = Layout("", args.work, "")
-    as_of = AsOf.parse(args.as_of)
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        target = resolve(conn, layout, as_of)
-    table = load(layout, database_url)
-    snapshot = snapshot_of(table, target, f"the audit log {as_of.describe()}")
-    return read_page(table, snapshot, args.topic, args.after, args.limit)
-
-
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.action != "show":
-        from spark_jobs import tlog_command
-
-        return tlog_command.run(args)
-    if args.limit < 1:
-        print("auditsync audit-log: --limit must be at least 1", file=sys.stderr)
-        return 2
-    import psycopg
-
-    from spark_jobs.runner import _database_url, _pipeline_url
-
-    try:
-        Layout("", args.work, "")
-        source = _database_url(args.database_url)
-        page = show(args, _pipeline_url(args.pipeline_url, source))
-    except AuditsyncError as exc:  # TimeTravelError, StorageError, settings, the cluster
-        print(f"auditsync audit-log: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:
-        print(f"auditsync audit-log: cannot use the database: {exc}".rstrip(), file=sys.stderr)
-        return 2
-    if args.json:
-        if page.rows:
-            print(render_json(page.rows))
-    else:
-        print(render_table(page.rows))
-        where = "no snapshot yet" if page.snapshot_id is None else f"snapshot {page.snapshot_id}"
-        more = "" if page.next_after is None else f"; more after seq {page.next_after}"
-        print(f"({len(page.rows)} rows of {args.topic}, {where}{more})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

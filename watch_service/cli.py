@@ -7,9 +7,11 @@ import asyncio
 import errno
 import logging
 import sys
+from typing import TextIO
 
 import psycopg
 
+from watch_service import logs
 from watch_service import settings as settings_mod
 from watch_service.settings import LOG_FORMATS, Settings, SettingsError
 from watch_service.store.cluster import EmbeddedPgError
@@ -33,6 +35,15 @@ from watch_service.web.listeners import (
 )
 
 log = logging.getLogger("auditsync")
+
+
+def _say(text: str, stream: TextIO | None = None, level: str = "INFO") -> None:
+    """A line for the user: as is, or one JSON line when ``AUDITSYNC_LOG_FORMAT=json``."""
+    try:
+        log_format = settings_mod.log_format()
+    except SettingsError:  # named by the settings' own check; this line stays text
+        log_format = "text"
+    print(logs.line(text, log_format, level=level), file=stream or sys.stdout, flush=True)
 
 
 def _db(args, settings: Settings) -> int:
@@ -62,7 +73,10 @@ def _db(args, settings: Settings) -> int:
 def _migrate(args, settings: Settings) -> int:
     url = database_url(settings)
     applied = migrate(url)
-    print("\n".join(f"applied {n}" for n in applied) or "schema is up to date")
+    for n in applied:
+        _say(f"applied {n}")
+    if not applied:
+        _say("schema is up to date")
     return 0
 
 
@@ -71,7 +85,6 @@ def _serve(args, settings: Settings) -> int:
 
     from watch_service import serve as serve_mod
     from watch_service.app import create_app
-    from watch_service.web import logs
     from watch_service.web.serving import serve
 
     logs.configure(settings.log_format)
@@ -84,7 +97,7 @@ def _serve(args, settings: Settings) -> int:
     app = create_app(settings, url)  # with workers too: a bad setting fails here, once
     if workers > 1:
         code = serve_mod.supervise(workers, settings, url, sock)  # the workers inherit sock
-        print(_stopped_message(settings, url), file=sys.stderr)
+        _say(_stopped_message(settings, url), sys.stderr)
         return code
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -101,7 +114,7 @@ def _serve(args, settings: Settings) -> int:
         if exc.errno != errno.EADDRINUSE:
             raise
         raise http_unavailable(settings.host, settings.port, exc) from None
-    print(_stopped_message(settings, url), file=sys.stderr)
+    _say(_stopped_message(settings, url), sys.stderr)
     return 0
 
 
@@ -137,8 +150,8 @@ def _retention(args, settings: Settings) -> int:
 
     written = asyncio.run(once())
     for topic, gap in written:
-        print(f"{topic}: trimmed [{gap.gap_from}, {gap.gap_to}] ({gap.reason})")
-    print(f"retention: {len(written)} gap(s) written")
+        _say(f"{topic}: trimmed [{gap.gap_from}, {gap.gap_to}] ({gap.reason})")
+    _say(f"retention: {len(written)} gap(s) written")
     return 0
 
 
@@ -160,7 +173,7 @@ _DELEGATED = (
     ("pipeline", "spark_jobs.runner", "run compact → reconcile → backfill → verify"),
     (
         "audit-log",
-        "spark_jobs.time_travel",
+        "spark_jobs.audit_log_command",
         "show the warehouse's audit log as a pipeline run left it (time travel)",
     ),
     (
@@ -310,10 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return module.main(argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
+        logs.configure_command(settings_mod.log_format())
         settings = settings_mod.load(
             host=getattr(args, "host", None),
             port=getattr(args, "port", None),
@@ -327,10 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             check_url(settings.database_url)
         return args.func(args, settings)
     except (SettingsError, EmbeddedPgError, MigrationError, KeyFileError, StartupError) as exc:
-        print(f"auditsync: {exc}", file=sys.stderr)
+        _say(f"auditsync: {exc}", sys.stderr, "ERROR")
         return 2
     except psycopg.OperationalError as exc:
-        print(f"auditsync: cannot reach PostgreSQL: {str(exc).strip()}", file=sys.stderr)
+        _say(f"auditsync: cannot reach PostgreSQL: {str(exc).strip()}", sys.stderr, "ERROR")
         return 2
     except KeyboardInterrupt:
         return 130

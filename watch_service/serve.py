@@ -339,7 +339,7 @@ async def _worker(
 def worker_main(argv: list[str] | None = None) -> int:
     import uvloop
 
-    from watch_service.web import logs
+    from watch_service import logs
 
     parser = argparse.ArgumentParser(prog="auditsync-worker")
     parser.add_argument("--index", type=int, required=True)

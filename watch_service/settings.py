@@ -222,6 +222,16 @@ def _check_ranges(values: dict[str, Any], source: dict[str, str]) -> None:
             raise SettingsError(f"{where}: must be > 0, got {value!r}")
 
 
+def log_format(environ: Mapping[str, str] | None = None) -> str:
+    """``AUDITSYNC_LOG_FORMAT`` alone (``text`` unless set), checked as :func:`load` checks it:
+    the one logging setting of the commands that need no other (the Spark jobs)."""
+    env = os.environ if environ is None else environ
+    value = env.get("AUDITSYNC_LOG_FORMAT") or "text"
+    if value not in LOG_FORMATS:
+        raise SettingsError(f"AUDITSYNC_LOG_FORMAT: expected text or json, got {value!r}")
+    return value
+
+
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build Settings from ``environ`` (default ``os.environ``) then explicit overrides.
 

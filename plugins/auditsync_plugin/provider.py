@@ -32,6 +32,15 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Audit-log sync: the watch service's hook, sensors, triggers, operators "
         "and notifiers, the reconciliation DAGs and the Reconciliation page.",
         "versions": [_version()],
+        # Assets named as the pipeline's OpenLineage events name the Iceberg tables
+        # (auditsync_plugin.lineage), so the openlineage provider translates them too.
+        "asset-uris": [
+            {
+                "schemes": ["iceberg"],
+                "handler": "auditsync_plugin.lineage.sanitize_uri",
+                "to_openlineage_converter": "auditsync_plugin.lineage.asset_to_openlineage",
+            }
+        ],
         "connection-types": [
             {
                 "hook-class-name": "auditsync_plugin.hooks.watch_service.WatchServiceHook",

@@ -10,27 +10,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.common import store
-from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEFT, SUMMARY, conform
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 
 def quality_frames(spark: SparkSession, layout: Layout, database_url: str) -> dict[str, DataFrame]:
     """Suite name -> this run's rows."""
-    tables.attach(spark, layout, database_url)
+    wh = Warehouse.attach(spark, layout, database_url)
     with store.connect(database_url) as conn:
         first, last = runs.run_batches(conn, layout.run_id) or (1, 0)
     run = layout.run_id
     return {
         "deliveries": conform(
-            tables.read(spark, layout, "deliveries").filter(F.col("batch").between(first, last)),
+            wh.read("deliveries").filter(F.col("batch").between(first, last)),
             DELIVERIES,
         ),
-        "reconciliation": conform(tables.run_rows(spark, layout, "summary", run), SUMMARY),
-        "detail": conform(tables.run_rows(spark, layout, "detail", run), DETAIL),
-        "remaining": conform(tables.run_rows(spark, layout, "remaining", run), LEFT),
-        "audit_log": conform(
-            tables.read(spark, layout, "audit_log").filter(F.col("run_id") == run), AUDIT_LOG
-        ),
+        "reconciliation": conform(wh.run_rows("summary", run), SUMMARY),
+        "detail": conform(wh.run_rows("detail", run), DETAIL),
+        "remaining": conform(wh.run_rows("remaining", run), LEFT),
+        "audit_log": conform(wh.read("audit_log").filter(F.col("run_id") == run), AUDIT_LOG),
     }

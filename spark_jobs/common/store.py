@@ -38,12 +38,11 @@ def record_step(args, step: str, figures: Mapping[str, object]) -> None:
             runs.record_step(conn, args.run_id, step, figures)
 
 
-def record_snapshots(args, spark, layout, names: tuple[str, ...]) -> None:
-    """Record the tables' current snapshot ids in ``pipeline_runs`` (time travel, expiry)."""
+def record_snapshots(args, warehouse, names: tuple[str, ...]) -> None:
+    """Record the tables' current snapshot ids (``warehouse.snapshots``) in ``pipeline_runs``
+    (time travel, expiry)."""
     url = pipeline_url(args)
     if url:
-        from spark_jobs.warehouse import tables
-
-        ids = tables.snapshots(spark, layout, names)
+        ids = warehouse.snapshots(names)
         with connect(url) as conn:
-            runs.record_snapshots(conn, args.run_id, layout.catalog, ids)
+            runs.record_snapshots(conn, args.run_id, warehouse.layout.catalog, ids)

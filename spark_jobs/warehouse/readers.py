@@ -61,7 +61,12 @@ def shared_catalog(name: str, database_url: str, s3: S3Config | None = None) -> 
 
 
 def load(layout: Layout, database_url: str, name: str, s3: S3Config | None = None) -> Table:
-    return catalog(layout, database_url, s3).load_table(f"{NAMESPACE}.{name}")
+    return table_in(catalog(layout, database_url, s3), name)
+
+
+def table_in(catalog: SqlCatalog, name: str) -> Table:
+    """The warehouse table ``name`` (``layout.TABLES``) of a catalog."""
+    return catalog.load_table(f"{NAMESPACE}.{name}")
 
 
 def snapshot_at(table: Table, when: dt.datetime) -> int | None:

@@ -50,6 +50,7 @@ CONSUMER = "primary"
 CONNECT_CONN = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
 LOG_KEY_CONN = "AIRFLOW_CONN_AUDITSYNC_LOG_KEY"
 LOG_SIGNER = note.Signer.generate("auditsync.test/airflow")
+OL_NAMESPACE, OL_EVENTS = "auditsync-test", "openlineage.jsonl"
 FAULT_POLICY = FaultPolicy(drop_fraction=0.03, corrupt=2, seed=11)
 FAULTS = [
     *("--fault-drop-fraction", str(FAULT_POLICY.drop_fraction)),
@@ -205,6 +206,12 @@ def airflow_home(
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         # verify signs each topic's audit log with this connection's password (issue 33)
         LOG_KEY_CONN: json.dumps({"conn_type": "generic", "password": str(LOG_SIGNER)}),
+        # every run's OpenLineage events, one JSON a line, through OpenLineage's own file
+        # transport (tests/airflow/test_lineage.py reads them)
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": OL_NAMESPACE,
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(local / OL_EVENTS), "append": True}
+        ),
     }
     home = AirflowHome(local, full)
     # a bound against a hang, not a target: about 3 s alone, over 180 s at load 24-30 (three

@@ -61,7 +61,9 @@ def test_a_bad_keep_runs_setting_is_an_import_error_naming_it(tmp_path_factory):
 def test_no_import_errors_and_both_dags(parsed):
     assert parsed["import_errors"] == {}
     assert parsed["dags"] == ["audit_full", "audit_sync", "maintenance", "retention"]
-    assert parsed["plugins"] == ["auditsync"] and parsed["plugin_errors"] == {}
+    # ours, beside the openlineage provider's listener plugin
+    assert parsed["plugins"] == ["OpenLineageProviderPlugin", "auditsync"]
+    assert parsed["plugin_errors"] == {}
 
 
 def test_parsing_does_no_io_and_no_heavy_imports(parsed):
@@ -101,6 +103,8 @@ def test_the_pipeline_wiring(parsed):
         "auditsync_quality_report",
         "auditsync_reconciliation",
         "auditsync_search_index",
+        # the alias the run's tables are published under, named as lineage names them
+        "auditsync_warehouse_tables",
     ]
 
 

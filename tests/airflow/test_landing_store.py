@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from auditsync_plugin.hooks.landing_store import aws_conn_id_setting, landing_storage, s3_config
+from auditsync_plugin.hooks.landing_store import (
+    aws_conn_id_setting,
+    hook_s3_config,
+    landing_storage,
+    s3_config,
+)
 from auditsync_plugin.sink_cursors import SinkPosition, read_positions
 from watch_service.storage import S3Config, StorageError
 
-from ..support import ON_BOTH_STORAGES, ON_S3
+from ..support import ON_BOTH_STORAGES, ON_S3, free_port
 
 pytestmark = pytest.mark.airflow
 
@@ -73,3 +79,53 @@ def test_an_s3_landing_is_read_with_the_named_aws_connection(
     store = landing_storage(landing_location.uri())
     assert store.s3 == cfg
     assert read_positions(store) == ([SinkPosition("c1", ("a",), {"a": 7})], [])
+
+
+@ON_S3
+def test_the_amazon_providers_hook_reads_the_aws_connection(
+    landing_location, object_store, monkeypatch
+):
+    """With the amazon provider installed, AwsBaseHook reads the connection: the keys are
+    nowhere else (the S3 server refuses unsigned requests), and a role_arn makes the hook assume
+    the role through STS first."""
+    cfg = object_store.config
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    extra = {"service_config": {"s3": {"endpoint_url": cfg.endpoint}}, "region_name": cfg.region}
+    conn = {"conn_type": "aws", "login": cfg.access_key, "password": cfg.secret_key}
+    monkeypatch.setenv("AIRFLOW_CONN_S3_HOOKED", json.dumps({**conn, "extra": extra}))
+    assert hook_s3_config("s3_hooked") == cfg
+    landing_location.write_bytes("c1/state.json", b'{"topics": ["a"], "cursors": {"a": 3}}')
+    store = landing_storage(landing_location.uri(), "s3_hooked")
+    assert read_positions(store) == ([SinkPosition("c1", ("a",), {"a": 3})], [])
+
+    sts = f"http://127.0.0.1:{free_port()}"  # nothing listens: STS cannot be reached
+    role = {
+        **extra,
+        "role_arn": "arn:aws:iam::123456789012:role/landing-reader",
+        "service_config": {**extra["service_config"], "sts": {"endpoint_url": sts}},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_S3_ROLE", json.dumps({**conn, "extra": role}))
+    with pytest.raises(
+        StorageError,
+        match=rf"^connection 's3_role': AWS credentials: .*Could not connect to the endpoint "
+        rf"URL: \"{sts}/\"",
+    ):
+        landing_storage(landing_location.uri(), "s3_role")
+
+
+@ON_S3
+def test_without_the_amazon_provider_the_connection_is_read_by_hand(
+    landing_location, object_store, monkeypatch
+):
+    """The fallback: as if the provider were not installed, the connection's own fields."""
+    monkeypatch.setitem(sys.modules, "airflow.providers.amazon.aws.hooks.base_aws", None)
+    cfg = object_store.config
+    extra = {"endpoint_url": cfg.endpoint, "region_name": cfg.region}
+    conn = {"conn_type": "aws", "login": cfg.access_key, "password": cfg.secret_key}
+    monkeypatch.setenv("AIRFLOW_CONN_S3_PLAIN", json.dumps({**conn, "extra": extra}))
+    assert hook_s3_config("s3_plain") is None
+    landing_location.write_bytes("c1/state.json", b'{"topics": ["a"], "cursors": {"a": 4}}')
+    store = landing_storage(landing_location.uri(), "s3_plain")
+    assert store.s3 == cfg
+    assert read_positions(store) == ([SinkPosition("c1", ("a",), {"a": 4})], [])

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from auditsync_plugin.ui import assets
+from auditsync_plugin.ui import findings as ui_findings
 from auditsync_plugin.ui import report as ui_report
 from auditsync_plugin.ui.runs import TopicLine
 from spark_jobs import findings
@@ -375,8 +376,8 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
     assert (cli.returncode, cli.stderr) == (0, ""), cli.stderr
     assert [json.loads(line) for line in cli.stdout.splitlines()] == want
 
-    pages = -(-len(want) // findings.PAGE_ROWS)
-    first = want[: findings.PAGE_ROWS]
+    pages = -(-len(want) // ui_findings.PAGE_ROWS)
+    first = want[: ui_findings.PAGE_ROWS]
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
@@ -415,8 +416,8 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
             for number in range(2, pages + 1):
                 with page.expect_navigation():
                     page.click("#pager a:text-is('next →')")
-                start = (number - 1) * findings.PAGE_ROWS
-                assert shown_rows(page) == as_cells(want[start : start + findings.PAGE_ROWS])
+                start = (number - 1) * ui_findings.PAGE_ROWS
+                assert shown_rows(page) == as_cells(want[start : start + ui_findings.PAGE_ROWS])
                 assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
             assert page.locator("#pager a:text-is('next →')").count() == 0
 
@@ -449,9 +450,9 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
                 page.select_option(f"#filter-{name}", value)
             with page.expect_navigation():
                 page.click("#filters button")
-            assert shown_rows(page) == as_cells(kept[: findings.PAGE_ROWS])
+            assert shown_rows(page) == as_cells(kept[: ui_findings.PAGE_ROWS])
             assert page.inner_text("#pager span") == (
-                f"page 1 of {-(-len(kept) // findings.PAGE_ROWS)} "
+                f"page 1 of {-(-len(kept) // ui_findings.PAGE_ROWS)} "
                 f"({len(kept)} of {len(want)} ranges)"
             )
             with page.expect_download() as info:

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,7 @@ def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
         watch = json.loads(env["AIRFLOW_CONN_AUDITSYNC_WATCH"])
         assert (watch["host"], watch["port"]) == ("watch", 8400)
         # The workers run the image that fetched the jars there: spark-submits send none.
-        assert env["AUDITSYNC_SPARK_WORKER_JARS"] == "/opt/auditsync/.local/jars"
+        assert env["AUDITSYNC_SPARK_WORKER_JARS"] == "/opt/airflow/jars"
         assert services["spark-worker-1"]["image"] == services[name]["image"]
 
 
@@ -307,14 +308,69 @@ def test_no_secret_is_written_in_the_file(services):
             assert REQUIRED_VAR.match(pw), f"{name}: {key} embeds a password"
 
 
-def test_one_image_built_from_the_lock(services):
-    build = services["watch"]["build"]
-    inline = build["dockerfile_inline"]
-    assert "uv sync --frozen" in inline and "COPY pyproject.toml uv.lock" in inline
+def locked_version(package: str) -> str:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    [version] = [p["version"] for p in lock["package"] if p["name"] == package]
+    return version
+
+
+def test_one_image_on_the_official_airflow_image_of_the_locked_versions(services):
+    """apache/airflow of uv.lock's Airflow and of the Python `make setup` uses (one the lock
+    resolves for), plus the wheel and the lock's pins of its extras."""
+    inline = services["watch"]["build"]["dockerfile_inline"]
+    froms = re.findall(r"^FROM (\S+)", inline, re.MULTILINE)
+    assert froms == ["python:3.11-slim-bookworm", "apache/airflow:3.3.2-python3.11"]
+    assert locked_version("apache-airflow") == "3.3.2"
+    image_python = froms[1].rpartition("-python")[2]
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"--python python{image_python}" in makefile
+    environments = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
+    assert f"python_version >= '{image_python}'" in environments["environments"][0]
+    assert "uv build --wheel" in inline
+    assert "uv export --frozen --no-dev --no-emit-project" in inline
+    assert "--extra airflow --extra pipeline" in inline
+    assert "pip install --no-cache-dir --no-deps /tmp/dist/auditsync-*.whl" in inline
     assert "libpostgresql-jdbc-java" in inline and "openjdk-17-jre-headless" in inline
     for name, svc in services.items():
         if not svc.get("image", "").startswith("postgres:"):
             assert svc["image"] == "auditsync:dev", name
+
+
+def test_every_long_running_service_has_a_healthcheck(services):
+    """Every service that stays up reports its health; the Airflow jobs through Airflow's own
+    `jobs check` of this host's job."""
+    one_shot = {"migrate", "airflow-init"}
+    for name, svc in services.items():
+        if name not in one_shot:
+            assert svc.get("healthcheck", {}).get("test"), name
+    for name, job in (
+        ("airflow-scheduler", "SchedulerJob"),
+        ("airflow-dag-processor", "DagProcessorJob"),
+        ("airflow-triggerer", "TriggererJob"),
+    ):
+        test = services[name]["healthcheck"]["test"]
+        assert test == ["CMD", "airflow", "jobs", "check", "--job-type", job, "--local"], name
+    assert "/api/v2/monitor/health" in " ".join(
+        services["airflow-api-server"]["healthcheck"]["test"]
+    )
+    assert "/readyz" in " ".join(services["watch"]["healthcheck"]["test"])
+    assert "--metrics-port 9464" in command(services["sink"])
+
+
+def test_only_airflow_commands_go_through_the_images_entrypoint(services):
+    """The official image's entrypoint runs `airflow …` (and `python …`): every other command
+    starts under dumb-init alone; the DAGs come from the installed package."""
+    for name, svc in services.items():
+        if svc.get("image", "").startswith("postgres:"):
+            continue
+        first = command(svc).split()[0]
+        if first in ("airflow", "python"):
+            assert "entrypoint" not in svc, name
+        else:
+            assert svc["entrypoint"] == ["/usr/bin/dumb-init", "--"], name
+    for name in AIRFLOW_SERVICES:
+        dags = services[name]["environment"]["AIRFLOW__CORE__DAGS_FOLDER"]
+        assert dags.endswith("/site-packages/auditsync_plugin/dags"), name
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:

@@ -1,7 +1,12 @@
 """The sink counts what it lands: the real service process is killed after the sink landed
 every record, restarts, and re-sends from the cursors it had persisted (behind the sink's).
 Every re-sent record is recognised, logged and counted; no cursor moves backwards, in memory,
-in ``state.json`` or in a segment footer; and the landing holds exactly the re-sent copies."""
+in ``state.json`` or in a segment footer; and the landing holds exactly the re-sent copies.
+
+Each re-sent range is evidence in the footers of the segments that land it, as compact reads
+it back (``redelivered``): a plain duplicate (the same copies again) and a source restored
+with its sessions (the seqs issued again, other content) give the two different verdicts,
+with their exact ranges."""
 
 from __future__ import annotations
 
@@ -16,8 +21,12 @@ import psycopg
 import pytest
 
 from watch_service.protocol import cursor as cursor_codec
+from watch_service.protocol.requests import NewRecord
 from watch_service.sink.landing import Landing
+from watch_service.storage import Storage
+from watch_service.store import topics as topic_store
 
+from ..restore import SOURCE_TABLES
 from ..support import ServiceProcess, unique, wait_for
 from . import harness as lv
 
@@ -113,3 +122,69 @@ async def test_redelivery_after_a_service_restart_is_counted_exactly(
         assert all(after[t] >= before[t] for t in before), (before, after)
     state = lv.state(cfg)
     assert state["cursors"] == done and cursor_codec.decode(state["last_id"]) == done
+    assert evidence(cfg) == [
+        ("c1", t, behind[t] + 1, PER_TOPIC, "duplicate", PER_TOPIC) for t in sorted(topics)
+    ]
+
+
+def evidence(cfg) -> list[tuple]:
+    """The re-delivery ranges compact reads from the landing's segment footers."""
+    from spark_jobs.steps.compact.main import listed_names, new_segments, redelivered
+
+    root = Storage(cfg.landing)
+    segments = new_segments(listed_names(root, {"consumers": {}}), {"consumers": {}})
+    return sorted(
+        (r["consumer"], r["topic"], r["seq_from"], r["seq_to"], r["verdict"], r["cursor"])
+        for r in redelivered(root, segments)
+    )
+
+
+async def test_a_source_restored_with_its_sessions_reissues_seqs_the_sink_holds(
+    restorable, http, tmp_path, caplog
+):
+    """The source and its sessions go back to a copy taken at seq 100 while the sink, never
+    restarted, holds 1..200; 101..250 are written again with other content before the service
+    is back, so the session resumes at 100, below the sink's cursor and the new head: 101..200
+    come again, reissued, with nothing to say so but the copies themselves."""
+    caplog.set_level(logging.INFO, logger="auditsync.sink")
+    topic = unique("reissue")
+    proc = ServiceProcess(
+        restorable.url, env={"AUDITSYNC_CURSOR_FLUSH_MS": "20"}, log_path=tmp_path / "svc.log"
+    )
+    await asyncio.to_thread(proc.start)
+    cfg = lv.config(tmp_path / "landing", proc.url, topics=(topic,), backoff_cap_ms=300)
+    try:
+        async with http.put(f"{proc.url}/v0/topics/{topic}", json={}) as r:
+            assert r.status == 201
+        async with lv.running(cfg) as run:
+            await append(http, proc.url, topic, range(1, 101))
+            await wait_for(lambda: lv.state(cfg).get("cursors") == {topic: 100}, timeout=60,
+                           what="1..100 landed")  # fmt: skip
+            wid = lv.state(cfg)["wid"]
+
+            async def flushed() -> bool:
+                return await persisted_cursors(restorable.url, wid) == {topic: 100}
+
+            await wait_for(flushed, timeout=30, what="the session's cursor stored at 100")
+            backup = await restorable.dump(SOURCE_TABLES)
+            await append(http, proc.url, topic, range(101, 201))
+            await wait_for(lambda: lv.state(cfg).get("cursors") == {topic: 200}, timeout=60,
+                           what="101..200 landed")  # fmt: skip
+            await asyncio.to_thread(proc.stop)
+            await restorable.restore(backup, SOURCE_TABLES)
+            assert await persisted_cursors(restorable.url, wid) == {topic: 100}
+            async with await psycopg.AsyncConnection.connect(restorable.url, autocommit=True) as db:
+                again = [NewRecord(f'{{"n":{n},"v":"b"}}', None, None, None) for n in range(150)]
+                done = await topic_store.append(db, topic, again)
+                assert done is not None and (done.first_seq, done.last_seq) == (101, 250)
+            await asyncio.to_thread(proc.start)
+            await wait_for(lambda: lv.state(cfg).get("cursors") == {topic: 250}, timeout=60,
+                           what="101..250 landed again")  # fmt: skip
+            assert run.sink.stats.duplicates == 100
+            assert await run.stop() == 0
+    finally:
+        await asyncio.to_thread(proc.stop)
+    assert evidence(cfg) == [("c1", topic, 101, 200, "reissued", 200)]
+    assert f"c1 {topic}: seqs 101..200 re-delivered at or below its cursor 200 (reissued" in (
+        caplog.text
+    )

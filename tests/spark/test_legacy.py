@@ -33,6 +33,7 @@ from spark_jobs.steps.verify.transforms import LEFT
 from spark_jobs.warehouse import readers, tables
 from spark_jobs.warehouse.layout import TABLES, Layout
 from spark_jobs.warehouse.schemas import AUDIT_LOG, DELIVERIES, DETAIL, LEDGER, SUMMARY
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.protocol.landing import COLUMN_NAMES
 from watch_service.store import runs
 
@@ -318,10 +319,11 @@ def test_layout2_warehouse_converted_once_exactly(spark, pg_url, tmp_path, capsy
         time_travel.snapshot_of(table, target, "the audit log as run r2 left it")
 
     # A second time: no message, no commit anywhere.
-    before = tables.snapshots(spark, layout, TABLES)
+    wh = Warehouse.open(layout, pg_url, spark=spark)
+    before = wh.snapshots(TABLES)
     assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""
-    assert tables.snapshots(spark, layout, TABLES) == before
+    assert wh.snapshots(TABLES) == before
 
 
 def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp_path, capsys):
@@ -345,6 +347,6 @@ def test_layout1_warehouse_keeps_its_audit_log_and_recompacts(spark, pg_url, tmp
     assert len(got) == 3
     assert canon(got, AUDIT_LOG, "run_id") == canon(want, AUDIT_LOG, "run_id")
     assert table_rows(layout, pg_url, "deliveries") == []
-    assert tables.compact_state(spark, layout) == {"batch": 0, "consumers": {}}
+    assert Warehouse.open(layout, pg_url).compact_state() == {"batch": 0, "consumers": {}}
     assert legacy.convert(spark, layout, pg_url) is None
     assert capsys.readouterr().err == ""

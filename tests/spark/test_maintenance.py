@@ -15,8 +15,9 @@ import psycopg
 import pytest
 
 from spark_jobs.steps.maintenance import main as maintenance
-from spark_jobs.steps.maintenance import plan
-from spark_jobs.warehouse import readers, tables
+from spark_jobs.warehouse import maintenance as plan
+from spark_jobs.warehouse import readers
+from spark_jobs.warehouse.warehouse import Warehouse
 
 from ..support import unique
 from .warehouse import build
@@ -55,7 +56,8 @@ def test_maintenance_compacts_expires_and_keeps_what_runs_need(spark, pg_url, tm
             (house.run_ids[KEPT], house.run_ids),
         )
     before = readers.audit_log(layout, pg_url).to_pylist()
-    compact_before = tables.compact_state(spark, layout)
+    wh = Warehouse.open(layout, pg_url, spark=spark)
+    compact_before = wh.compact_state()
     assert compact_before == house.compact_state
     assert _files_per_partition(spark, audit) == dict.fromkeys(house.topics, APPENDS // 2)
     location = readers.load(layout, pg_url, "audit_log").location().removeprefix("file:")
@@ -70,7 +72,7 @@ def test_maintenance_compacts_expires_and_keeps_what_runs_need(spark, pg_url, tm
 
     per = figures["tables"]
     assert sorted(per) == ["audit_log", "deliveries"]  # the others were never written
-    compact_snap = tables.compact_snapshot(spark, layout)["snapshot_id"]
+    compact_snap = wh.compact_snapshot()["snapshot_id"]
     assert {k: v for k, v in per["audit_log"].items() if k != "seconds"} == {
         "files_before": APPENDS,
         "files_after": 2,
@@ -98,5 +100,5 @@ def test_maintenance_compacts_expires_and_keeps_what_runs_need(spark, pg_url, tm
     )
     kept = {s.snapshot_id for s in readers.load(layout, pg_url, "audit_log").snapshots()}
     assert house.snapshots[KEPT - 1] not in kept and set(house.snapshots[KEPT:]) <= kept
-    assert tables.compact_state(spark, layout) == compact_before
+    assert wh.compact_state() == compact_before
     assert not stray.exists()

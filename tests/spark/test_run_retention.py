@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 from spark_jobs import lifecycle
 from spark_jobs.warehouse import readers, tables
 from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 from ..support import unique
@@ -64,7 +65,7 @@ def test_pruning_keeps_the_newest_runs_and_their_time_travel(spark, pg_url, tmp_
     prefix = unique("prune")
     ids = [f"{prefix}-{i}" for i in range(RUNS)]
     layout = Layout("", str(tmp_path / "warehouse"), ids[-1])
-    tables.attach(spark, layout, pg_url)
+    wh = Warehouse.attach(spark, layout, pg_url)
     snapshots: dict[str, dict[str, int]] = {}
     spark.conf.set(NO_DISTRIBUTION, "none")  # one-row commits: nothing to distribute
     try:
@@ -75,8 +76,8 @@ def test_pruning_keeps_the_newest_runs_and_their_time_travel(spark, pg_url, tmp_
                 rows = spark.createDataFrame(
                     [one_row(tables.SCHEMAS[name][0])], tables.SCHEMAS[name][0]
                 )
-                tables.replace_run(layout, name, run_id, rows)
-            snapshots[run_id] = tables.snapshots(spark, layout, RUN_TABLES)
+                wh.replace_run(name, run_id, rows)
+            snapshots[run_id] = wh.snapshots(RUN_TABLES)
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 window = ("c1", "t", 0, 10 * i, 10 * i + 10, None)
                 summary = ("c1", "t", "delivered", 10, 0)

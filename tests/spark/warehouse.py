@@ -14,6 +14,7 @@ import psycopg
 
 from spark_jobs.warehouse import readers, tables
 from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.warehouse import Warehouse as House
 from watch_service.store import runs
 
 DAY = dt.date(2026, 11, 26)
@@ -50,7 +51,7 @@ def delivery_row(consumer: str, frame_no: int, batch: int) -> tuple:
 
 def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse:
     layout = Layout("", work, "")
-    tables.attach(spark, layout, pg_url)
+    wh = House.attach(spark, layout, pg_url)
     topics = (f"{prefix}-a", f"{prefix}-b")
     schema = tables.SCHEMAS["audit_log"][0]
     run_ids = []
@@ -62,7 +63,7 @@ def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse
             run_id = f"{prefix}-run-{i:03d}"
             row = audit_row(topics[i % 2], i // 2 + 1, run_id)
             df = spark.createDataFrame([row], schema)
-            tables.append(layout, "audit_log", df, {tables.RUN_PROPERTY: run_id})
+            wh.append("audit_log", df, {tables.RUN_PROPERTY: run_id})
             run_ids.append(run_id)
     finally:
         spark.conf.unset(NO_DISTRIBUTION)
@@ -74,8 +75,7 @@ def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse
     state: dict = {}
     for batch in (1, 2):
         state = {"batch": batch, "consumers": {"c1": {"segment_through": batch}}}
-        tables.append(
-            layout,
+        wh.append(
             "deliveries",
             spark.createDataFrame(
                 [delivery_row("c1", batch, batch)], tables.SCHEMAS["deliveries"][0]

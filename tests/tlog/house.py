@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,3 +41,15 @@ def audit_table(layout: Layout, pg_url: str, rows: list[dict]) -> Any:
         spec.add_identity("topic")
     table.append(pa.Table.from_pylist(rows, SCHEMA))
     return table
+
+
+def go_check(tlogcheck: Path, request: dict) -> dict:
+    done = subprocess.run(
+        [str(tlogcheck)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout)

@@ -331,3 +331,26 @@ def test_seqs_nobody_copied_below_a_row_are_uncopied_leaves() -> None:
         *[leaf.uncopied("t", s) for s in range(11, 15)],
         leaf.record(row(15)),
     ]  # and nothing after the last row: later seqs are not judged yet
+
+
+def test_tombstone_ranges_are_the_gaps_seqs_without_a_row_one_reason_each() -> None:
+    from watch_service.protocol.tombstones import Tombstone
+
+    gaps = [Tombstone("ttl", 1, 4), Tombstone("cap", 5, 6), Tombstone("deleted", 7, 8),
+            Tombstone("cap", 10, 12), Tombstone("deleted", 12, 13)]  # fmt: skip
+    assert leaf.tombstone_ranges(gaps, 1, None, rows=[5, 9]) == [
+        (1, 4, "ttl"),
+        (6, 6, "cap"),  # 5 was copied before the cap took it: a record leaf
+        (7, 8, "recreated"),
+        (10, 11, "cap"),
+        (12, 12, "mixed"),
+        (13, 13, "recreated"),
+    ]
+    assert leaf.tombstone_ranges(gaps, 3, 7, rows=[4]) == [(3, 3, "ttl"), (5, 6, "cap"),
+                                                           (7, 7, "recreated")]  # fmt: skip
+    assert leaf.tombstone_ranges(gaps, 14, None) == []
+    assert leaf.tombstone_ranges([Tombstone("ttl", 1, 10**9)], 1, None) == [(1, 10**9, "ttl")]
+    # Adjacent gaps rows of one reason read as one range, as the leaves are the same.
+    assert leaf.tombstone_ranges([Tombstone("ttl", 1, 2), Tombstone("ttl", 3, 3)], 1, None) == [
+        (1, 3, "ttl")
+    ]

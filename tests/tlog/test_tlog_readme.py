@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import time_travel, tlog_command
+from spark_jobs import audit_log_command, tlog_command
 from spark_jobs.tlog_store import TopicLog
 from tests.project.test_readme import blocks
 from tests.support import ROOT
@@ -87,7 +87,7 @@ def test_the_script_checks_a_row_without_our_code(tmp_path: Path) -> None:
     assert shown is not None
 
     def check(printed_row: dict) -> subprocess.CompletedProcess:
-        (tmp_path / "row.json").write_text(time_travel.render_json([printed_row]) + "\n")
+        (tmp_path / "row.json").write_text(audit_log_command.render_json([printed_row]) + "\n")
         argv = [sys.executable, "check_row.py", str(signer.verifier), "orders-3.tlog-proof",
                 "row.json"]  # fmt: skip
         return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -9,39 +9,19 @@ of every bundle into the tree, and checks our inclusion and consistency proofs w
 from __future__ import annotations
 
 import base64
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from spark_jobs.tlog_store import TopicLog
-from tests.support import ROOT
+from tests.tlog.house import go_check
 from watch_service.protocol.tlog import leaf, merkle, note
 from watch_service.storage import Storage
 
 pytestmark = pytest.mark.unit
 
 SIZES = [1, 2, 3, 255, 256, 257, 1000]
-GO_SOURCE = ROOT / "tests" / "tlog" / "go"
-
-
-@pytest.fixture(scope="session")
-def tlogcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # The machine's Go (PATH, else the official install's folder); without it the check fails
-    # loudly: a skipped third-party check would prove nothing.
-    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
-    assert go is not None, "no Go toolchain: the third-party check needs `go` on PATH"
-    out = tmp_path_factory.mktemp("go") / "tlogcheck"
-    subprocess.run(
-        [go, "build", "-o", str(out), "."],
-        cwd=GO_SOURCE,
-        check=True,
-        timeout=600,
-        capture_output=True,
-    )
-    return out
 
 
 def b64(data: bytes) -> str:
@@ -77,18 +57,6 @@ def grown(tmp_path_factory: pytest.TempPathFactory):
         signed[size] = log.append(signer, new)
         entries += new
     return signer, log, entries, signed
-
-
-def run(tlogcheck: Path, request: dict) -> dict:
-    done = subprocess.run(
-        [str(tlogcheck)],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(done.stdout)
 
 
 def test_go_verifies_checkpoints_tiles_and_proofs(tlogcheck: Path, grown) -> None:
@@ -131,7 +99,7 @@ def test_go_verifies_checkpoints_tiles_and_proofs(tlogcheck: Path, grown) -> Non
                         "proof": [b64(h) for h in merkle.consistency_proof(src, old, size)],
                     }
                 )
-    answer = run(tlogcheck, request)
+    answer = go_check(tlogcheck, request)
     assert answer["checkpoints"] == ["ok"] * len(SIZES)
     assert answer["inclusions"] == ["ok"] * len(request["inclusions"])
     assert answer["consistencies"] == ["ok"] * len(request["consistencies"])
@@ -206,7 +174,7 @@ def test_go_rejects_what_was_tampered_with(tlogcheck: Path, grown, tmp_path: Pat
             },
         ],
     }
-    answer = run(tlogcheck, request)
+    answer = go_check(tlogcheck, request)
     key = f"{signer.verifier.name}+{signer.verifier.id:08x}"
     assert answer["checkpoints"] == [
         f"invalid signature for key {key}",  # the root flipped

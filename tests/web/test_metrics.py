@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.sink.harness import config, running, state
 from tests.support import ROOT, unique, wait_for
 from tests.watch.wire import SSE, create, fields, open_stream
+from watch_service.logs import JsonFormatter, OneLine
 from watch_service.sink.metrics import serving
-from watch_service.web.logs import AccessLogger, JsonFormatter, OneLine
+from watch_service.web.logs import AccessLogger
 from watch_service.web.metrics import version, worker_exited
 
 pytestmark = [pytest.mark.pg, pytest.mark.service]

@@ -17,7 +17,9 @@ beside the sink's resume state ``state.json`` (its per-topic ``cursors``, read b
 sensor and the UI). A segment's Parquet metadata key ``auditsync.sink`` (:data:`FOOTER_KEY`)
 holds the sink's footer, JSON: ``first_frame_no``, ``last_frame_no``, ``last_frame_id`` and
 ``cursors`` (the resume position after the last frame) and ``before_frame_id``, the frame id in
-force just before the first frame (compact takes a consumer's start from its first segment's).
+force just before the first frame (compact takes a consumer's start from its first segment's),
+and, when some of its records were sent at or below the sink's cursor, ``redelivered``: those
+ranges (``protocol/redelivery``).
 """
 
 from __future__ import annotations

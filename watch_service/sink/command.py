@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import uvloop
 
+from watch_service import logs
 from watch_service import settings as settings_mod
 from watch_service.settings import SettingsError
 from watch_service.sink.config import (
@@ -51,27 +52,31 @@ async def run(cfg: SinkConfig, landing: Landing) -> int:
             loop.remove_signal_handler(sig)
 
 
+def _error(text: str, log_format: str) -> None:
+    print(logs.line(text, log_format, logger="auditsync.sink", level="ERROR"), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_format = "text"
     try:
+        log_format = settings_mod.log_format(environ)
+        logs.configure_command(log_format)
         settings = settings_mod.load(environ)
         cfg = config_from_args(args, settings.sink_key, lambda: database_url(settings), environ)
         landing = Landing(cfg.storage(), cfg.consumer, cfg.lock_url)
         landing.open()
     except (ConfigError, SettingsError, LandingError, StorageError, OSError) as exc:
-        print(f"auditsync sink: {exc}", file=sys.stderr)
+        _error(f"auditsync sink: {exc}", log_format)
         return 2
     try:
         return uvloop.run(run(cfg, landing))
     except (LandingError, ConfigError) as exc:
-        print(f"auditsync sink: {exc}", file=sys.stderr)
+        _error(f"auditsync sink: {exc}", log_format)
         return 2
     except OSError as exc:  # the landing cannot be written: stop; a restart resumes durably
         log.exception("landing write failed")
-        print(f"auditsync sink: cannot write the landing: {exc}", file=sys.stderr)
+        _error(f"auditsync sink: cannot write the landing: {exc}", log_format)
         return 1
     finally:
         landing.close()

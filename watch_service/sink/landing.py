@@ -14,7 +14,9 @@ so both storages follow one protocol:
    carries the resume position after its last frame (frame id, frame_no, cursor map) and the
    frame id in force just before its first frame (``before_frame_id``: a new session's start,
    or the previous frame's id). compact takes a consumer's start from its first segment's
-   ``before_frame_id``, so a record lost from the very first frame is still in scope;
+   ``before_frame_id``, so a record lost from the very first frame is still in scope; and the
+   re-delivery ranges among its rows (``redelivered``, ``protocol/redelivery``), the evidence
+   that tells a restored source from a plain at-least-once duplicate;
 3. only then is ``state.json`` (wid, last id, frame_no, cursors, index progress) replaced,
    whole.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import orjson
 import pyarrow as pa
@@ -55,6 +57,7 @@ from watch_service.protocol.landing_keys import (
     writing_folder,
 )
 from watch_service.protocol.landing_keys import segment_key as dated_key
+from watch_service.protocol.redelivery import FOOTER_REDELIVERED, Redelivery
 from watch_service.sink import lock
 from watch_service.sink.faults import KINDS, FaultKey
 from watch_service.sink.rows import INDEX_COLUMNS, index_ops
@@ -241,9 +244,11 @@ class Landing:
         last_frame_id: str,
         cursors: dict[str, int],
         before_frame_id: str | None = None,
+        redelivered: Sequence[Redelivery] = (),
     ) -> str:
-        """Write one segment, whole; its name. Refused unless this sink still holds the lock."""
-        footer = {
+        """Write one segment, whole; its name. Refused unless this sink still holds the lock.
+        ``redelivered``: the re-delivery ranges among its rows, kept in its footer."""
+        footer: dict[str, object] = {
             "first_frame_no": first_frame_no,
             "last_frame_no": last_frame_no,
             "last_frame_id": last_frame_id,
@@ -251,6 +256,8 @@ class Landing:
         }
         if before_frame_id is not None:
             footer[FOOTER_BEFORE] = before_frame_id
+        if redelivered:
+            footer[FOOTER_REDELIVERED] = [r.as_dict() for r in redelivered]
         table = rows_table(rows).replace_schema_metadata({FOOTER_KEY: orjson.dumps(footer)})
         if self._folder is None:
             self.newest()

@@ -32,18 +32,21 @@ import operator
 import time
 
 from watch_service.protocol import cursor as cursor_codec
-from watch_service.protocol.landing import COLUMN_NAMES
+from watch_service.protocol.landing import COLUMN_NAMES, KIND_RECORD
+from watch_service.protocol.redelivery import REISSUED, describe
 from watch_service.sink.config import SinkConfig
 from watch_service.sink.connection import Frame
 from watch_service.sink.faults import FaultBook
 from watch_service.sink.indexer import Indexer
 from watch_service.sink.landing import Landing, SinkState
 from watch_service.sink.progress import Stats
+from watch_service.sink.redelivery import Redeliveries
 from watch_service.sink.rows import INDEX_COLUMNS, FrameContext, advance, frame_rows, index_ops
 
 log = logging.getLogger("auditsync.sink")
 
 _INDEX_COLUMNS = operator.itemgetter(*(COLUMN_NAMES.index(c) for c in INDEX_COLUMNS))
+_COPY = operator.itemgetter(*(COLUMN_NAMES.index(c) for c in ("seq", "ts", "data_sha256")))
 
 
 class Spool:
@@ -64,6 +67,7 @@ class Spool:
         self._first_frame_no: int | None = None
         self._before_id = self.last_id  # the frame id in force before the buffer's first frame
         self._buffered_at = 0.0
+        self.redeliveries = Redeliveries()
 
     def start_session(self, wid: str, start: dict[str, int]) -> None:
         """Adopt a new session: its topics' cursors are the start map's, except where ours are
@@ -93,6 +97,10 @@ class Spool:
             self._first_frame_no, self._buffered_at = ctx.frame_no, time.monotonic()
             self._before_id = self.last_id
         self._rows.extend(landed.rows)
+        if frame.event == KIND_RECORD:
+            before, seen = self.cursors.get(landed.topic), self.redeliveries.observe
+            for seq, ts, sha in map(_COPY, landed.rows):
+                seen(landed.topic, seq, ts, sha, before, ctx.frame_no)
         ids = cursor_codec.decode(frame.id)
         if ids is None and landed.cursor is not None:
             ids = {landed.topic: landed.cursor}
@@ -142,8 +150,18 @@ class Spool:
         if self.book is not None and (new := self.book.take_new()):
             await asyncio.to_thread(self.landing.write_faults, new, first, last)
         cursors = dict(self.cursors)
+        redelivered = self.redeliveries.take()
+        for r, line in zip(redelivered, describe(self.cfg.consumer, redelivered), strict=True):
+            (log.warning if r.verdict == REISSUED else log.info)("%s", line)
         await asyncio.to_thread(
-            self.landing.write_segment, rows, first, last, self.last_id, cursors, self._before_id
+            self.landing.write_segment,
+            rows,
+            first,
+            last,
+            self.last_id,
+            cursors,
+            self._before_id,
+            redelivered,
         )
         self.stats.segments += 1
         self.stats.rows += len(rows)

@@ -253,21 +253,40 @@ def published_extra(run_id: str, row: Sequence[Any] | None) -> dict[str, Any]:
 
 
 class PublishOperator(BaseOperator):
-    """Attach the passed run's result to the asset events of ``outlets``."""
+    """Attach the passed run's result to the asset events of ``outlets``. An ``AssetAlias``
+    among them gets one event per dataset the run wrote (``lineage.published``: the Iceberg
+    tables of ``warehouse`` and the search index), under the names OpenLineage reports."""
 
-    template_fields: Sequence[str] = ("run_id_value",)
+    template_fields: Sequence[str] = ("run_id_value", "warehouse")
 
-    def __init__(self, *, run_id_value: str, pg_conn_id: str = PG_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        run_id_value: str,
+        warehouse: str = "",
+        pg_conn_id: str = PG_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.run_id_value = run_id_value
+        self.warehouse = warehouse
         self.pg_conn_id = pg_conn_id
 
     def execute(self, context) -> dict[str, Any]:
+        from airflow.sdk import Asset, AssetAlias
+
+        from .. import lineage
         from ..hooks.pipeline_runs import PipelineRunsHook
 
-        row = PipelineRunsHook(self.pg_conn_id).run_row(self.run_id_value)
-        extra = published_extra(self.run_id_value, row)
+        hook = PipelineRunsHook(self.pg_conn_id)
+        extra = published_extra(self.run_id_value, hook.run_row(self.run_id_value))
         for asset in self.outlets:
-            context["outlet_events"][asset].extra = extra
+            if not isinstance(asset, AssetAlias):
+                context["outlet_events"][asset].extra = extra
+                continue
+            for dataset in lineage.published(self.warehouse, hook.get_uri()):
+                context["outlet_events"][asset].add(
+                    Asset(uri=dataset.uri, group="auditsync"), extra=extra
+                )
         self.log.info("published %s", json.dumps(extra, sort_keys=True))
         return extra

@@ -6,6 +6,7 @@ Spark Connect connection type: host, port, optional token), :class:`SparkStepOpe
 the step's in-process entry point ``spark_jobs.<step>.main.run(spark, argv)`` with a client
 session of that long-running server; every step stays its own task with its own log. Without
 the connection it is exactly Airflow's ``SparkSubmitOperator`` (the standalone-cluster path).
+Either way it reports the datasets the step reads and writes to OpenLineage (``lineage``).
 
 Either way the database URL travels in the environment (``AUDITSYNC_DATABASE_URL``), never in a
 process's arguments, and the JDBC driver comes from ``spark_jobs.common.session`` (which honours
@@ -23,7 +24,10 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
 from spark_jobs.warehouse.layout import JOBS, step_package
+
+from .. import lineage
 
 CONNECT_CONN_ID = "spark_connect_default"
 LOG_SIGNING_KEY_ENV = "AUDITSYNC_LOG_SIGNING_KEY"
@@ -114,10 +118,22 @@ class SparkStepOperator(SparkSubmitOperator):
             "sent with the application" if self.jars else "on the driver's and workers' paths",
         )
 
+    def datasets(self) -> lineage.StepIO:
+        """The datasets this step reads and writes, from its rendered arguments."""
+        url = (self.env_vars or {}).get(DATABASE_URL_ENV)
+        return lineage.step_io(self.step, [str(a) for a in self.application_args or []], url)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """What the openlineage provider's listener reports when the task starts (its
+        ``DefaultExtractor`` calls this, as for the provider's own operators)."""
+        return lineage.operator_lineage(self.datasets())
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_start()
+
     def run_connected(self, module: Any, remote: str) -> dict[str, Any]:
         """The step in this process, as a client of the Spark Connect server at ``remote``:
         ``module.run(spark, args)`` with the flags a spark-submit would get."""
-        from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
         from spark_jobs.common.session import build_session
 
         argv = [str(a) for a in self.application_args or []]

@@ -43,7 +43,7 @@ from watch_service.storage import Storage
 from .. import docs_site
 from ..hooks.landing_store import landing_storage
 from ..sink_cursors import read_positions
-from . import assets, audit_log, findings, report, runs
+from . import assets, audit_log, findings, report, runs, signatures
 from .page import render_page
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def create_app(
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-    from spark_jobs.findings import Filters, page_size, render_csv, select
+    from spark_jobs.findings import Filters, select
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
     absent = assets.missing(static / "vendor")
@@ -204,7 +204,17 @@ def create_app(
         except Exception as exc:  # no sink figures is no reason to hide the rest
             log.warning("auditsync page: cannot read the sinks' cursors: %s", exc)
             cursors = {}
-        return runs.pivot(rows, REPAIRABLE, DEFECTS), report.lags(progress, cursors), None
+        lines = runs.pivot(rows, REPAIRABLE, DEFECTS)
+        try:
+            verifier = audit_log.verifier_of(log_key())
+        except audit_log.NoLogKey as exc:  # the checkpoints say "not checked"
+            log.info("auditsync page: checkpoints not checked: %s", exc)
+            verifier = None
+        except Exception as exc:  # the connection cannot be read: not checked, not hidden
+            log.warning("auditsync page: cannot read the log key: %s", exc)
+            verifier = None
+        signatures.check(lines, verifier)
+        return lines, report.lags(progress, cursors), None
 
     @app.get("/", response_class=HTMLResponse)
     def index(
@@ -294,7 +304,7 @@ def create_app(
             failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(findings.render(failed), 503)
         number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
-        size = page_size(rows)
+        size = findings.page_size(rows)
         return HTMLResponse(findings.render(findings.view(run, found, chosen, number, size)))
 
     @app.get("/findings.csv")
@@ -308,7 +318,7 @@ def create_app(
             raise HTTPException(404, str(exc)) from None
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run)
         return Response(
-            render_csv(select(found, chosen)),
+            findings.render_csv(select(found, chosen)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="findings-{name}.csv"'},
         )

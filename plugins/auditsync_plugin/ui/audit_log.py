@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from spark_jobs import time_travel
@@ -20,6 +20,9 @@ from spark_jobs.warehouse.layout import Layout
 from watch_service.protocol.errors import AuditsyncError
 
 from .templating import template
+
+if TYPE_CHECKING:
+    from watch_service.protocol.tlog import note
 
 PAGE_ROWS = 50
 DATA_WIDTH = 160
@@ -92,25 +95,32 @@ class NoLogKey(AuditsyncError):
     """The proofs cannot be opened: no key is configured."""
 
 
-def proof(warehouse: str, key: str | None, topic: str, seq: int, run: str | None) -> str:
-    """The C2SP tlog-proof text of ``topic``'s ``seq`` in the signed log ``run`` signed (the
-    latest when None; ``tlog_command.prove``); ``key``: a signing or verifier key."""
-    from spark_jobs.tlog_command import prove
-    from spark_jobs.tlog_store import TopicLog
+def verifier_of(key: str | None) -> note.Verifier:
+    """The verifier of ``key`` (the connection ``auditsync_log_key``'s password: a signing key
+    or a verifier key), or ``NoLogKey`` saying why there is none."""
     from watch_service.protocol.tlog import note
-    from watch_service.storage import Storage
 
     key = (key or "").strip()
     if not key:
         raise NoLogKey("no log key: set the Airflow connection auditsync_log_key's password")
     try:
-        verifier = (
+        return (
             note.Signer.parse(key).verifier
             if key.startswith("PRIVATE+KEY+")
             else note.Verifier.parse(key)
         )
     except note.NoteError as exc:
         raise NoLogKey(f"the connection auditsync_log_key: {exc}") from None
+
+
+def proof(warehouse: str, key: str | None, topic: str, seq: int, run: str | None) -> str:
+    """The C2SP tlog-proof text of ``topic``'s ``seq`` in the signed log ``run`` signed (the
+    latest when None; ``tlog_command.prove``); ``key``: a signing or verifier key."""
+    from spark_jobs.tlog_command import prove
+    from spark_jobs.tlog_store import TopicLog
+    from watch_service.storage import Storage
+
+    verifier = verifier_of(key)
     log = TopicLog.at(Storage(Layout("", warehouse, "").warehouse), topic, verifier)
     return prove(log, seq, run).text()
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from ..notifications.alerts_render import format_spans
-from . import chart
+from . import chart, signatures
 from .report import (
     TOPIC_VERDICTS,
     Filters,
@@ -161,17 +161,34 @@ def _failure(line: TopicLine) -> str:
 
 
 def _checkpoint(line: TopicLine) -> str:
-    """The topic's signed checkpoint this run recorded: size, root and signature status; red
-    when the run's check of the signed log failed (nothing before the first signed run)."""
+    """The topic's signed checkpoint this run recorded: size, root, signature status and
+    whether its signed notes verify with the log key; red when the run's check of the signed
+    log failed or a note does not verify (nothing before the first signed run)."""
     if not line.log_status:
         return ""
     word = line.log_status.split(":", 1)[0]
-    css = "bad" if word == "failed" else "muted"
+    broken = line.signature.startswith(signatures.FAILS)
+    css = "bad" if word == "failed" or broken else "muted"
     cp = line.checkpoint or {}
     shown = f"size {cp['size']}, root {cp['root']}" if "size" in cp else "no checkpoint"
+    checked = f' · <span class="verified">{_e(line.signature)}</span>' if line.signature else ""
     return (
         f'<div class="checkpoint {css}" title="{_e(line.log_status)}">checkpoint: '
-        f'{_e(shown)} · <span class="signature">{_e(word)}</span></div>'
+        f'{_e(shown)} · <span class="signature">{_e(word)}</span>{checked}</div>{_fork(line)}'
+    )
+
+
+def _fork(line: TopicLine) -> str:
+    """The break a rewound source made in the topic's signed log, as the run recorded it:
+    where, why, and the old and new checkpoints (nothing when the run forked nothing)."""
+    fork = signatures.fork_of(line.checkpoint)
+    if fork is None:
+        return ""
+    spans = format_spans(list(fork.spans)) or "-"
+    return (
+        f'<div class="fork rewound">the signed log forks at seq {fork.seq} '
+        f"({_e(fork.reason)}: {_e(spans)}): old checkpoint {_e(fork.old)} → new checkpoint "
+        f"{_e(fork.new)}; seqs 1..{fork.seq - 1} prove into both</div>"
     )
 
 

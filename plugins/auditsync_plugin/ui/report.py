@@ -9,12 +9,12 @@ with a verdict colour (:func:`topic_states`), one point per run for the chart
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
 
+from .paging import page_of
 from .runs import TopicLine
 
 PAGE_SIZE = 20
@@ -114,9 +114,8 @@ def select(lines: Sequence[TopicLine], filters: Filters, size: int = PAGE_SIZE) 
 
 def paginate(kept: Sequence[TopicLine], number: int, size: int = PAGE_SIZE) -> Page:
     """Page ``number`` of ``kept`` (already filtered; a page past the end shows the last)."""
-    pages = max(1, math.ceil(len(kept) / size))
-    number = min(number, pages)
-    return Page(list(kept[(number - 1) * size : number * size]), number, pages, len(kept))
+    shown, number, pages = page_of(kept, number, size)
+    return Page(shown, number, pages, len(kept))
 
 
 def verdict(line: TopicLine) -> str:

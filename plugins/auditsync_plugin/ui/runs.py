@@ -35,6 +35,7 @@ class TopicLine:
     failure_reason: str = ""
     log_status: str = ""  # the signed audit log: signed | unsigned: why | failed: why
     checkpoint: Mapping[str, Any] | None = None  # this topic's: size, root (base64), note
+    signature: str = ""  # whether its signed notes verify (``signatures.check``)
 
 
 def pivot(

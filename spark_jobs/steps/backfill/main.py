@@ -35,9 +35,9 @@ from spark_jobs.steps.backfill.transforms import (
     source_rows,
 )
 from spark_jobs.steps.backfill.writes import write_audit_log
-from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, conform
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 BOTH = "both"
@@ -78,17 +78,25 @@ def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Repair; returns the step's figures. ``hook(point)`` is called between the audit-log
-    partition swaps (tests kill the step there)."""
+    partition swaps (tests kill the step there). ``warehouse``: the runner's (default:
+    attached from ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout("", args.work, args.run_id)
-    tables.attach(spark, layout, store.pipeline_url(args))
+    wh = warehouse or Warehouse.attach(
+        spark, Layout("", args.work, args.run_id), store.pipeline_url(args)
+    )
+    layout = wh.layout
     with store.connect(store.pipeline_url(args)) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
-    detail = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL)
-    everything = detail.unionByName(tables.run_details(spark, layout, carried).drop("run_id"))
+    detail = conform(wh.run_rows("detail", args.run_id), DETAIL)
+    everything = detail.unionByName(wh.run_details(carried).drop("run_id"))
     keys = step_cache.cache(repair_keys(everything))
     spans = repair_spans(keys, args.max_pushdown_ranges)
     records = jdbc.read_records_in(
@@ -98,14 +106,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
     if args.target in (BOTH, "audit_log"):
         deliveries = conform(
-            tables.read(spark, layout, "deliveries").filter(F.col("batch").between(*batches)),
+            wh.read("deliveries").filter(F.col("batch").between(*batches)),
             DELIVERIES,
         )
         written = write_audit_log(
-            spark, layout, delivered_rows(deliveries, detail).unionByName(repaired), hook
+            wh, delivered_rows(deliveries, detail).unionByName(repaired), hook
         )
         counts.update(written)
-        store.record_snapshots(args, spark, layout, ("audit_log",))
+        store.record_snapshots(args, wh, ("audit_log",))
     if args.target in (BOTH, "search_index"):
         indexed = refused = backfilled = 0
         rows = (tuple(r) for r in search_records(repaired).toLocalIterator())
@@ -121,6 +129,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-backfill", args.master)
     figures = run(spark, args)
     step = "backfill" if args.target == BOTH else f"backfill_{args.target}"

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.common import step_cache
 from spark_jobs.common.seq_ranges import inside
 from spark_jobs.steps.backfill.transforms import merge_audit_log
 from spark_jobs.warehouse import tables
-from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import AUDIT_LOG, columns, conform
+from spark_jobs.warehouse.warehouse import Warehouse
 
 
 def seq_bounds(rows: DataFrame) -> list[tuple[str, int, int]]:
@@ -59,8 +59,7 @@ def changes(fresh: DataFrame, existing: DataFrame) -> DataFrame:
 
 
 def write_audit_log(
-    spark: SparkSession,
-    layout: Layout,
+    warehouse: Warehouse,
     fresh: DataFrame,
     hook: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
@@ -70,26 +69,26 @@ def write_audit_log(
     if not bounds:
         return {"appended": 0, "merged": 0}
     # Pinned: ``todo`` is cached and outlives the append below (the MERGE reads it).
-    existing = conform(
-        tables.pinned(spark, layout, "audit_log").filter(inside(bounds)), AUDIT_LOG
-    ).join(fresh.select("topic", "seq").distinct(), on=["topic", "seq"], how="left_semi")
-    todo = step_cache.cache(changes(fresh, existing).withColumn("run_id", F.lit(layout.run_id)))
+    existing = conform(warehouse.pinned("audit_log").filter(inside(bounds)), AUDIT_LOG).join(
+        fresh.select("topic", "seq").distinct(), on=["topic", "seq"], how="left_semi"
+    )
+    run_id = warehouse.layout.run_id
+    todo = step_cache.cache(changes(fresh, existing).withColumn("run_id", F.lit(run_id)))
     counts = {
         r["change"]: r["n"] for r in todo.groupBy("change").agg(F.count("*").alias("n")).collect()
     }
     appended, merged = counts.get("new", 0), counts.get("changed", 0)
     if appended:
-        tables.append(
-            layout,
+        warehouse.append(
             "audit_log",
             todo.filter(F.col("change") == "new").drop("change"),
-            {tables.RUN_PROPERTY: layout.run_id, tables.STEP_PROPERTY: "backfill.append"},
+            {tables.RUN_PROPERTY: run_id, tables.STEP_PROPERTY: "backfill.append"},
         )
     if hook:
         hook("backfill.merging")
     if merged:
         updates = todo.filter(F.col("change") == "changed").drop("change")
-        tables.merge(spark, layout, "audit_log", updates, seq_bounds(updates))
+        warehouse.merge("audit_log", updates, seq_bounds(updates))
     todo.unpersist()
     fresh.unpersist()
     return {"appended": appended, "merged": merged}

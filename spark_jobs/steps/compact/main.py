@@ -12,7 +12,8 @@ the batch consumed, and each consumer's last frame and last folder, ride in the 
 the rows (the snapshot's summary property ``auditsync.compact``, cumulative), so a crash before
 the commit leaves nothing and a re-run after it finds the segments consumed: every segment is
 compacted exactly once. Nothing new: no batch. The step's figures go to ``pipeline_runs`` when
-a database URL is given, with what landing retention reads (``consumed``, ``through``).
+a database URL is given, with what landing retention reads (``consumed``, ``through``), and
+the re-delivery ranges the sinks recorded in the new segments' footers (``redelivered``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from spark_jobs.steps.compact.transforms import LAST_FRAMES, batch_figures, comp
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import LANDING
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.protocol.landing import FOOTER_BEFORE, footer
 from watch_service.protocol.landing_keys import LEGACY, parse_segment, segments_since
+from watch_service.protocol.redelivery import from_footer, merge
 from watch_service.storage import Storage
 
 CONSUMER_RE = re.compile(r"([^/]+)/(.+)")
@@ -115,6 +118,26 @@ def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list
     return rows
 
 
+def redelivered(landing: Storage, segments: list[Segment]) -> list[dict]:
+    """The re-delivery ranges the sinks kept in the footers of the batch's segments, merged per
+    consumer (``protocol/redelivery``): each a range of seqs a sink was sent at or below its
+    cursor, ``duplicate``, ``reissued`` (a source restored with its sessions) or
+    ``unchecked``. One footer read per new segment, eight at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(seg: Segment) -> list:
+        return from_footer(footer(landing.parquet_schema(seg.name).metadata))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(pool.map(read, segments))
+    out: list[dict] = []
+    for consumer in sorted({s.consumer for s in segments}):
+        mine = [r for seg, rs in zip(segments, found, strict=True) if seg.consumer == consumer
+                for r in rs]  # fmt: skip
+        out += [{"consumer": consumer, **r.as_dict()} for r in merge(mine)]
+    return out
+
+
 def next_state(
     state: dict, segments: list[Segment], lasts: dict[str, tuple[int, str | None]], run_id: str
 ) -> dict:
@@ -138,16 +161,26 @@ def build_parser():
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Compact what is new; returns the step's figures. ``hook(point)`` is called just before
-    the commit (tests kill the step there)."""
+    the commit (tests kill the step there). ``warehouse``: the runner's (default: attached
+    from ``--landing``, ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout(args.landing, args.work, args.run_id)
-    tables.attach(spark, layout, store.pipeline_url(args))
-    state = tables.compact_state(spark, layout)
+    wh = warehouse or Warehouse.attach(
+        spark, Layout(args.landing, args.work, args.run_id), store.pipeline_url(args)
+    )
+    layout = wh.layout
+    state = wh.compact_state()
     landing = Storage(layout.landing_location)
     segments = new_segments(listed_names(landing, state), state)
-    counts: dict[str, object] = {"batch": None, "segments": 0, "rows": 0, "records": 0}
+    counts: dict[str, object] = {
+        "batch": None, "segments": 0, "rows": 0, "records": 0, "redelivered": [],
+    }  # fmt: skip
     committed = state
     if segments:
         rows = spark.read.schema(LANDING).parquet(
@@ -174,8 +207,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         record = next_state(state, segments, lasts, args.run_id)
         if hook:
             hook("compact.committing")
-        tables.append(
-            layout,
+        wh.append(
             "deliveries",
             batch,
             {
@@ -191,15 +223,17 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             "segments": len(segments),
             "rows": stats["rows"],
             "records": stats["records"],
+            "redelivered": redelivered(landing, segments),
         }
     figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
     store.record_step(args, "compact", figures)
-    store.record_snapshots(args, spark, layout, ("deliveries",))
+    store.record_snapshots(args, wh, ("deliveries",))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-compact", args.master)
     figures = run(spark, args)
     progress.emit("compact", figures["seconds"], figures)

@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from spark_jobs.common import progress
 from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
 from spark_jobs.steps.maintenance import landing_plan as lp
 from spark_jobs.warehouse.layout import Layout
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     try:
         hours = lp.retention_hours(
             args.retention_hours if args.retention_hours is not None else os.environ.get(lp.SETTING)
@@ -155,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         figures = run(args.landing, args.work, url, hours)
     except AuditsyncError as exc:  # RetentionSettingError is one
-        print(f"[landing retention] {exc}", file=sys.stderr)
+        progress.say(f"[landing retention] {exc}", sys.stderr, level="ERROR")
         return 2
     except psycopg.OperationalError as exc:
-        print(f"[landing retention] cannot use the database: {exc}".rstrip(), file=sys.stderr)
+        progress.say(
+            f"[landing retention] cannot use the database: {exc}".rstrip(), sys.stderr, "ERROR"
+        )
         return 2
-    print(json.dumps(figures, sort_keys=True))
+    print(json.dumps(figures, sort_keys=True))  # a JSON line in either format
     return 0
 
 

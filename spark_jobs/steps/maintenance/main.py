@@ -5,7 +5,7 @@
 
 Per warehouse table (``spark_jobs.warehouse.layout.TABLES``) that has a snapshot: Iceberg's
 ``rewrite_data_files``, ``expire_snapshots`` and ``remove_orphan_files`` procedures, with the
-limits ``spark_jobs.steps.maintenance.plan`` decides: no snapshot a pipeline run started within the
+limits ``spark_jobs.warehouse.maintenance`` decides: no snapshot a pipeline run started within the
 retention references is expired (``pipeline_runs.snapshots``), nor the one holding compact's
 state. One progress line per table; the figures (data files before/after, snapshots expired,
 orphans removed, per table and in total) are the step's result (an XCom under Airflow).
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import time
 from collections.abc import Callable
 
 from pyspark.sql import SparkSession
@@ -23,9 +22,9 @@ from pyspark.sql import SparkSession
 from spark_jobs.common import errors, progress, store
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session
-from spark_jobs.steps.maintenance import plan
-from spark_jobs.warehouse import tables
-from spark_jobs.warehouse.layout import NAMESPACE, TABLES, Layout
+from spark_jobs.warehouse import maintenance as plan
+from spark_jobs.warehouse.layout import TABLES, Layout
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 
@@ -56,52 +55,12 @@ def build_parser():
     return parser
 
 
-def _count(spark: SparkSession, sql: str) -> int:
-    row = spark.sql(sql).first()
-    return 0 if row is None else int(row[0])
-
-
-def _committed(spark: SparkSession, name: str) -> dict[int, int]:
-    rows = spark.sql(f"SELECT snapshot_id, unix_millis(committed_at) FROM {name}.snapshots")
-    return {int(r[0]): int(r[1]) for r in rows.collect()}
-
-
-def maintain(
+def run(
     spark: SparkSession,
-    layout: Layout,
-    name: str,
-    cutoff: int,
-    referenced: set[int],
-    target_file_mb: int,
+    args,
     hook: Callable[[str], None] | None = None,
-) -> dict[str, object]:
-    """The three procedures on one table; its figures."""
-    timer = progress.Timer()
-    full, short = layout.table(name), f"{NAMESPACE}.{name}"
-    files_before = _count(spark, f"SELECT count(*) FROM {full}.data_files")
-    spark.sql(plan.rewrite_sql(layout.catalog, short, target_file_mb)).collect()
-    if hook:
-        hook(f"maintenance.{name}.rewritten")
-    compact = tables.compact_snapshot(spark, layout) if name == "deliveries" else None
-    committed = _committed(spark, full)
-    expiry = plan.expiry(
-        cutoff, committed, referenced, None if compact is None else int(compact["snapshot_id"])
-    )
-    spark.sql(plan.expire_sql(layout.catalog, short, expiry.older_than_ms)).collect()
-    expired = len(committed) - len(_committed(spark, full))
-    orphans_before = plan.orphans_before(int(time.time() * 1000), cutoff)
-    orphans = spark.sql(plan.orphans_sql(layout.catalog, short, orphans_before)).collect()
-    return {
-        "files_before": files_before,
-        "files_after": _count(spark, f"SELECT count(*) FROM {full}.data_files"),
-        "snapshots_expired": expired,
-        "orphans_removed": len(orphans),
-        "kept_from": expiry.reason,
-        "seconds": timer.seconds,
-    }
-
-
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Maintain every table (or ``--table``s) that has a snapshot; returns the figures."""
     url = store.pipeline_url(args)
     if not url:
@@ -110,8 +69,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             "AUDITSYNC_PIPELINE_DATABASE_URL (apart), else --database-url or AUDITSYNC_DATABASE_URL"
         )
     timer = progress.Timer()
-    layout = Layout("", args.work, args.run_id or "")
-    tables.attach(spark, layout, url)
+    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id or ""), url)
+    layout = wh.layout
     now = dt.datetime.now(dt.UTC)
     cutoff = plan.cutoff_ms(now, args.snapshot_retention_hours)
     since = now - dt.timedelta(hours=args.snapshot_retention_hours)
@@ -119,11 +78,9 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         referenced = runs.referenced_snapshots(conn, layout.catalog, since)
     per_table: dict[str, dict[str, object]] = {}
     for name in args.table or TABLES:
-        if tables.current_snapshot(spark, layout, name) is None:
+        if wh.snapshot(name) is None:
             continue  # never written: nothing to rewrite, expire or orphan
-        figures = maintain(
-            spark,
-            layout,
+        figures = wh.maintain(
             name,
             cutoff,
             referenced.get(name, set()),
@@ -131,7 +88,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
             hook,
         )
         per_table[name] = figures
-        print(plan.progress_line(name, figures), flush=True)
+        progress.say(plan.progress_line(name, figures))
     totals = {
         key: sum(int(f[key]) for f in per_table.values())  # type: ignore[call-overload]
         for key in ("files_before", "files_after", "snapshots_expired", "orphans_removed")
@@ -141,6 +98,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-maintenance", args.master)
     figures = run(spark, args)
     progress.emit(

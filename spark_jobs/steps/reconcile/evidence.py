@@ -24,9 +24,8 @@ from pyspark.sql.types import LongType, StringType
 from spark_jobs.common import jdbc, local_rows
 from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.steps.reconcile import rewind
-from spark_jobs.warehouse import tables
-from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import struct
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 # Each committed run and its order: the last batch it read.
@@ -50,7 +49,7 @@ def find(
     spark: SparkSession,
     conn: Any,
     source: Any,
-    layout: Layout,
+    warehouse: Warehouse,
     target: jdbc.JdbcTarget,
     heads: dict[str, int],
     late_runs: list[tuple[str, int, int]],
@@ -65,14 +64,14 @@ def find(
     ``conn`` reaches the run tables (the stored digests), ``source`` the source's records."""
     said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
     told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
-    tops = runs.top_ranges(conn, layout.catalog, heads)
+    tops = runs.top_ranges(conn, warehouse.layout.catalog, heads)
     spans = sorted(set(rewind.suspect_spans(heads, late_runs, told) + tops))
-    stored = runs.digests_meeting(conn, layout.catalog, spans, source)
-    stored += walk_down(conn, source, layout.catalog, tops, stored)
+    stored = runs.digests_meeting(conn, warehouse.layout.catalog, spans, source)
+    stored += walk_down(conn, source, warehouse.layout.catalog, tops, stored)
     changed = [(t, a, b) for t, a, b, was, now in stored if was != now]
     found: list[tuple[str, int, int]] = []
     if changed:
-        found = _compare(spark, layout, target, heads, changed, run_order)
+        found = _compare(spark, warehouse, target, heads, changed, run_order)
     return Rewinds(
         rewind.merge(found),
         [(t, a, b, now) for t, a, b, was, now in stored if was != now],
@@ -116,27 +115,26 @@ def walk_down(
 
 
 def earlier_verdicts(
-    spark: SparkSession, layout: Layout, run_order: dict[str, tuple[int, Any]]
+    spark: SparkSession, warehouse: Warehouse, run_order: dict[str, tuple[int, Any]]
 ) -> DataFrame:
     """The committed runs' detail rows with ``order``, the run's last batch (newest wins)."""
     order = local_rows.frame(spark, [(r, b) for r, (b, _) in run_order.items()], RUN_ORDER)
-    return tables.runs_rows(spark, layout, "detail", sorted(run_order)).join(
+    return warehouse.runs_rows("detail", sorted(run_order)).join(
         F.broadcast(order), on="run_id", how="inner"
     )
 
 
-def unknown_runs(spark: SparkSession, layout: Layout, committed: set[str]) -> list[str]:
+def unknown_runs(warehouse: Warehouse, committed: set[str]) -> list[str]:
     """Runs whose verdicts the warehouse holds but PostgreSQL's run tables do not know: the
     database went back (a restore, a failover) while the warehouse kept them (or a run
     crashed between its table writes and its commit, and was never re-run)."""
-    table = layout.table("summary")
-    rows = spark.sql(f"SELECT DISTINCT partition.run_id AS run_id FROM {table}.partitions")
-    return sorted({r["run_id"] for r in rows.collect()} - committed - {layout.run_id})
+    held = warehouse.partition_runs("summary")
+    return sorted(held - committed - {warehouse.layout.run_id})
 
 
 def _compare(
     spark: SparkSession,
-    layout: Layout,
+    warehouse: Warehouse,
     target: jdbc.JdbcTarget,
     heads: dict[str, int],
     changed: list[tuple[str, int, int]],
@@ -145,7 +143,7 @@ def _compare(
     spans = local_rows.frame(spark, changed, rewind.RANGES)
     topics = sorted({t for t, _, _ in changed})
     earlier = (
-        earlier_verdicts(spark, layout, run_order)
+        earlier_verdicts(spark, warehouse, run_order)
         .filter(
             F.col("topic").isin(*topics)
             & F.col("seq").between(min(a for _, a, _ in changed), max(b for _, _, b in changed))

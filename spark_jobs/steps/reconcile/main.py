@@ -57,6 +57,7 @@ from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
@@ -122,19 +123,17 @@ def windows_of(scope_rows: list) -> list[jdbc.Window]:
     return [(t, lo, hi) for t, (lo, hi) in out.items()]
 
 
-def _ledger(
-    spark: SparkSession, layout: Layout, committed: set[str], pin: bool = False
-) -> DataFrame:
+def _ledger(warehouse: Warehouse, committed: set[str], pin: bool = False) -> DataFrame:
     """Committed runs' ledger rows and the pruned runs' (``tables.PRUNED_LEDGER``; a crashed
     run's rows, never committed, are ignored); ``pin``: as the table is now
-    (``tables.pinned``), for a frame cached across this run's own ledger write."""
-    runs_ = [*sorted(committed - {layout.run_id}), tables.PRUNED_LEDGER]
-    return conform(tables.runs_rows(spark, layout, "ledger", runs_, pin=pin), LEDGER)
+    (``Warehouse.pinned``), for a frame cached across this run's own ledger write."""
+    runs_ = [*sorted(committed - {warehouse.layout.run_id}), tables.PRUNED_LEDGER]
+    return conform(warehouse.runs_rows("ledger", runs_, pin=pin), LEDGER)
 
 
 def _late(
     spark: SparkSession,
-    layout: Layout,
+    warehouse: Warehouse,
     late: DataFrame,
     spans: list[jdbc.Window],
     heads: dict[str, int],
@@ -150,7 +149,7 @@ def _late(
     records = jdbc.read_records_in(spark, target, capped, 1)
     gaps = jdbc.read_gaps_in(spark, target, capped)
     pairs = late.select("consumer", "topic").distinct()
-    ledger = _ledger(spark, layout, committed, pin=True).join(  # rejudge caches what reads it
+    ledger = _ledger(warehouse, committed, pin=True).join(  # rejudge caches what reads it
         pairs, on=["consumer", "topic"], how="left_semi"
     )
     return rejudge(late, ledger, records, gaps, through, rewound)
@@ -167,13 +166,19 @@ def _rewound_rows(scope_rows: list, found: evidence.Rewinds) -> list[tuple]:
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
-    the PostgreSQL commit (tests kill the step there)."""
+    the PostgreSQL commit (tests kill the step there). ``warehouse``: the runner's (default:
+    attached from ``--work`` and ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout("", args.work, args.run_id)
     pipeline_url = store.pipeline_url(args)
-    tables.attach(spark, layout, pipeline_url)
+    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
+    layout = wh.layout
     house = layout.catalog
     with store.connect(pipeline_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
@@ -188,7 +193,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 if status == st.PHANTOM and n > 0
             }
         )
-    latest = tables.compact_state(spark, layout)["batch"]
+    latest = wh.compact_state()["batch"]
     if latest < last:
         raise errors.WarehouseError(
             f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
@@ -198,7 +203,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     detail_table, summary_table = (
         ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
     )
-    every = conform(tables.read(spark, layout, "deliveries"), DELIVERIES_BATCH)
+    every = conform(wh.read("deliveries"), DELIVERIES_BATCH)
     deliveries = conform(every.filter(F.col("batch").between(first, through)), DELIVERIES)
 
     def heads_of(topics: list[str]) -> dict[str, int]:
@@ -231,7 +236,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 spark,
                 conn,
                 source,
-                layout,
+                wh,
                 target,
                 heads,
                 late_runs,
@@ -240,11 +245,11 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
                 driver.rewound_rows,
             )
         if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
-            unknown = evidence.unknown_runs(spark, layout, committed)
+            unknown = evidence.unknown_runs(wh, committed)
     # The ledger is read for a phantom revisit only where a phantom verdict stands.
     due_rows = []
     if any((r["consumer"], r["topic"]) in phantoms for r in scope_rows):
-        due_rows = phantoms_due(_ledger(spark, layout, committed), scope).collect()
+        due_rows = phantoms_due(_ledger(wh, committed), scope).collect()
     due = local_rows.frame(spark, due_rows, DUE) if due_rows else None
     rewind_seconds = rewind_timer.seconds
     judged_deliveries = deliveries
@@ -257,21 +262,18 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     records = step_cache.cache(jdbc.read_records_in(spark, target, windows, args.num_partitions))
     gaps = jdbc.read_gaps_in(spark, target, windows)
     kept = (
-        remembered(evidence.earlier_verdicts(spark, layout, run_order), gaps, scope)
+        remembered(evidence.earlier_verdicts(spark, wh, run_order), gaps, scope)
         if args.full
         else None
     )
-    tables.replace_run(
-        layout,
+    wh.replace_run(
         detail_table,
         args.run_id,
         reconcile(judged_deliveries, records, gaps, scope, signalled, kept),
     )
     # Pinned: the late copies' rows are appended to the same partition below.
-    judged = tables.current_snapshot(spark, layout, detail_table)
-    window_detail = conform(
-        tables.run_rows(spark, layout, detail_table, args.run_id, judged), DETAIL
-    )
+    judged = wh.snapshot(detail_table)
+    window_detail = conform(wh.run_rows(detail_table, args.run_id, judged), DETAIL)
     summary = summarize(window_detail, args.run_id)
     ledger_rows = conform(
         window_detail.filter(F.col("status") != st.DELIVERED).withColumn(
@@ -295,7 +297,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     if has_late:
         late_detail, late_ledger, late_deltas = _late(
             spark,
-            layout,
+            wh,
             judged_late,
             spans,
             heads,
@@ -306,16 +308,15 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         )
         deltas.append(late_deltas)
         ledger_rows = ledger_rows.unionByName(late_ledger)
-        tables.append(
-            layout,
+        wh.append(
             detail_table,
             late_detail.withColumn("run_id", F.lit(args.run_id)),
             {tables.RUN_PROPERTY: args.run_id, tables.STEP_PROPERTY: "reconcile.late"},
         )
     for delta in deltas:
         summary = merge_summary(summary, delta, args.run_id)
-    tables.replace_run(layout, summary_table, args.run_id, summary)
-    summary_rows = tables.run_rows(spark, layout, summary_table, args.run_id).collect()
+    wh.replace_run(summary_table, args.run_id, summary)
+    summary_rows = wh.run_rows(summary_table, args.run_id).collect()
     net: dict[str, int] = {}
     for r in summary_rows:
         net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
@@ -329,8 +330,8 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     if args.full:
         records.unpersist()
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
-    tables.replace_run(layout, "ledger", args.run_id, ledger_rows)
-    detail = tables.run_rows(spark, layout, "detail", args.run_id)
+    wh.replace_run("ledger", args.run_id, ledger_rows)
+    detail = wh.run_rows("detail", args.run_id)
     repairs_open = (
         detail.filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
         .limit(1)
@@ -389,7 +390,7 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
         "runs_unknown_to_postgres": unknown,
     }
     store.record_step(args, "reconcile", figures)
-    store.record_snapshots(args, spark, layout, ("detail", "summary", "ledger"))
+    store.record_snapshots(args, wh, ("detail", "summary", "ledger"))
     return figures
 
 
@@ -421,6 +422,7 @@ def _compare(args, house: str, summary_rows: list) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-reconcile", args.master)
     figures = run(spark, args)
     progress.emit("reconcile", figures["seconds"], figures)

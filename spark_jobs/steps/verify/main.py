@@ -28,9 +28,9 @@ from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.steps.verify.index_check import render as render_index
 from spark_jobs.steps.verify.index_check import verify_index
 from spark_jobs.steps.verify.transforms import LEFT, defect_report, remaining_defects
-from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import AUDIT_LOG, DETAIL, conform
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs, tlog_runs
 
 
@@ -65,7 +65,7 @@ def render(report: list) -> str:
     return "\n".join(lines)
 
 
-def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> DataFrame:
+def audit_rows_for(warehouse: Warehouse, defects: DataFrame) -> DataFrame:
     """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
     bounds = (
         defects.groupBy("topic")
@@ -73,7 +73,7 @@ def audit_rows_for(spark: SparkSession, layout: Layout, defects: DataFrame) -> D
         .collect()
     )
     within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
-    return conform(tables.read(spark, layout, "audit_log").filter(within), AUDIT_LOG)
+    return conform(warehouse.read("audit_log").filter(within), AUDIT_LOG)
 
 
 def check_the_log(
@@ -102,7 +102,7 @@ def check_the_log(
         tlog_runs.record(conn, layout.run_id, log.status, log.checkpoints)
         if log.failure is not None:
             runs.mark_failed(conn, layout.run_id, "verify", f"audit log: {log.failure}")
-    print(f"verify: signed audit log {log.status}", flush=True)
+    progress.say(f"verify: signed audit log {log.status}")
     return log
 
 
@@ -118,34 +118,35 @@ def check_the_index(layout: Layout, source_url: str, pipeline_url: str) -> dict:
                 "verify",
                 f"search index: {index['remaining']} documents still wrong after repair",
             )
-    print(render_index(index), flush=True)
+    progress.say(render_index(index))
     return index
 
 
 @step_cache.releases_cache
-def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) -> dict:
+def run(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None = None,
+    warehouse: Warehouse | None = None,
+) -> dict:
     """Check; returns the step's figures (``passed``). ``hook(point)`` is called just before
-    the PostgreSQL commit."""
+    the PostgreSQL commit. ``warehouse``: the runner's (default: attached from ``--work`` and
+    ``--run-id``)."""
     timer = progress.Timer()
-    layout = Layout("", args.work, args.run_id)
     pipeline_url = store.pipeline_url(args)
-    tables.attach(spark, layout, pipeline_url)
+    wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
+    layout = wh.layout
     with store.connect(pipeline_url) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
-    own = conform(tables.run_rows(spark, layout, "detail", args.run_id), DETAIL).withColumn(
+    own = conform(wh.run_rows("detail", args.run_id), DETAIL).withColumn(
         "run_id", F.lit(args.run_id)
     )
-    older = tables.run_details(spark, layout, carried).filter(
+    older = wh.run_details(carried).filter(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
     detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))
-    tables.replace_run(
-        layout,
-        "remaining",
-        args.run_id,
-        remaining_defects(detail, audit_rows_for(spark, layout, detail)),
-    )
-    remaining = conform(tables.run_rows(spark, layout, "remaining", args.run_id), LEFT)
+    wh.replace_run("remaining", args.run_id, remaining_defects(detail, audit_rows_for(wh, detail)))
+    remaining = conform(wh.run_rows("remaining", args.run_id), LEFT)
     report = defect_report(detail, remaining, args.examples).collect()
     still_open = sorted(
         {
@@ -201,13 +202,14 @@ def run(spark: SparkSession, args, hook: Callable[[str], None] | None = None) ->
     }
     figures = {"seconds": timer.seconds, **counts, "log_failure": log.failed_at()}
     store.record_step(args, "verify", figures)
-    store.record_snapshots(args, spark, layout, ("remaining",))
-    print(render(report), flush=True)
+    store.record_snapshots(args, wh, ("remaining",))
+    progress.say(render(report))
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.configure()
     spark = build_session("auditsync-verify", args.master)
     figures = run(spark, args)
     progress.emit("verify", figures["seconds"], figures)

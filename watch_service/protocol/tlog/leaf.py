@@ -27,14 +27,16 @@ filters it out), below a seq the audit log holds, so the log can grow past it::
     seq <seq>
 
 The leaf hash is SHA-256(0x00 || leaf bytes) (RFC 9162 section 2.1.1). Everything is
-recomputable from ``auditsync audit-log show --json``'s columns.
+recomputable from ``auditsync audit-log show --json``: its rows, and its tombstone ranges
+(:func:`tombstone_ranges`); a seq of the tree that is neither is uncopied.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from watch_service.protocol.errors import AuditsyncError
@@ -156,3 +158,30 @@ def entries(
     while (reason := reason_at(seq, gaps)) is not None:
         yield tombstone(topic, seq, reason)
         seq += 1
+
+
+def tombstone_ranges(
+    gaps: Sequence[Tombstone], lo: int, hi: int | None, rows: Collection[int] = ()
+) -> list[tuple[int, int, str]]:
+    """The tombstone leaves of seqs ``lo..hi`` (``hi`` None: up to the last gap) as maximal
+    ``(first, last, reason)`` ranges: the seqs inside ``gaps`` with no row in ``rows`` (a seq
+    copied before the source gave it up is a record leaf), each range one reason
+    (:func:`reason_at`). Their number follows the gaps and rows, never the seqs they span."""
+    end = max((g.gap_to for g in gaps), default=lo - 1) if hi is None else hi
+    cuts = {lo, end + 1}
+    for g in gaps:
+        cuts.update((g.gap_from, g.gap_to + 1))
+    held = set(rows)
+    for seq in held:
+        cuts.update((seq, seq + 1))
+    points = sorted(c for c in cuts if lo <= c <= end + 1)
+    out: list[tuple[int, int, str]] = []
+    for first, after in itertools.pairwise(points):
+        reason = None if first in held else reason_at(first, gaps)
+        if reason is None:
+            continue
+        if out and out[-1][1] == first - 1 and out[-1][2] == reason:
+            out[-1] = (out[-1][0], after - 1, reason)
+        else:
+            out.append((first, after - 1, reason))
+    return out

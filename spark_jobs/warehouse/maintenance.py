@@ -1,4 +1,5 @@
-"""What maintenance does to each warehouse table, decided without a JVM (pure).
+"""What maintenance does to each warehouse table, decided without a JVM (pure); the
+statements ``Warehouse.maintain`` runs.
 
 Three Iceberg procedures per table, in this order:
 
