@@ -81,10 +81,11 @@ def pipeline_run(spark, landing: str, work: str, run_id: str, source: str, pipel
     return runner.execute(spark, args, source, pipeline)
 
 
-def as_of(work: str, topic: str, run_id: str, pipeline: str) -> time_travel.Page:
+def as_of(work: str, topic: str, run_id: str, source: str, pipeline: str) -> time_travel.Page:
     """``auditsync audit-log show --as-of RUN_ID``'s page (1,000 rows)."""
-    args = argparse.Namespace(work=work, topic=topic, as_of=run_id, after=0, limit=1000)
-    return time_travel.show(args, pipeline)
+    layout = Layout("", work, "")
+    at = time_travel.AsOf(run_id=run_id)
+    return time_travel.page(layout, pipeline, topic, at, 0, 1000, source_url=source)
 
 
 @pytest.fixture(params=places.STORAGES)
@@ -137,7 +138,7 @@ async def test_the_restore_drill_with_the_pipeline_apart(
                 )
                 with psycopg.connect(pipeline.url, autocommit=True) as conn:
                     r1_summary = runs.run_summary(conn, r1)
-                before = as_of(work, topic, r1, pipeline.url)
+                before = as_of(work, topic, r1, source.url, pipeline.url)
 
                 await source.restore(backup, WHOLE)
                 await append(http, service.url, topic, 201, 350, "bravo")
@@ -161,7 +162,7 @@ async def test_the_restore_drill_with_the_pipeline_apart(
         ("c2", st.DELIVERED): 300,
     }
     assert steps["reconcile"]["rewound"] == {topic: [[201, 300]]}
-    again = as_of(work, topic, r1, pipeline.url)
+    again = as_of(work, topic, r1, source.url, pipeline.url)
     assert (again.rows, again.snapshot_id) == (before.rows, before.snapshot_id)
     assert [row["seq"] for row in before.rows] == list(range(1, 301))
 
