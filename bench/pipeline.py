@@ -14,8 +14,10 @@ loopback port) and one local Spark session, then:
   each, interleaved so both see the same machine load (medians of ``--dag-runs``).
 
 * the signed audit log's own costs, without Spark (``tlog_costs``): ``audit-log prove`` on a
-  tree of ``--tlog-leaves`` leaves (default 5 M) and ``audit-log verify --from --to`` between
-  runs a tenth and a hundredth of ``--tlog-rows`` (default 200,000) leaves apart; every timed
+  tree of ``--tlog-leaves`` leaves (default 5 M), a run's own log work over that tree with
+  2,000 new audit-log rows (``tlog_run.check_and_publish``), and ``audit-log verify --from
+  --to`` between runs a tenth and a hundredth of ``--tlog-rows`` (default 200,000) leaves
+  apart; every timed
   run above signs too (a generated key), and its ``log`` figure is verify's check, growth and
   signature of the signed log (target: at most 5 % of the run).
 

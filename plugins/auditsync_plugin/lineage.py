@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from spark_jobs.warehouse.layout import NAMESPACE, TABLES, Layout
+from spark_jobs.warehouse.layout import TABLES, Layout
 from watch_service.protocol.landing import COLUMNS
 from watch_service.storage import Location
 
@@ -57,10 +57,8 @@ class StepIO:
 
 
 def iceberg_table(warehouse: str, table: str) -> Dataset:
-    if table not in TABLES:
-        raise ValueError(f"unknown warehouse table {table!r}; expected one of {TABLES}")
-    catalog = Layout("", warehouse, "").catalog
-    return Dataset(f"{ICEBERG_SCHEME}://{catalog}", f"{NAMESPACE}.{table}")
+    catalog, name = Layout("", warehouse, "").dataset(table)
+    return Dataset(f"{ICEBERG_SCHEME}://{catalog}", name)
 
 
 def location(text: str) -> Dataset:

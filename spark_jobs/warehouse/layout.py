@@ -90,9 +90,15 @@ class Layout:
         return "wh_" + hashlib.sha256(self.work.encode()).hexdigest()[:16]
 
     def table(self, name: str) -> str:
+        catalog, qualified = self.dataset(name)
+        return f"{catalog}.{qualified}"
+
+    def dataset(self, name: str) -> tuple[str, str]:
+        """``name``'s catalog and its name inside it (``audit.<name>``): what lineage and the
+        published Assets call the table."""
         if name not in TABLES:
             raise ValueError(f"unknown warehouse table {name!r}; expected one of {TABLES}")
-        return f"{self.catalog}.{NAMESPACE}.{name}"
+        return self.catalog, f"{NAMESPACE}.{name}"
 
     def step_args(self, step: str, partitions: int = 4) -> list[str]:
         """The step's own flags (never the database URL: it travels in the environment)."""

@@ -2,7 +2,9 @@
 a real rewound source forks a real signed log (``spark_jobs.tlog_run``, as in
 ``test_fork.py``), the runs are recorded in ``pipeline_runs`` as the pipeline records them, a
 third run's recorded checkpoint has its root forged, and the plugin's app (its login replaced)
-is served by uvicorn on loopback and opened in the real chromium."""
+is served by uvicorn on loopback and opened in the real chromium. The second run's compact
+also read re-delivery ranges from the sinks (``redelivered``): the line of its consumer and
+topic shows them by verdict."""
 
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def redelivered(consumer: str, topic: str, a: int, b: int, verdict: str) -> dict:
+    return {"consumer": consumer, "topic": topic, "seq_from": a, "seq_to": b,
+            "verdict": verdict, "cursor": 12, "frames": [4, 5]}  # fmt: skip
+
+
 @pytest.fixture
 def forked(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Runs r1 (signed 1..10), r2 (the source rewound 6..10: the log forks at 6) and r3 (its
@@ -85,6 +92,13 @@ def forked(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                     [("c1", topic, "delivered", 1, 0)],
                 )  # fmt: skip
             tlog_runs.record(conn, run_id, status, checkpoints)
+            if run_id.endswith("-2"):
+                runs.record_step(conn, run_id, "compact", {"redelivered": [
+                    redelivered("c1", topic, 6, 10, "reissued"),
+                    redelivered("c1", topic, 1, 3, "duplicate"),
+                    redelivered("c1", topic, 11, 11, "duplicate"),
+                    redelivered("c2", topic, 1, 9, "reissued"),  # another consumer's line
+                ]})  # fmt: skip
             runs.finish_run(conn, run_id, True, 0, 0)
     return topic, prefix, signer, first.checkpoints[topic], second.checkpoints[topic]
 
@@ -139,6 +153,10 @@ def test_the_page_shows_the_fork_and_a_checkpoint_that_does_not_verify_is_red(
                     r.locator(".checkpoint .verified").inner_text(),
                     r.locator(".checkpoint").evaluate("e => getComputedStyle(e).color"),
                     [f.inner_text() for f in r.locator(".fork").all()],
+                    [
+                        (d.get_attribute("class"), d.inner_text())
+                        for d in r.locator(".redelivered").all()
+                    ],
                 )
                 for r in rows.all()
             ]
@@ -152,8 +170,10 @@ def test_the_page_shows_the_fork_and_a_checkpoint_that_does_not_verify_is_red(
     assert seen == [
         (f"{prefix}-3", "checkpoint bad",
          f"does not verify: checkpoint: the signature of {signer.name} does not verify", red,
-         [fork]),
-        (f"{prefix}-2", "checkpoint muted", "verifies", muted, [fork]),
-        (f"{prefix}-1", "checkpoint muted", "verifies", muted, []),
+         [fork], []),
+        (f"{prefix}-2", "checkpoint muted", "verifies", muted, [fork],
+         [("redelivered rewound", "re-delivered, reissued: 6–10"),
+          ("redelivered muted", "re-delivered, duplicate: 1–3, 11")]),
+        (f"{prefix}-1", "checkpoint muted", "verifies", muted, [], []),
     ]  # fmt: skip
     assert re.fullmatch(r"[A-Za-z0-9+/]{43}=", new_root) and new_root != old_root

@@ -78,13 +78,13 @@ WITH recent AS (
     SELECT run_id, status AS run_status, started_at, finished_at,
            (snapshots ->> 'audit_log')::bigint AS audit_snapshot,
            steps -> 'reconcile' -> 'rewound' AS rewound, failed_step, failure_reason,
-           log_status, checkpoints
+           log_status, checkpoints, steps -> 'compact' -> 'redelivered' AS redelivered
     FROM pipeline_runs ORDER BY started_at DESC LIMIT %(limit)s
 )
 SELECT r.run_id, r.run_status, r.started_at, r.finished_at, r.audit_snapshot,
        s.consumer, s.topic, s.status, s.count - s.revised AS count, s.remaining,
        r.rewound -> s.topic AS rewound, r.failed_step, r.failure_reason, r.log_status,
-       r.checkpoints -> s.topic AS checkpoint
+       r.checkpoints -> s.topic AS checkpoint, r.redelivered
 FROM recent r LEFT JOIN reconcile_summary s ON s.run_id = r.run_id
 ORDER BY r.started_at DESC, s.consumer, s.topic, s.status
 """

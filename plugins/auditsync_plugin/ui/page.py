@@ -150,6 +150,22 @@ def _audit_link(line: TopicLine) -> str:
     )
 
 
+def _redelivered(line: TopicLine) -> str:
+    """The seqs the consumer's sink was sent again at or below its cursor, by verdict: seqs
+    issued again with other content (a source restored with its sessions) in the rewound
+    colour, plain duplicates muted (nothing when none)."""
+    out = []
+    for verdict in ("reissued", "duplicate", "unchecked"):
+        spans = [(a, b) for a, b, v in line.redelivered if v == verdict]
+        if spans:
+            css = "rewound" if verdict == "reissued" else "muted"
+            out.append(
+                f'<div class="redelivered {css}">re-delivered, {verdict}: '
+                f"{_e(format_spans(spans))}</div>"
+            )
+    return "".join(out)
+
+
 def _failure(line: TopicLine) -> str:
     """Where and why a run failed for good (nothing for a run that did not)."""
     if not line.failed_step:
@@ -203,7 +219,7 @@ def _runs_table(page: Page) -> str:
         body.append(
             f"<tr><td>{_e(line.run_id)}{_audit_link(line)}</td>"
             f'<td>{status}<div class="muted">{_e(line.finished_at)}</div>{_rewound(line)}'
-            f"{_failure(line)}{_checkpoint(line)}</td>"
+            f"{_failure(line)}{_checkpoint(line)}{_redelivered(line)}</td>"
             f'<td>{_e(line.consumer)}<div class="muted">{_e(line.topic)}</div></td>'
             f"{cells}</tr>"
         )

@@ -36,6 +36,8 @@ class TopicLine:
     log_status: str = ""  # the signed audit log: signed | unsigned: why | failed: why
     checkpoint: Mapping[str, Any] | None = None  # this topic's: size, root (base64), note
     signature: str = ""  # whether its signed notes verify (``signatures.check``)
+    # the sink's re-delivery ranges compact read this run: (seq_from, seq_to, verdict)
+    redelivered: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)
 
 
 def pivot(
@@ -62,6 +64,11 @@ def pivot(
                 failure_reason=str(row.get("failure_reason") or ""),
                 log_status=str(row.get("log_status") or ""),
                 checkpoint=row.get("checkpoint"),
+                redelivered=[
+                    (int(x["seq_from"]), int(x["seq_to"]), str(x["verdict"]))
+                    for x in row.get("redelivered") or ()
+                    if (x.get("consumer"), x.get("topic")) == key[1:]
+                ],
             )
         if row.get("status") is None:
             continue
