@@ -32,16 +32,15 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(line.format(**r).rstrip() for r in [{k: k for k in COLUMNS}, *rows])
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``findings`` subcommand's parser; the runner adds the database URLs."""
     p = sub.add_parser("findings", help="print a run's defect ranges and whether each was repaired")
     p.add_argument("--run", required=True, metavar="RUN_ID")
     p.add_argument("--work", default=None, help="the warehouse (default: the run's own)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     for name in ("status", "consumer", "topic"):
         p.add_argument(f"--{name}", default="", help=f"only this {name}")
-    p.add_argument(
-        "--database-url", default=None, help="default: DATABASE_URL, else the embedded cluster"
-    )
+    return p
 
 
 def main(args: argparse.Namespace, database_url: str) -> int:

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="extra Spark setting (repeatable)",
         )
-    findings_command.add_parser(sub)
+    add_urls(findings_command.add_parser(sub))
     add_urls(
         sub.add_parser(
             "move-state",

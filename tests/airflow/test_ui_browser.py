@@ -90,7 +90,9 @@ def api_server(airflow_home, fault_run):
                 )
             return _status(f"{base}/api/v2/monitor/health") == 200
 
-        wait_until(healthy, 120, "the Airflow API server to be healthy")
+        # a bound against a hang, not a target, like the shared home's migrate: at load 14-16
+        # (this module beside another Airflow module and other suites) 120 s did not suffice
+        wait_until(healthy, 600, "the Airflow API server to be healthy")
         req = urllib.request.Request(
             f"{base}/auth/token",
             method="POST",

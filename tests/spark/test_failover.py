@@ -8,15 +8,14 @@ own process) runs on the primary; two sinks land two topics, one of them with fa
 
 1. ``KEPT`` records per topic are written and landed; the standby replays all of it.
 2. The standby stops receiving WAL. Writers append up to ``LOST`` per topic; the primary
-   acknowledges them, both sinks land them. One pipeline run on the primary signs each
-   topic's audit log at ``LOST`` (with a signing key); its database commits never reach the
-   standby, its checkpoints stay on the warehouse's storage.
+   acknowledges them, both sinks land them. One pipeline run, the source on the primary,
+   judges 1..``LOST`` and signs each topic's audit log at ``LOST`` (with a signing key).
 3. The primary's postmaster is killed (SIGKILL), the standby promoted: its heads are ``KEPT``.
    The service is restarted on the new primary, on the same port. The sinks, connected across
    it, reconnect by themselves, present their ``Last-Event-ID`` (``LOST``) and land the
    stream's ``rewound`` frames (``KEPT + 1 .. LOST``).
 4. Writers go on: ``KEPT + 1 .. AFTER`` again, with new content.
-5. One pipeline run, on the new primary. Expected, derived seq by seq from what each sink
+5. One pipeline run, the source on the new primary. Expected, derived seq by seq from what each sink
    landed and what the new primary holds: every copy that differs from the source is found
    (``divergent`` beside a matching copy, ``mismatch`` without one), every missing seq is a
    ``silent_gap``, the rewind is reported (``source_rewound``, the exact lost ranges), the
@@ -25,17 +24,13 @@ own process) runs on the primary; two sinks land two topics, one of them with fa
    run records the break with both checkpoints (printed), and every seq before it proves into
    both logs.
 
-Where the pipeline's own state lives: in the source's PostgreSQL, as the product requires (one
-``DATABASE_URL`` holds the log, the run tables, the range digests and the Iceberg JDBC
-catalog), so it fails over with the source, except the signed log's tiles and checkpoints,
-which live on the warehouse's storage. What a run before the failover changes follows from
-where its state lives: a run whose commit
-replicated judged only seqs the standby has (WAL is one ordered stream, so a replicated commit
-implies every record written before it replicated), so its digests never meet the lost seqs;
-a run whose commit did not replicate is lost whole, its catalog pointers included, so the
-warehouse as its catalog reads it agrees with the run tables (its files are orphans). Either
-way the rewind is known from the consumers' evidence: the ``rewound`` frames they landed,
-which reconcile reports as ``source_rewound`` whatever the digests say.
+Where the pipeline's own state lives: in a database of its own (the production layout,
+``AUDITSYNC_PIPELINE_DATABASE_URL``), here on the test session's cluster, apart from both the
+primary and the standby. The failover takes the source back; the run before it stays whole:
+its row, its verdicts, its digests, its catalog pointers and so its time travel. The run after
+it is judged on the same warehouse, and knows the rewind two ways: the consumers' ``rewound``
+frames, and the digests of what the run before judged, which no longer hash as judged. The
+drill prints what the source lost and what the pipeline still knows.
 
 The sinks' session cursors are flushed at ``KEPT`` before the standby's replay is awaited:
 with an older session row the stream resumes from it after the failover and re-delivers what
@@ -75,6 +70,7 @@ from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
 from watch_service.tools import standby as sb
 
+from ..restore import RestorableDatabase
 from ..sink import harness as lv
 from ..support import ServiceProcess, free_port, unique, wait_for
 from . import places
@@ -110,6 +106,14 @@ def services():
     yield start
     for svc in started:
         svc.stop()
+
+
+@pytest.fixture
+def pipeline_db(pg_url, tmp_path):
+    """The pipeline's own database, on the session's cluster: neither primary nor standby."""
+    db = RestorableDatabase(pg_url, unique("failover_pipeline").replace("-", "_"), tmp_path)
+    yield db.create().url
+    db.drop()
 
 
 @pytest.fixture
@@ -207,7 +211,7 @@ def expected_verdicts(rows: list[dict], source: dict[tuple[str, int], str], topi
 
 
 async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
-    clusters, services, spark, tmp_path, monkeypatch
+    clusters, pipeline_db, services, spark, tmp_path, monkeypatch
 ):
     started = time.monotonic()
     signer = note.Signer.generate("auditsync.test/failover")
@@ -239,13 +243,13 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
             await write(http, service.url, topics, KEPT + 1, LOST, "lost")
             for cfg in (steady, faulty):
                 await wait_for(landed_through(cfg, topics, LOST), 20, f"{cfg.consumer} at LOST")
-            # A run on the primary signs each topic's audit log at LOST; its commits never
-            # reach the standby, but its checkpoints stay on storage. (Its warehouse is a folder
-            # of its own, its signed log then put where the later run's is: one Spark session's
-            # Iceberg catalog stays bound to the database it first reached, the lost primary.)
-            before = Layout(str(landing), str(tmp_path / "work-before"), unique("fo"))
-            await asyncio.to_thread(runner.run_steps, spark, before, clusters.primary.url, 2)
-            shutil.copytree(tmp_path / "work-before" / "tlog", tmp_path / "work" / "tlog")
+            # A run judges 1..LOST on the primary and signs each topic's audit log at LOST.
+            before = Layout(str(landing), work, unique("fo"))
+            first = await asyncio.to_thread(
+                runner.run_steps, spark, before, clusters.primary.url, 2, pipeline_url=pipeline_db
+            )
+            with psycopg.connect(pipeline_db, autocommit=True) as conn:
+                known = (runs.get_run(conn, before.run_id), runs.run_summary(conn, before.run_id))
             at = Storage(Layout("", work, "").warehouse)
             signed = {t: TopicLog.at(at, t, signer.verifier) for t in topics}
             old = {t: signed[t].latest() for t in topics}
@@ -281,10 +285,16 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
         ), cfg.consumer
 
     after = Layout(str(landing), work, unique("fo"))
-    figures = runner.run_steps(spark, after, url, partitions=2)
+    figures = runner.run_steps(spark, after, url, partitions=2, pipeline_url=pipeline_db)
     with psycopg.connect(url, autocommit=True) as conn:
         source = {(t, s): h for t, s, h in conn.execute(SOURCE_HASHES, (topics,)).fetchall()}
+        heads = runs.source_heads(conn, topics)
+    with psycopg.connect(pipeline_db, autocommit=True) as conn:
         net = runs.cumulative_summary(conn, Layout("", work, "").catalog)
+        still = (runs.get_run(conn, before.run_id), runs.run_summary(conn, before.run_id))
+    report(before.run_id, known, still, heads, figures["reconcile"])
+    assert still == known and known[0][0] == "passed"
+    assert heads == dict.fromkeys(topics, AFTER)
     assert sorted(source) == [(t, s) for t in sorted(topics) for s in range(1, AFTER + 1)]
     expected = {
         **expected_verdicts(lv.rows(steady), source, topics, "steady"),
@@ -304,18 +314,38 @@ async def test_a_failover_to_a_lagging_replica_is_found_and_repaired(
     rec = figures["reconcile"]
     assert rec["rewound"] == {t: [[KEPT + 1, LOST]] for t in topics}
     defects = sum(n for k, n in expected.items() if k[2] in st.DEFECTS)
-    assert figures["verify"]["found"] == defects and figures["verify"]["passed"]
+    # The run before judged 1..LOST (the faulty sink's defects there, repaired then); the run
+    # after the rest, the lost range judged again: together, every defect, each repaired.
+    found = (first["verify"]["found"], figures["verify"]["found"])
+    assert sum(found) == defects and first["verify"]["passed"] and figures["verify"]["passed"]
     log = {
         (t, int(s)): h
-        for t, s, h in places.audit_rows(Layout("", work, ""), url, ("topic", "seq", "data_sha256"))
+        for t, s, h in places.audit_rows(
+            Layout("", work, ""), pipeline_db, ("topic", "seq", "data_sha256")
+        )
     }
     assert log == source
-    check_the_fork(url, after, signed, old, topics)
+    check_the_fork(pipeline_db, after, signed, old, topics)
+
+
+def report(before: str, known: tuple, still: tuple, heads: dict, reconcile: dict) -> None:
+    """What the source lost and what the pipeline still knows, as the drill's output says."""
+    row, summary = still
+    judged = sum(n for _, _, status, n, *_ in summary if status not in st.EVENT_STATUSES)
+    print(
+        f"[failover] the source lost seqs {KEPT + 1}-{LOST} of every topic (acknowledged, "
+        f"never replicated); its heads went {LOST} -> {KEPT}, then {heads} after the writers"
+    )
+    print(
+        f"[failover] the pipeline still knows run {before}: {row[0]}, {judged} seqs judged "
+        f"({'unchanged' if still == known else 'CHANGED'} since before the failover), its "
+        f"digests and its time travel; the run after found source_rewound {reconcile['rewound']}"
+    )
 
 
 def check_the_fork(url: str, after: Layout, signed: dict, old: dict, topics) -> None:
     """The run after the failover forked each topic's signed log at KEPT + 1: the break holds
-    the old checkpoint (the run before, on storage; its database rows were lost) and the new
+    the old checkpoint (the run before, on storage and in the pipeline's database) and the new
     one; every seq before the rewound range proves into both, as the audit log holds it."""
     from spark_jobs.tlog_command import prove
     from watch_service.protocol.tlog import leaf
