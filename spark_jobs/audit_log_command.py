@@ -85,18 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the pipeline's own state (default: AUDITSYNC_PIPELINE_DATABASE_URL, else the "
         "source's database)",
     )
-    from spark_jobs import tlog_command
+    from spark_jobs import tlog_cli
 
-    tlog_command.add_parsers(sub)
+    tlog_cli.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action != "show":
-        from spark_jobs import tlog_command
+        from spark_jobs import tlog_cli
 
-        return tlog_command.run(args)
+        return tlog_cli.run(args)
     if args.limit < 1:
         print("auditsync audit-log: --limit must be at least 1", file=sys.stderr)
         return 2
