@@ -294,7 +294,7 @@ def test_the_configuration_table_is_every_setting():
 def test_every_make_target_and_command_named_exists():
     code = "\n".join(code_text(text) for _, text in documents())
     makefile = (ROOT / "Makefile").read_text()
-    for target in set(re.findall(r"\bmake ([a-z][a-z-]*)", code)):
+    for target in set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", code)):
         assert re.search(rf"^{target}:", makefile, re.M), f"make {target}"
     commands = {name for name, _, _ in _DELEGATED}
     for action in build_parser()._subparsers._group_actions:  # type: ignore[union-attr]

@@ -30,6 +30,7 @@ from spark_jobs import findings, runner
 from spark_jobs.common import statuses as st
 from spark_jobs.steps.reconcile import evidence, rewind
 from spark_jobs.warehouse.layout import Layout
+from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs
 
 from ..support import unique
@@ -271,7 +272,8 @@ def test_runs_the_database_forgot_are_noticed(world, spark):
     assert world["figures"][1]["reconcile"]["runs_unknown_to_postgres"] == []
     layout = Layout("", world["work"], unique("rwlater"))
     first, second = world["run_ids"]
-    assert evidence.unknown_runs(spark, layout, {first}) == [second]
+    warehouse = Warehouse.attach(spark, layout, world["url"])
+    assert evidence.unknown_runs(warehouse, {first}) == [second]
 
 
 def test_the_pure_rules_of_a_rewind():
