@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from auditsync_plugin.ui import assets
-from auditsync_plugin.ui import findings as ui_findings
 from auditsync_plugin.ui import report as ui_report
 from auditsync_plugin.ui.runs import TopicLine
 from spark_jobs import findings
+from spark_jobs.common import selection
 from spark_jobs.common.statuses import DEFECTS
 from spark_jobs.warehouse import readers
 from spark_jobs.warehouse.layout import Layout
@@ -378,8 +378,8 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
     assert (cli.returncode, cli.stderr) == (0, ""), cli.stderr
     assert [json.loads(line) for line in cli.stdout.splitlines()] == want
 
-    pages = -(-len(want) // ui_findings.PAGE_ROWS)
-    first = want[: ui_findings.PAGE_ROWS]
+    pages = -(-len(want) // selection.FINDINGS_PAGE)
+    first = want[: selection.FINDINGS_PAGE]
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
@@ -414,12 +414,12 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
             assert text.splitlines()[0] == ",".join(findings.COLUMNS)
             assert csv_text_rows(text) == want
 
-            # Paging: each next page holds the next PAGE_ROWS ranges, the last the rest.
+            # Paging: each next page holds the next FINDINGS_PAGE ranges, the last the rest.
             for number in range(2, pages + 1):
                 with page.expect_navigation():
                     page.click("#pager a:text-is('next →')")
-                start = (number - 1) * ui_findings.PAGE_ROWS
-                assert shown_rows(page) == as_cells(want[start : start + ui_findings.PAGE_ROWS])
+                start = (number - 1) * selection.FINDINGS_PAGE
+                assert shown_rows(page) == as_cells(want[start : start + selection.FINDINGS_PAGE])
                 assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
             assert page.locator("#pager a:text-is('next →')").count() == 0
 
@@ -452,9 +452,9 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
                 page.select_option(f"#filter-{name}", value)
             with page.expect_navigation():
                 page.click("#filters button")
-            assert shown_rows(page) == as_cells(kept[: ui_findings.PAGE_ROWS])
+            assert shown_rows(page) == as_cells(kept[: selection.FINDINGS_PAGE])
             assert page.inner_text("#pager span") == (
-                f"page 1 of {-(-len(kept) // ui_findings.PAGE_ROWS)} "
+                f"page 1 of {-(-len(kept) // selection.FINDINGS_PAGE)} "
                 f"({len(kept)} of {len(want)} ranges)"
             )
             with page.expect_download() as info:

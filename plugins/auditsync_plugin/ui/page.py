@@ -13,6 +13,7 @@ import html
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
+from spark_jobs.common import selection
 from spark_jobs.common import statuses as st
 
 from ..notifications.alerts_render import format_spans
@@ -21,10 +22,8 @@ from .report import (
     TOPIC_VERDICTS,
     Filters,
     Lag,
-    Page,
     TopicState,
     choices,
-    paginate,
     run_points,
     topic_states,
 )
@@ -212,7 +211,7 @@ def _fork(line: TopicLine) -> str:
     )
 
 
-def _runs_table(page: Page) -> str:
+def _runs_table(page: selection.Page[TopicLine]) -> str:
     head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
         f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
     )
@@ -232,10 +231,9 @@ def _runs_table(page: Page) -> str:
     return _grid("runs", head, body)
 
 
-def _pager(page: Page, filters: Filters) -> str:
+def _pager(page: selection.Page[TopicLine], filters: Filters) -> str:
     def link(number: int, text: str) -> str:
-        query = {k: v for k, v in (("topic", filters.topic), ("consumer", filters.consumer)) if v}
-        query["page"] = str(number)
+        query = {**filters.query(), "page": str(number)}
         return f'<a href="?{_e(urlencode(query))}" rel="nofollow">{text}</a>'
 
     prev = link(page.number - 1, "← newer") if page.number > 1 else ""
@@ -255,8 +253,8 @@ def render_page(
 ) -> str:
     """The whole page; ``lines`` newest run first, unfiltered (the filters choose from them)."""
     filters = filters or Filters()
-    kept = [line for line in lines if filters.keeps(line)]
-    page = paginate(kept, filters.page)
+    kept = selection.select(lines, filters)
+    page = selection.paginate(kept, filters.page, selection.RUNS_PAGE)
     docs = (
         '<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
         if docs_available
@@ -275,7 +273,7 @@ def render_page(
 <section><h2>Topics, newest run</h2>{_glance(topic_states(kept))}</section>
 <div class="pair">
 <section id="trend"><h2>Recent runs</h2>{chart.render(run_points(kept))}</section>
-<section><h2>Consumer lag</h2>{_lags([lag for lag in lags if filters.keeps(lag)])}</section>
+<section><h2>Consumer lag</h2>{_lags(selection.select(lags, filters))}</section>
 </div>
 <section><h2>Runs by topic</h2>{_runs_table(page)}{_pager(page, filters)}</section>
 </body></html>
