@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from spark_jobs.common import selection
 from spark_jobs.common import statuses as st
+from watch_service.protocol import redelivery
 
 from ..notifications.alerts_render import format_spans
 from . import chart, signatures
@@ -28,6 +29,8 @@ from .report import (
     topic_states,
 )
 from .runs import TopicLine
+
+REWOUND_COLOUR = st.VERDICTS[st.SOURCE_REWOUND].colour
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
 # A status's heading is its label in the verdict table (``statuses.VERDICTS``).
@@ -158,10 +161,10 @@ def _redelivered(line: TopicLine) -> str:
     issued again with other content (a source restored with its sessions) in the rewound
     colour, plain duplicates muted (nothing when none)."""
     out = []
-    for verdict in ("reissued", "duplicate", "unchecked"):
+    for verdict in (redelivery.REISSUED, redelivery.DUPLICATE, redelivery.UNCHECKED):
         spans = [(a, b) for a, b, v in line.redelivered if v == verdict]
         if spans:
-            css = "rewound" if verdict == "reissued" else "muted"
+            css = REWOUND_COLOUR if verdict == redelivery.REISSUED else "muted"
             out.append(
                 f'<div class="redelivered {css}">re-delivered, {verdict}: '
                 f"{_e(format_spans(spans))}</div>"
