@@ -29,6 +29,7 @@ from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service import cli
 from watch_service.store import runs
 
+from ..browser import VIEWPORT, artifact, assert_within_the_window, block_the_internet
 from ..support import unique
 from .warehouse import plugin_client
 
@@ -271,46 +272,28 @@ def served(house, pg_url, tmp_path):
 
 
 @pytest.mark.browser
-def test_the_findings_view_shows_every_column_at_1280(house, served):
+def test_the_findings_view_shows_every_column_at_1280(house, served, chromium):
     """Headless Chromium at 1280 × 800 on the findings page: every column inside the window,
     nothing scrolled sideways, the rows the CSV's first page; a screenshot for the record."""
     import urllib.request
 
-    from playwright.sync_api import sync_playwright
-
-    from ..airflow.test_ui_browser import (
-        ARTIFACTS,
-        CHROMIUM_FLAGS,
-        VIEWPORT,
-        assert_within_the_window,
-        block_the_internet,
-    )
-
     url = f"{served}/findings?run={house.verified}"
     with urllib.request.urlopen(f"{served}/findings.csv?run={house.verified}", timeout=30) as r:
         ranges = list(csv.reader(io.StringIO(r.read().decode())))
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
-        try:
-            context = browser.new_context(viewport=VIEWPORT)
-            refused = block_the_internet(context)
-            page = context.new_page()
-            resp = page.goto(url)
-            assert resp is not None and resp.status == 200
-            assert assert_within_the_window(page, "#findings thead th") == len(findings.COLUMNS)
-            cells = assert_within_the_window(page, "#findings tbody td")
-            assert cells == selection.FINDINGS_PAGE * len(findings.COLUMNS)
-            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
-            shown = [
-                r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()
-            ]
-            assert shown == ranges[1 : 1 + selection.FINDINGS_PAGE]
-            page.select_option("#filter-consumer", "c1")
-            with page.expect_navigation():
-                page.click("#filters button")
-            assert page.locator("#findings tbody tr").count() == 3
-            page.screenshot(path=str(ARTIFACTS / "findings.png"), full_page=True)
-            assert refused == [], refused
-        finally:
-            browser.close()
+    context = chromium.new_context(viewport=VIEWPORT)
+    refused = block_the_internet(context)
+    page = context.new_page()
+    resp = page.goto(url)
+    assert resp is not None and resp.status == 200
+    assert assert_within_the_window(page, "#findings thead th") == len(findings.COLUMNS)
+    cells = assert_within_the_window(page, "#findings tbody td")
+    assert cells == selection.FINDINGS_PAGE * len(findings.COLUMNS)
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    shown = [r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()]
+    assert shown == ranges[1 : 1 + selection.FINDINGS_PAGE]
+    page.select_option("#filter-consumer", "c1")
+    with page.expect_navigation():
+        page.click("#filters button")
+    assert page.locator("#findings tbody tr").count() == 3
+    page.screenshot(path=str(artifact("findings.png")), full_page=True)
+    assert refused == [], refused
