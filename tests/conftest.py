@@ -22,6 +22,8 @@ from watch_service.tools.local import use_port_block
 
 from .support import InProcessService, free_port, unique
 
+pytest_plugins = ("tests.browser",)  # the headless Chromium every browser test launches
+
 
 def pytest_configure(config) -> None:
     """Every Spark JVM this test process launches carries the PostgreSQL JDBC driver, and the
