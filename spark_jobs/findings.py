@@ -8,7 +8,8 @@ a range the run's own verify left has a row in its ``remaining`` partition (``le
 it still missing); a range with no such row was repaired. When a later verify re-checked the
 run's repairable defects and saw them all repaired (``reconcile_runs.repairs_open`` false),
 what the run's verify left of them is repaired too. A run whose verify did not run shows its
-ranges ``unverified``. :func:`build` and :func:`select` are pure; :func:`read` is the I/O.
+ranges ``unverified``. :func:`build` is pure, :func:`read` the I/O; they are filtered and paged
+by ``spark_jobs.common.selection``, as every table of results is.
 Anything that cannot be read is a ``FindingsError`` (an ``AuditsyncError``) whose message says
 why in one line; the command prints it and exits 2.
 """
@@ -19,6 +20,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from spark_jobs.common import selection
 from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
 from spark_jobs.warehouse import readers
 from spark_jobs.warehouse.layout import Layout
@@ -34,23 +36,12 @@ class FindingsError(AuditsyncError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Filters:
+class Filters(selection.Filters):
+    """What the findings are filtered by (``selection``: the one rule of filters and pages)."""
+
     consumer: str = ""
     topic: str = ""
     status: str = ""
-
-    def keeps(self, row: Mapping[str, Any]) -> bool:
-        return all(
-            not want or row[name] == want
-            for name, want in (
-                ("consumer", self.consumer),
-                ("topic", self.topic),
-                ("status", self.status),
-            )
-        )
-
-    def query(self) -> dict[str, str]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,16 +86,6 @@ def build(
             }
         )
     return rows
-
-
-def select(rows: Iterable[Mapping[str, Any]], filters: Filters) -> list[Mapping[str, Any]]:
-    return [r for r in rows if filters.keeps(r)]
-
-
-def choices(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """The values each filter can take (the run's consumers, topics, statuses)."""
-    rows = list(rows)
-    return {name: sorted({r[name] for r in rows}) for name in ("consumer", "topic", "status")}
 
 
 def run_of(found: tuple | None, run_id: str, catalog: str | None) -> Run:

@@ -16,9 +16,12 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from spark_jobs.common.selection import select
 from spark_jobs.common.statuses import DEFECTS
-from spark_jobs.findings import COLUMNS, Filters, read, select
+from spark_jobs.findings import COLUMNS, Filters, read
 from watch_service.protocol.errors import AuditsyncError
+
+FILTERED = tuple(Filters().columns())  # the --consumer, --topic and --status options
 
 
 def render_json(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -38,7 +41,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, metavar="RUN_ID")
     p.add_argument("--work", default=None, help="the warehouse (default: the run's own)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
-    for name in ("status", "consumer", "topic"):
+    for name in FILTERED:
         p.add_argument(f"--{name}", default="", help=f"only this {name}")
     return p
 
@@ -56,7 +59,7 @@ def main(args: argparse.Namespace, database_url: str) -> int:
     except AuditsyncError as exc:  # FindingsError, StorageError
         print(f"auditsync pipeline findings: {exc}", file=sys.stderr)
         return 2
-    kept = select(rows, Filters(args.consumer, args.topic, args.status))
+    kept = select(rows, Filters.from_query(**{n: getattr(args, n) for n in FILTERED}))
     if args.json:
         if kept:
             print(render_json(kept))

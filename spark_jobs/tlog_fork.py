@@ -22,10 +22,10 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from spark_jobs.common.statuses import SOURCE_REWOUND
 from spark_jobs.tlog_store import TlogError, TopicLog
 from watch_service.protocol.tlog import merkle, note, tiles
 
-REWOUND = "source_rewound"
 RECORD = "break"
 
 
@@ -126,7 +126,7 @@ def fork(
     leaves_from: Iterable[bytes],
     spans: Iterable[tuple[int, int]],
     run_id: str | None,
-    reason: str = REWOUND,
+    reason: str = SOURCE_REWOUND,
 ) -> tuple[TopicLog, Break]:
     """The topic's next log: ``old``'s leaves before ``seq``, then ``leaves_from`` (the audit
     log's leaves of ``seq`` on), signed (as ``runs/<run_id>`` too), with its break record."""

@@ -10,8 +10,6 @@ import asyncio
 import email
 import email.policy
 import json
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable
 from email.message import EmailMessage
@@ -21,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
+from ..browser import screenshot_file
 from ..support import free_port
 
 LEDGER = (
@@ -37,26 +36,7 @@ def screenshot(html: str, png: Path) -> None:
     png.parent.mkdir(parents=True, exist_ok=True)
     page = png.with_suffix(".html")
     page.write_text(html, encoding="utf-8")
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                "/usr/bin/chromium",
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                f"--screenshot={png}",
-                "--window-size=1280,800",
-                page.as_uri(),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+    screenshot_file(page, png)
     assert png.stat().st_size > 10_000
 
 

@@ -8,7 +8,6 @@ The e-mail is rendered by headless Chromium into ``test-artifacts/``."""
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import pytest
 
@@ -16,12 +15,11 @@ from auditsync_plugin.notifications import alerts_render
 from watch_service.sink.landing import Landing
 from watch_service.storage import Storage
 
+from ..browser import artifact
 from .conftest import CONSUMER, pg_rows
 from .receivers import LEDGER, html_of, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
 BASE = "http://127.0.0.1:8080"  # [api] base_url airflow_env derives (default port)
 
 
@@ -70,4 +68,4 @@ def test_a_run_whose_defects_were_all_repaired_alerts_once_per_channel(
     run_id = airflow_run_id(text)
     assert (run_id, "defects_found", "email") in pg_rows(pg_url, LEDGER)
     assert (run_id, "defects_found", "webhook") in pg_rows(pg_url, LEDGER)
-    screenshot(page, ARTIFACTS / "alert-email.png")
+    screenshot(page, artifact("alert-email.png"))

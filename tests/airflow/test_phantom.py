@@ -15,7 +15,6 @@ worker of the fault run's unit, sharing its Airflow home, landing and server
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -25,11 +24,11 @@ from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
 from spark_jobs.warehouse import readers
 from spark_jobs.warehouse.layout import Layout
 
+from ..browser import artifact
 from .conftest import CONSUMER, SUMMARY_SQL, pg_rows
 from .receivers import LEDGER, html_of, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1800)]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 BACKFILL = ["backfill_audit_log", "backfill_search_index"]
 
 
@@ -98,7 +97,7 @@ def test_a_failed_verify_alerts_once_even_when_its_interval_runs_again(
             for x in body["text"].splitlines()
         )
         assert f"<td>{seq}</td>" in html_of(mail)
-    screenshot(html_of(mails[0]), ARTIFACTS / "alert-email-verify-failed.png")
+    screenshot(html_of(mails[0]), artifact("alert-email-verify-failed.png"))
 
 
 def _rows(warehouse, url, name, columns):

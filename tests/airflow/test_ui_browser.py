@@ -20,35 +20,23 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from auditsync_plugin.ui import assets
-from auditsync_plugin.ui import findings as ui_findings
 from auditsync_plugin.ui import report as ui_report
 from auditsync_plugin.ui.runs import TopicLine
 from spark_jobs import findings
+from spark_jobs.common import selection
 from spark_jobs.common.statuses import DEFECTS
 from spark_jobs.warehouse import readers
 from spark_jobs.warehouse.layout import Layout
 
+from ..browser import VIEWPORT, artifact, assert_within_the_window, block_the_internet
 from ..support import free_port, stop
 from .conftest import BIN, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.airflow, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _status(url: str, headers: dict | None = None) -> int:
@@ -145,34 +133,6 @@ def docs_dir(home) -> Path:
     return home.gx_root / "gx" / "uncommitted" / "data_docs" / "local_site"
 
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
-VIEWPORT = {"width": 1280, "height": 800}
-
-
-def block_the_internet(context) -> list[str]:
-    """Abort every request to a host that is not loopback; the list collects their URLs."""
-    refused: list[str] = []
-
-    def handle(route) -> None:
-        url = route.request.url
-        if urlsplit(url).hostname in LOOPBACK or not url.startswith("http"):
-            route.continue_()
-        else:
-            refused.append(url)
-            route.abort("blockedbyclient")
-
-    context.route("**/*", handle)
-    return refused
-
-
-def assert_within_the_window(page, selector: str) -> int:
-    boxes = [el.bounding_box() for el in page.locator(selector).all()]
-    assert boxes and all(b is not None for b in boxes), selector
-    right = max(b["x"] + b["width"] for b in boxes)
-    assert right <= VIEWPORT["width"], f"{selector} reaches {right}px"
-    return len(boxes)
-
-
 def test_the_vendored_scripts_match_the_integrity_gx_pins():
     """GX pins popper and bootstrap's JS by sha384; the npm copies must be those bytes."""
     from auditsync_plugin.ui.app import gx_images_dir
@@ -187,11 +147,10 @@ def test_the_vendored_scripts_match_the_integrity_gx_pins():
         assert base64.b64encode(hashlib.sha384(body).digest()).decode() == digest, url
 
 
-def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_run, airflow_home):
-    from playwright.sync_api import sync_playwright
-
+def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(
+    api_server, fault_run, airflow_home, chromium
+):
     base, token = api_server
-    ARTIFACTS.mkdir(exist_ok=True)
     with urllib.request.urlopen(
         urllib.request.Request(
             base + "/auditsync/runs.json", headers={"Authorization": f"Bearer {token}"}
@@ -202,92 +161,85 @@ def test_a_logged_in_browser_sees_the_runs_and_the_data_docs(api_server, fault_r
     run_ids = list(dict.fromkeys(line["run_id"] for line in doc["runs"]))
     # A run that failed before reconcile has one line with no topic; it is no topic.
     topics = sorted({line["topic"] for line in doc["runs"] if line["topic"]})
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
-        try:
-            context = browser.new_context(viewport=VIEWPORT)
-            refused = block_the_internet(context)
-            context.add_cookies([{"name": "_token", "value": token, "url": base}])
-            page = context.new_page()
-            resp = page.goto(f"{base}/auditsync/")
-            assert resp is not None and resp.status == 200
-            rows = page.locator("#runs tbody tr")
-            assert rows.count() >= 2
-            assert page.locator(f"#runs td:text-is('{fault_run.run_id}')").count() >= 1
-            # The fault run repaired all it found: none of its lines has a defect left.
-            fault_rows = page.locator(f"#runs tr:has(td:text-is('{fault_run.run_id}'))")
-            assert fault_rows.count() >= 2 and fault_rows.locator("td.bad").count() == 0
-            # Every column of both tables inside the 1280 px window, nothing scrolled sideways.
-            assert assert_within_the_window(page, "#runs thead th") == 9
-            assert assert_within_the_window(page, "#lags thead th") == 6
-            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
-            # The chart: one bar of each series per run (newest 12), oldest first.
-            charted = run_ids[:12][::-1]
-            for css in ("bar-delivered", "bar-found", "bar-left"):
-                bars = page.locator(f"#chart rect.{css}")
-                assert [b.get_attribute("data-run") for b in bars.all()] == charted, css
-            # A run's delivered bar has height exactly when it delivered something (a run whose
-            # compact failed, such as test_failed_run's on this worker, delivered nothing).
-            delivered: dict[str, int] = {}
-            for line in doc["runs"]:
-                delivered[line["run_id"]] = delivered.get(line["run_id"], 0) + line["delivered"]
-            heights = {
-                b.get_attribute("data-run"): float(b.get_attribute("height"))
-                for b in page.locator("#chart rect.bar-delivered").all()
-            }
-            assert {r: h > 0 for r, h in heights.items()} == {
-                r: delivered.get(r, 0) > 0 for r in charted
-            }
-            # Each (consumer, topic)'s state at a glance, from its newest run: as many cards of
-            # each verdict as the data says (which run is newest for a topic depends on what
-            # other tests of the session's worker ran before it).
-            states = ui_report.topic_states(TopicLine(**line) for line in doc["runs"])
-            assert page.locator("#topics li.card").count() == len(states) >= len(topics)
-            for verdict in {s.verdict for s in states}:
-                cards = page.locator(f"#topics li[data-verdict='{verdict}']").count()
-                assert cards == sum(s.verdict == verdict for s in states), verdict
-            lag_rows = page.locator("#lags tbody tr").count()
-            assert lag_rows >= len(topics)
-            page.screenshot(path=str(ARTIFACTS / "auditsync-runs.png"), full_page=True)
+    context = chromium.new_context(viewport=VIEWPORT)
+    refused = block_the_internet(context)
+    context.add_cookies([{"name": "_token", "value": token, "url": base}])
+    page = context.new_page()
+    resp = page.goto(f"{base}/auditsync/")
+    assert resp is not None and resp.status == 200
+    rows = page.locator("#runs tbody tr")
+    assert rows.count() >= 2
+    assert page.locator(f"#runs td:text-is('{fault_run.run_id}')").count() >= 1
+    # The fault run repaired all it found: none of its lines has a defect left.
+    fault_rows = page.locator(f"#runs tr:has(td:text-is('{fault_run.run_id}'))")
+    assert fault_rows.count() >= 2 and fault_rows.locator("td.bad").count() == 0
+    # Every column of both tables inside the 1280 px window, nothing scrolled sideways.
+    assert assert_within_the_window(page, "#runs thead th") == 9
+    assert assert_within_the_window(page, "#lags thead th") == 6
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    # The chart: one bar of each series per run (newest 12), oldest first.
+    charted = run_ids[:12][::-1]
+    for css in ("bar-delivered", "bar-found", "bar-left"):
+        bars = page.locator(f"#chart rect.{css}")
+        assert [b.get_attribute("data-run") for b in bars.all()] == charted, css
+    # A run's delivered bar has height exactly when it delivered something (a run whose
+    # compact failed, such as test_failed_run's on this worker, delivered nothing).
+    delivered: dict[str, int] = {}
+    for line in doc["runs"]:
+        delivered[line["run_id"]] = delivered.get(line["run_id"], 0) + line["delivered"]
+    heights = {
+        b.get_attribute("data-run"): float(b.get_attribute("height"))
+        for b in page.locator("#chart rect.bar-delivered").all()
+    }
+    assert {r: h > 0 for r, h in heights.items()} == {r: delivered.get(r, 0) > 0 for r in charted}
+    # Each (consumer, topic)'s state at a glance, from its newest run: as many cards of
+    # each verdict as the data says (which run is newest for a topic depends on what
+    # other tests of the session's worker ran before it).
+    states = ui_report.topic_states(TopicLine(**line) for line in doc["runs"])
+    assert page.locator("#topics li.card").count() == len(states) >= len(topics)
+    for verdict in {s.verdict for s in states}:
+        cards = page.locator(f"#topics li[data-verdict='{verdict}']").count()
+        assert cards == sum(s.verdict == verdict for s in states), verdict
+    lag_rows = page.locator("#lags tbody tr").count()
+    assert lag_rows >= len(topics)
+    page.screenshot(path=str(artifact("auditsync-runs.png")), full_page=True)
 
-            # The topic filter keeps that topic's lines only, in the table, cards and lags.
-            page.select_option("#filter-topic", topics[0])
-            with page.expect_navigation():
-                page.click("#filters button")
-            cells = page.locator("#runs tbody td:nth-child(3) .muted").all_inner_texts()
-            assert cells and set(cells) == {topics[0]}
-            assert page.locator("#topics li.card").count() == 1
-            page.goto(f"{base}/auditsync/")
+    # The topic filter keeps that topic's lines only, in the table, cards and lags.
+    page.select_option("#filter-topic", topics[0])
+    with page.expect_navigation():
+        page.click("#filters button")
+    cells = page.locator("#runs tbody td:nth-child(3) .muted").all_inner_texts()
+    assert cells and set(cells) == {topics[0]}
+    assert page.locator("#topics li.card").count() == 1
+    page.goto(f"{base}/auditsync/")
 
-            with page.expect_navigation():
-                page.click("#data-docs")
-            assert page.url.endswith("/auditsync/docs/index.html")
-            assert page.title() == "Data Docs created by Great Expectations"
-            assert fault_run.run_id in page.content()
-            assert_data_docs_styled(page)
-            page.screenshot(path=str(ARTIFACTS / "auditsync-data-docs-index.png"))
-            report = next(docs_dir(airflow_home).glob("validations/audit_log/*/*/*.html"))
-            rel = report.relative_to(docs_dir(airflow_home)).as_posix()
-            resp = page.goto(f"{base}/auditsync/docs/{rel}")
-            assert resp is not None and resp.status == 200
-            assert page.get_by_text("Succeeded").count() >= 1
-            assert_data_docs_styled(page)
-            assert page.evaluate("typeof vegaEmbed") == "function"
-            page.screenshot(path=str(ARTIFACTS / "auditsync-data-docs.png"), full_page=True)
-            assert refused == [], refused
+    with page.expect_navigation():
+        page.click("#data-docs")
+    assert page.url.endswith("/auditsync/docs/index.html")
+    assert page.title() == "Data Docs created by Great Expectations"
+    assert fault_run.run_id in page.content()
+    assert_data_docs_styled(page)
+    page.screenshot(path=str(artifact("auditsync-data-docs-index.png")))
+    report = next(docs_dir(airflow_home).glob("validations/audit_log/*/*/*.html"))
+    rel = report.relative_to(docs_dir(airflow_home)).as_posix()
+    resp = page.goto(f"{base}/auditsync/docs/{rel}")
+    assert resp is not None and resp.status == 200
+    assert page.get_by_text("Succeeded").count() >= 1
+    assert_data_docs_styled(page)
+    assert page.evaluate("typeof vegaEmbed") == "function"
+    page.screenshot(path=str(artifact("auditsync-data-docs.png")), full_page=True)
+    assert refused == [], refused
 
-            # The same page inside Airflow's own UI (Browse → Reconciliation, an iframe).
-            page.goto(f"{base}/plugin/auditsync")
-            frame = page.frame_locator("iframe").first
-            frame.locator("#runs").wait_for(timeout=30_000)
-            inner = page.locator("iframe").first.element_handle().content_frame()
-            assert inner is not None and inner.url == f"{base}/auditsync/"
-            inner.wait_for_load_state("load")  # its style sheet applied before the picture
-            assert assert_within_the_window(frame, "#runs thead th") == 9
-            page.screenshot(path=str(ARTIFACTS / "auditsync-in-airflow.png"))
-            assert refused == [], refused
-        finally:
-            browser.close()
+    # The same page inside Airflow's own UI (Browse → Reconciliation, an iframe).
+    page.goto(f"{base}/plugin/auditsync")
+    frame = page.frame_locator("iframe").first
+    frame.locator("#runs").wait_for(timeout=30_000)
+    inner = page.locator("iframe").first.element_handle().content_frame()
+    assert inner is not None and inner.url == f"{base}/auditsync/"
+    inner.wait_for_load_state("load")  # its style sheet applied before the picture
+    assert assert_within_the_window(frame, "#runs thead th") == 9
+    page.screenshot(path=str(artifact("auditsync-in-airflow.png")))
+    assert refused == [], refused
 
 
 def assert_data_docs_styled(page) -> None:
@@ -350,12 +302,10 @@ def as_cells(rows: list[dict]) -> list[list[str]]:
     return [[str(r[k]) for k in findings.COLUMNS] for r in rows]
 
 
-def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
+def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url, chromium):
     """The fault run's findings through the real API server: the CSV download is its detail
     defect rows, the CLI prints the same, the page shows them at 1280 × 800, filtered, paged
     (50 and 10 rows a page)."""
-    from playwright.sync_api import sync_playwright
-
     base, token = api_server
     want = detail_defects(fault_run, pg_url)
     assert want  # the sink's drops and corruptions
@@ -378,88 +328,81 @@ def test_the_findings_view_of_the_fault_run(api_server, fault_run, pg_url):
     assert (cli.returncode, cli.stderr) == (0, ""), cli.stderr
     assert [json.loads(line) for line in cli.stdout.splitlines()] == want
 
-    pages = -(-len(want) // ui_findings.PAGE_ROWS)
-    first = want[: ui_findings.PAGE_ROWS]
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
-        try:
-            context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
-            refused = block_the_internet(context)
-            context.add_cookies([{"name": "_token", "value": token, "url": base}])
-            page = context.new_page()
-            url = f"{base}/auditsync/findings?run={fault_run.run_id}"
-            resp = page.goto(url)
-            assert resp is not None and resp.status == 200
-            page.wait_for_load_state("load")  # the style sheet applied before measuring
-            assert shown_rows(page) == as_cells(first)
-            # Every column header and every cell of the first rows wholly in the viewport.
-            assert assert_in_the_viewport(page, "#findings thead th") == len(findings.COLUMNS)
-            top = min(5, len(first))
-            for n in range(1, top + 1):
-                cells = assert_in_the_viewport(page, f"#findings tbody tr:nth-child({n}) td")
-                assert cells == len(findings.COLUMNS)
-            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
-            assert page.inner_text("#pager span") == (
-                f"page 1 of {pages} ({len(want)} of {len(want)} ranges)"
-            )
-            page.screenshot(path=str(ARTIFACTS / "findings-airflow.png"), full_page=True)
+    pages = -(-len(want) // selection.FINDINGS_PAGE)
+    first = want[: selection.FINDINGS_PAGE]
+    context = chromium.new_context(viewport=VIEWPORT, accept_downloads=True)
+    refused = block_the_internet(context)
+    context.add_cookies([{"name": "_token", "value": token, "url": base}])
+    page = context.new_page()
+    url = f"{base}/auditsync/findings?run={fault_run.run_id}"
+    resp = page.goto(url)
+    assert resp is not None and resp.status == 200
+    page.wait_for_load_state("load")  # the style sheet applied before measuring
+    assert shown_rows(page) == as_cells(first)
+    # Every column header and every cell of the first rows wholly in the viewport.
+    assert assert_in_the_viewport(page, "#findings thead th") == len(findings.COLUMNS)
+    top = min(5, len(first))
+    for n in range(1, top + 1):
+        cells = assert_in_the_viewport(page, f"#findings tbody tr:nth-child({n}) td")
+        assert cells == len(findings.COLUMNS)
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    assert page.inner_text("#pager span") == (
+        f"page 1 of {pages} ({len(want)} of {len(want)} ranges)"
+    )
+    page.screenshot(path=str(artifact("findings-airflow.png")), full_page=True)
 
-            # The CSV download, in the logged-in browser through the API server.
-            with page.expect_download() as info:
-                page.click("#csv")
-            download = info.value
-            assert download.suggested_filename == f"findings-{fault_run.run_id}.csv"
-            text = Path(download.path()).read_text()
-            assert text.splitlines()[0] == ",".join(findings.COLUMNS)
-            assert csv_text_rows(text) == want
+    # The CSV download, in the logged-in browser through the API server.
+    with page.expect_download() as info:
+        page.click("#csv")
+    download = info.value
+    assert download.suggested_filename == f"findings-{fault_run.run_id}.csv"
+    text = Path(download.path()).read_text()
+    assert text.splitlines()[0] == ",".join(findings.COLUMNS)
+    assert csv_text_rows(text) == want
 
-            # Paging: each next page holds the next PAGE_ROWS ranges, the last the rest.
-            for number in range(2, pages + 1):
-                with page.expect_navigation():
-                    page.click("#pager a:text-is('next →')")
-                start = (number - 1) * ui_findings.PAGE_ROWS
-                assert shown_rows(page) == as_cells(want[start : start + ui_findings.PAGE_ROWS])
-                assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
-            assert page.locator("#pager a:text-is('next →')").count() == 0
+    # Paging: each next page holds the next FINDINGS_PAGE ranges, the last the rest.
+    for number in range(2, pages + 1):
+        with page.expect_navigation():
+            page.click("#pager a:text-is('next →')")
+        start = (number - 1) * selection.FINDINGS_PAGE
+        assert shown_rows(page) == as_cells(want[start : start + selection.FINDINGS_PAGE])
+        assert page.inner_text("#pager span").startswith(f"page {number} of {pages}")
+    assert page.locator("#pager a:text-is('next →')").count() == 0
 
-            # Ten rows a page (the rows selector), every page in turn: the run's real ranges
-            # over several pages, the size kept by the pager's links.
-            page.goto(url)
-            page.select_option("#filter-rows", "10")
+    # Ten rows a page (the rows selector), every page in turn: the run's real ranges
+    # over several pages, the size kept by the pager's links.
+    page.goto(url)
+    page.select_option("#filter-rows", "10")
+    with page.expect_navigation():
+        page.click("#filters button")
+    small = -(-len(want) // 10)
+    assert small >= 2, len(want)
+    for number in range(1, small + 1):
+        if number > 1:
             with page.expect_navigation():
-                page.click("#filters button")
-            small = -(-len(want) // 10)
-            assert small >= 2, len(want)
-            for number in range(1, small + 1):
-                if number > 1:
-                    with page.expect_navigation():
-                        page.click("#pager a:text-is('next →')")
-                assert shown_rows(page) == as_cells(want[(number - 1) * 10 : number * 10])
-                assert page.inner_text("#pager span") == (
-                    f"page {number} of {small} ({len(want)} of {len(want)} ranges)"
-                )
-            assert page.locator("#pager a:text-is('next →')").count() == 0
+                page.click("#pager a:text-is('next →')")
+        assert shown_rows(page) == as_cells(want[(number - 1) * 10 : number * 10])
+        assert page.inner_text("#pager span") == (
+            f"page {number} of {small} ({len(want)} of {len(want)} ranges)"
+        )
+    assert page.locator("#pager a:text-is('next →')").count() == 0
 
-            # The filter: the rarest status of one topic and the consumer, all three at once.
-            statuses = [r["status"] for r in want]
-            status = min(sorted(set(statuses)), key=statuses.count)
-            pick = next(r for r in want if r["status"] == status)
-            chosen = {"consumer": pick["consumer"], "topic": pick["topic"], "status": status}
-            kept = [r for r in want if all(r[k] == v for k, v in chosen.items())]
-            page.goto(url)
-            for name, value in chosen.items():
-                page.select_option(f"#filter-{name}", value)
-            with page.expect_navigation():
-                page.click("#filters button")
-            assert shown_rows(page) == as_cells(kept[: ui_findings.PAGE_ROWS])
-            assert page.inner_text("#pager span") == (
-                f"page 1 of {-(-len(kept) // ui_findings.PAGE_ROWS)} "
-                f"({len(kept)} of {len(want)} ranges)"
-            )
-            with page.expect_download() as info:
-                page.click("#csv")
-            assert csv_text_rows(Path(info.value.path()).read_text()) == kept
-            assert refused == [], refused
-        finally:
-            browser.close()
+    # The filter: the rarest status of one topic and the consumer, all three at once.
+    statuses = [r["status"] for r in want]
+    status = min(sorted(set(statuses)), key=statuses.count)
+    pick = next(r for r in want if r["status"] == status)
+    chosen = {"consumer": pick["consumer"], "topic": pick["topic"], "status": status}
+    kept = [r for r in want if all(r[k] == v for k, v in chosen.items())]
+    page.goto(url)
+    for name, value in chosen.items():
+        page.select_option(f"#filter-{name}", value)
+    with page.expect_navigation():
+        page.click("#filters button")
+    assert shown_rows(page) == as_cells(kept[: selection.FINDINGS_PAGE])
+    assert page.inner_text("#pager span") == (
+        f"page 1 of {-(-len(kept) // selection.FINDINGS_PAGE)} ({len(kept)} of {len(want)} ranges)"
+    )
+    with page.expect_download() as info:
+        page.click("#csv")
+    assert csv_text_rows(Path(info.value.path()).read_text()) == kept
+    assert refused == [], refused

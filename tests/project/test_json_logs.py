@@ -1,5 +1,6 @@
 """``AUDITSYNC_LOG_FORMAT=json``, the one setting: every line the ``auditsync`` commands, the
-sink and the Spark jobs print parses as a JSON object (``watch_service.logs``)."""
+sink and the Spark jobs print parses as a JSON object (``watch_service.logs``), a step's under
+``spark-submit`` too."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.common import progress
+from spark_jobs.common.session import submit_flags
+from spark_jobs.warehouse.layout import step_package
 
-from ..support import free_port
+from ..support import ROOT, free_port
 
 BIN = Path(sys.executable).parent
 JSON_ENV = {**os.environ, "AUDITSYNC_LOG_FORMAT": "json"}
@@ -122,3 +125,40 @@ def test_the_spark_jobs_print_json_lines(monkeypatch, capsys):
     [text] = capsys.readouterr().out.splitlines()
     assert text == 'auditsync-result {"left": 0, "passed": true, "seconds": 1.5, "step": "verify"}'
     assert progress.parse([text]) == figures
+
+
+@pytest.mark.spark
+def test_a_step_under_spark_submit_prints_json_lines(pg_url, tmp_path):
+    """``spark-submit`` of a real step, the shortest: maintenance over a fresh warehouse (its
+    catalog attached and its tables created, none written yet, so nothing to maintain). What
+    the step prints on stdout is JSON lines, its result among them; the JVM's own log4j lines
+    are Spark's, on stderr."""
+    main = ROOT.joinpath(*step_package("maintenance").split("."), "main.py")
+    env = {
+        **JSON_ENV,
+        "AUDITSYNC_DATABASE_URL": pg_url,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    env.pop("PYSPARK_SUBMIT_ARGS", None)  # the tests' in-process sessions' flags, not this one's
+    out = subprocess.run(
+        [str(BIN / "spark-submit"), "--master", "local[1]", *submit_flags(master="local[1]")]
+        + [str(main), "--work", str(tmp_path / "warehouse")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    lines = json_lines(out.stdout)
+    assert lines and all(set(line) >= {"ts", "level", "logger", "message"} for line in lines)
+    assert {line["logger"] for line in lines} == {progress.LOGGER}
+    figures = progress.parse(out.stdout.splitlines())
+    assert figures is not None and figures.pop("seconds") >= 0
+    assert figures == {
+        "step": "maintenance",
+        "files_before": 0,
+        "files_after": 0,
+        "snapshots_expired": 0,
+        "orphans_removed": 0,
+    }

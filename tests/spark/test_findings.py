@@ -22,12 +22,14 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from spark_jobs import findings
+from spark_jobs.common import selection
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service import cli
 from watch_service.store import runs
 
+from ..browser import VIEWPORT, artifact, assert_within_the_window, block_the_internet
 from ..support import unique
 from .warehouse import plugin_client
 
@@ -36,7 +38,6 @@ if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
     sys.path.insert(0, str(ROOT / "plugins"))
 
 from auditsync_plugin.ui import findings as ui_findings  # noqa: E402
-from auditsync_plugin.ui.paging import page_of  # noqa: E402
 
 pytestmark = pytest.mark.spark
 MANY = 60  # single-seq gaps of one consumer: more than a page (50)
@@ -142,10 +143,10 @@ def test_build_judges_each_range_by_verify():
     assert (closed[0]["left"], closed[0]["repaired"]) == (0, "yes")
     never = findings.build(d, [], findings.Run("wh", False, None))
     assert (never[0]["left"], never[0]["repaired"]) == (4, "unverified")
-    size = ui_findings.PAGE_ROWS
-    assert page_of(list(range(120)), 9, size) == (list(range(100, 120)), 3, 3)
-    assert page_of([], 0, size) == ([], 1, 1)
-    sizes = [ui_findings.page_size(x) for x in ("10", " 200 ", "", "7", "abc", "-10", "1e9")]
+    size = selection.FINDINGS_PAGE
+    assert selection.page_of(list(range(120)), 9, size) == (list(range(100, 120)), 3, 3)
+    assert selection.page_of([], 0, size) == ([], 1, 1)
+    sizes = [selection.page_size(x) for x in ("10", " 200 ", "", "7", "abc", "-10", "1e9")]
     assert sizes == [10, 200, 50, 50, 50, 50, 50]
     assert ui_findings.render_csv([]) == ",".join(findings.COLUMNS) + "\r\n"
 
@@ -170,7 +171,7 @@ def test_the_csv_the_cli_and_the_page_show_the_detail_rows(house, pg_url, capsys
     assert f"page 2 of {-(-len(want) // 10)} ({len(want)} of {len(want)} ranges)" in got.text
     assert "rows=10&amp;page=3" in got.text and "rows=10&amp;page=1" in got.text
     got = client.get("/findings", params={"run": house.verified, "rows": "7"})
-    assert got.text.count('<tr class="repaired-') == min(ui_findings.PAGE_ROWS, len(want))
+    assert got.text.count('<tr class="repaired-') == min(selection.FINDINGS_PAGE, len(want))
 
     url = ["--database-url", pg_url]
     code, out, err = findings_cli(capsys, house, "--run", house.verified, "--json", *url)
@@ -271,46 +272,28 @@ def served(house, pg_url, tmp_path):
 
 
 @pytest.mark.browser
-def test_the_findings_view_shows_every_column_at_1280(house, served):
+def test_the_findings_view_shows_every_column_at_1280(house, served, chromium):
     """Headless Chromium at 1280 × 800 on the findings page: every column inside the window,
     nothing scrolled sideways, the rows the CSV's first page; a screenshot for the record."""
     import urllib.request
 
-    from playwright.sync_api import sync_playwright
-
-    from ..airflow.test_ui_browser import (
-        ARTIFACTS,
-        CHROMIUM_FLAGS,
-        VIEWPORT,
-        assert_within_the_window,
-        block_the_internet,
-    )
-
     url = f"{served}/findings?run={house.verified}"
     with urllib.request.urlopen(f"{served}/findings.csv?run={house.verified}", timeout=30) as r:
         ranges = list(csv.reader(io.StringIO(r.read().decode())))
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS[1:])
-        try:
-            context = browser.new_context(viewport=VIEWPORT)
-            refused = block_the_internet(context)
-            page = context.new_page()
-            resp = page.goto(url)
-            assert resp is not None and resp.status == 200
-            assert assert_within_the_window(page, "#findings thead th") == len(findings.COLUMNS)
-            cells = assert_within_the_window(page, "#findings tbody td")
-            assert cells == ui_findings.PAGE_ROWS * len(findings.COLUMNS)
-            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
-            shown = [
-                r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()
-            ]
-            assert shown == ranges[1 : 1 + ui_findings.PAGE_ROWS]
-            page.select_option("#filter-consumer", "c1")
-            with page.expect_navigation():
-                page.click("#filters button")
-            assert page.locator("#findings tbody tr").count() == 3
-            page.screenshot(path=str(ARTIFACTS / "findings.png"), full_page=True)
-            assert refused == [], refused
-        finally:
-            browser.close()
+    context = chromium.new_context(viewport=VIEWPORT)
+    refused = block_the_internet(context)
+    page = context.new_page()
+    resp = page.goto(url)
+    assert resp is not None and resp.status == 200
+    assert assert_within_the_window(page, "#findings thead th") == len(findings.COLUMNS)
+    cells = assert_within_the_window(page, "#findings tbody td")
+    assert cells == selection.FINDINGS_PAGE * len(findings.COLUMNS)
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    shown = [r.locator("td").all_inner_texts() for r in page.locator("#findings tbody tr").all()]
+    assert shown == ranges[1 : 1 + selection.FINDINGS_PAGE]
+    page.select_option("#filter-consumer", "c1")
+    with page.expect_navigation():
+        page.click("#filters button")
+    assert page.locator("#findings tbody tr").count() == 3
+    page.screenshot(path=str(artifact("findings.png")), full_page=True)
+    assert refused == [], refused

@@ -30,3 +30,16 @@ def test_every_colour_is_a_class_of_the_style_sheet() -> None:
     colours |= {colour for _, colour in report.TOPIC_VERDICTS.values()}
     assert colours <= classes, colours - classes
     assert report.TOPIC_VERDICTS[report.REWOUND][0] == st.VERDICTS[st.SOURCE_REWOUND].label
+
+
+def test_the_alert_email_colours_a_rewound_source_as_the_page_does() -> None:
+    """An e-mail cannot link the page's style sheet, so its template writes the rewound
+    colour class's two values itself: the page's (``--rew``, ``--rew-bg``), under the class
+    the verdict table names."""
+    css = (ROOT / "plugins/auditsync_plugin/ui/static/report.css").read_text()
+    page = dict(re.findall(r"--([a-z-]+): (#[0-9a-f]{6});", css))
+    email = (ROOT / "plugins/auditsync_plugin/notifications/templates/alert_email.html").read_text()
+    assert st.VERDICTS[st.SOURCE_REWOUND].colour == "rewound"  # the page's .v-rewound
+    cls = "{{ rewound.colour }}"
+    assert f"table.{cls} th {{ background: {page['rew-bg']}; }}" in email
+    assert f"table.{cls} td.{cls} {{ color: {page['rew']}; font-weight: 600; }}" in email

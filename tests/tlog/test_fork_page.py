@@ -36,16 +36,6 @@ if str(ROOT / "plugins") not in sys.path:  # as Airflow puts it
 
 pytestmark = [pytest.mark.pg, pytest.mark.browser]
 
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
@@ -133,35 +123,25 @@ def served(pg_url: str, tmp_path: Path, forked) -> Iterator[str]:
 
 
 def test_the_page_shows_the_fork_and_a_checkpoint_that_does_not_verify_is_red(
-    served: str, forked
+    served: str, forked, chromium
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     topic, prefix, signer, first, second = forked
     new_root, old_root = second["root"], first["root"]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
-        try:
-            page = browser.new_page()
-            resp = page.goto(f"{served}?topic={topic}")
-            assert resp is not None and resp.status == 200
-            rows = page.locator("#runs tbody tr")
-            seen = [
-                (
-                    r.locator("td").first.evaluate("td => td.firstChild.textContent"),
-                    r.locator(".checkpoint").get_attribute("class"),
-                    r.locator(".checkpoint .verified").inner_text(),
-                    r.locator(".checkpoint").evaluate("e => getComputedStyle(e).color"),
-                    [f.inner_text() for f in r.locator(".fork").all()],
-                    [
-                        (d.get_attribute("class"), d.inner_text())
-                        for d in r.locator(".redelivered").all()
-                    ],
-                )
-                for r in rows.all()
-            ]
-        finally:
-            browser.close()
+    page = chromium.new_page()
+    resp = page.goto(f"{served}?topic={topic}")
+    assert resp is not None and resp.status == 200
+    rows = page.locator("#runs tbody tr")
+    seen = [
+        (
+            r.locator("td").first.evaluate("td => td.firstChild.textContent"),
+            r.locator(".checkpoint").get_attribute("class"),
+            r.locator(".checkpoint .verified").inner_text(),
+            r.locator(".checkpoint").evaluate("e => getComputedStyle(e).color"),
+            [f.inner_text() for f in r.locator(".fork").all()],
+            [(d.get_attribute("class"), d.inner_text()) for d in r.locator(".redelivered").all()],
+        )
+        for r in rows.all()
+    ]
     red, muted = "rgb(176, 0, 32)", "rgb(87, 96, 106)"
     fork = (
         f"the signed log forks at seq 6 (source_rewound: 6–10): old checkpoint size 10, root "

@@ -6,29 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, ServiceProcess, unique
+from tests.browser import artifact
+from tests.support import ServiceProcess, unique
 
 from .conftest import READER_PREFIX, SECRETS, Api, bearer
 from .relay import CuttableRelay
 from .wire import cursor_id
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = ROOT / "test-artifacts"
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>auditsync watch</title>
@@ -64,21 +52,7 @@ es.addEventListener("error", (e) => log(["error", e.data || null, es.readyState]
 """
 
 
-@pytest.fixture
-async def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make system-deps` installs it (apt package chromium)")
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=FLAGS, chromium_sandbox=False
-        )
-        yield browser
-        await browser.close()
-
-
-async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http, tmp_path):
+async def test_event_source_survives_a_restart(async_chromium, pg_url, keys_file, http, tmp_path):
     proc = ServiceProcess(
         pg_url, env={"AUDITSYNC_KEYS_FILE": str(keys_file)}, log_path=tmp_path / "service.log"
     ).start()
@@ -98,7 +72,7 @@ async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http,
             )
         )["wid"]
 
-        page = await browser.new_page()
+        page = await async_chromium.new_page()
         page_url = f"{origin}/__test__/watch.html"
         await page.route(
             page_url,
@@ -143,8 +117,7 @@ async def test_event_source_survives_a_restart(browser, pg_url, keys_file, http,
         assert {h["last-event-id"] for h in sent[1:]} == {cursor_id({topic: 5})}
         assert f"/v0/watch/{wid}?token={SECRETS['reader']} HTTP/1.1".encode() in relay.sent
 
-        ARTIFACTS.mkdir(exist_ok=True)
-        await page.screenshot(path=str(ARTIFACTS / "watch-browser.png"), full_page=True)
+        await page.screenshot(path=str(artifact("watch-browser.png")), full_page=True)
     finally:
         if page is not None:
             await page.close()

@@ -32,6 +32,10 @@ RECONNECT_S = (0.1, 30.0)  # the LISTEN reconnect backoff: first delay, ceiling
 UNLISTEN_AFTER_S = 1.0  # a process with no tailer for this long stops listening
 
 
+def _unobserved(value: float) -> None:
+    """A figure no metric takes (a hub built without the app's metrics)."""
+
+
 class Hub:
     """The LISTEN connection and the per-topic tailers of this process."""
 
@@ -40,10 +44,11 @@ class Hub:
         pool: AsyncConnectionPool,
         db_url: str,
         cache_limit: int = CACHE_BYTES,
-        on_cache_bytes: Callable[[float], None] | None = None,
-        on_delivery_lag: Callable[[float], None] | None = None,
-        on_frames: Callable[[int], None] | None = None,
+        on_cache_bytes: Callable[[float], None] = _unobserved,
+        on_delivery_lag: Callable[[float], None] = _unobserved,
+        on_frames: Callable[[int], None] = _unobserved,
     ) -> None:
+        """``on_*``: the metrics each figure is reported to (the app's; none by default)."""
         self.pool, self.db_url = pool, db_url
         self._on_delivery_lag = on_delivery_lag
         self._on_frames = on_frames  # told how many record frames each push wrote
@@ -65,9 +70,8 @@ class Hub:
     def pushed(self, newest_ts_ms: int, frames: int) -> None:
         """A push wrote ``frames`` record frames to the live streams: observe the newest
         record's commit-to-write time, count the frames."""
-        if self._on_delivery_lag is not None:
-            self._on_delivery_lag(max(time.time() - newest_ts_ms / 1000, 0.0))
-        if self._on_frames is not None and frames:
+        self._on_delivery_lag(max(time.time() - newest_ts_ms / 1000, 0.0))
+        if frames:
             self._on_frames(frames)
 
     def cache_grew(self, added: int) -> None:
@@ -76,8 +80,7 @@ class Hub:
     def cache_bounded(self) -> None:
         """A tailer has trimmed its cache back under the bound: report the bytes held."""
         self.cache_peak = max(self.cache_peak, self.cache_total)
-        if self._on_cache_bytes is not None:
-            self._on_cache_bytes(self.cache_total)
+        self._on_cache_bytes(self.cache_total)
 
     def subscribe(self, topic: str, wake: Wake, strong: bool = False) -> Tailer:
         tailer = self.tailers.get(topic)

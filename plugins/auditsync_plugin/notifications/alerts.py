@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 
 from spark_jobs.common.spans import merge as merge_spans
 from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
+from spark_jobs.findings import Filters
 
 DEFECTS_FOUND = "defects_found"
 VERIFY_FAILED = "verify_failed"
@@ -102,9 +103,10 @@ def page_link(base_url: str, consumer: str = "", topic: str = "") -> str:
 def findings_link(
     base_url: str, run_id: str, consumer: str = "", topic: str = "", status: str = ""
 ) -> str:
-    """The run's findings view (the plugin's ``/auditsync/findings``), filtered."""
-    chosen = (("consumer", consumer), ("topic", topic), ("status", status))
-    query = urlencode({"run": run_id, **{k: v for k, v in chosen if v}})
+    """The run's findings view (the plugin's ``/auditsync/findings``), filtered as the view
+    reads its filters (``spark_jobs.findings.Filters``)."""
+    chosen = Filters(consumer, topic, status)
+    query = urlencode({"run": run_id, **chosen.query()})
     return f"{base_url.rstrip('/')}/auditsync/findings?{query}"
 
 

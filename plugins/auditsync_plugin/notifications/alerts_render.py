@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from spark_jobs.common.spans import merge as merge_spans
+from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
 
 if TYPE_CHECKING:
     from .alerts import Alert
@@ -58,7 +59,7 @@ def text(alert: Alert) -> str:
     """The plain-text message (the webhook's body text)."""
     out = [subject(alert), *(f"{k}: {v}" for k, v in alert.facts)]
     for r in alert.rewinds:
-        out.append(f"- {r.topic} source_rewound: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
+        out.append(f"- {r.topic} {SOURCE_REWOUND}: seqs {format_spans(r.spans)}: {REWOUND_REASON}")
     for d in alert.index:
         out.append(f"- {d.topic} search index {d.kind}: seqs {format_spans(d.spans)}")
     for f in alert.findings[:MAX_ROWS]:
@@ -115,6 +116,7 @@ def html(alert: Alert) -> str:
             window=format_window,
             spans=format_spans,
             reason=REWOUND_REASON,
+            rewound=VERDICTS[SOURCE_REWOUND],
             seq_ranges=format_ranges,
         )
     )

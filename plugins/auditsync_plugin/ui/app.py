@@ -179,8 +179,9 @@ def create_app(
     same as ``conninfo``)."""
     if auth is None:
         from airflow.api_fastapi.core_api.security import get_user as auth
+    from spark_jobs.common import selection
     from spark_jobs.common.statuses import DEFECTS, REPAIRABLE
-    from spark_jobs.findings import Filters, select
+    from spark_jobs.findings import Filters
 
     app = FastAPI(title="auditsync", dependencies=[Depends(auth)])
     absent = assets.missing(static / "vendor")
@@ -294,7 +295,7 @@ def create_app(
         page: str = "1",
         rows: str = "",
     ) -> HTMLResponse:
-        chosen = Filters(consumer.strip(), topic.strip(), status.strip())
+        chosen = Filters.from_query(consumer=consumer, topic=topic, status=status)
         try:
             found = run_findings(run)
         except AuditsyncError as exc:  # an unknown run, another warehouse's
@@ -303,22 +304,21 @@ def create_app(
             log.warning("auditsync findings page: %s", exc)
             failed = findings.View(run, chosen, error=f"{type(exc).__name__}: {exc}")
             return HTMLResponse(findings.render(failed), 503)
-        number = int(page) if page.strip().isdigit() else 1  # a bad page number: the first
-        size = findings.page_size(rows)
+        number, size = selection.page_number(page), selection.page_size(rows)
         return HTMLResponse(findings.render(findings.view(run, found, chosen, number, size)))
 
     @app.get("/findings.csv")
     def findings_csv(
         run: str = "", consumer: str = "", topic: str = "", status: str = ""
     ) -> Response:
-        chosen = Filters(consumer.strip(), topic.strip(), status.strip())
+        chosen = Filters.from_query(consumer=consumer, topic=topic, status=status)
         try:
             found = run_findings(run)
         except AuditsyncError as exc:
             raise HTTPException(404, str(exc)) from None
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run)
         return Response(
-            findings.render_csv(select(found, chosen)),
+            findings.render_csv(selection.select(found, chosen)),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="findings-{name}.csv"'},
         )

@@ -1,8 +1,9 @@
 """The plugin's findings view: one run's defect ranges (consumer, topic, status, seq range,
-repaired or not), filtered and paged (``paging.page_of``, as the runs table), and the same as a
-CSV download. The rows come from ``spark_jobs.findings`` (pyiceberg: no JVM in the API server);
-the page sizes, :class:`View`, :func:`render` and :func:`render_csv` are the plugin's and pure,
-the HTML the autoescaped Jinja template ``templates/findings.html``.
+repaired or not), filtered and paged by ``spark_jobs.common.selection`` (as the runs table and
+``auditsync pipeline findings`` are), and the same as a CSV download. The rows come from
+``spark_jobs.findings`` (pyiceberg: no JVM in the API server); :class:`View`, :func:`render`
+and :func:`render_csv` are pure, the HTML the autoescaped Jinja template
+``templates/findings.html``.
 """
 
 from __future__ import annotations
@@ -15,19 +16,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from spark_jobs import findings
+from spark_jobs.common import selection
 
-from .paging import page_of
 from .templating import template
-
-PAGE_ROWS = 50  # the view's default page size
-PAGE_SIZES = (10, 25, 50, 100, 200)  # what the view offers
-
-
-def page_size(raw: str) -> int:
-    """A page size the view offers, from its ``rows`` query value; anything else (empty, a typo,
-    a size not offered) is the default, as a bad page number is the first page."""
-    value = raw.strip()
-    return int(value) if value.isdigit() and int(value) in PAGE_SIZES else PAGE_ROWS
 
 
 def render_csv(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -49,10 +40,10 @@ class View:
     page: int = 1
     pages: int = 1
     error: str | None = None
-    size: int = PAGE_ROWS  # rows per page
+    size: int = selection.FINDINGS_PAGE  # rows per page
 
     def link(self, page: int) -> str:
-        rows = {} if self.size == PAGE_ROWS else {"rows": self.size}
+        rows = {} if self.size == selection.FINDINGS_PAGE else {"rows": self.size}
         query = {"run": self.run, **self.filters.query(), **rows, "page": page}
         return "findings?" + urlencode(query)
 
@@ -66,14 +57,14 @@ def view(
     rows: Sequence[Mapping[str, Any]],
     filters: findings.Filters,
     page: int,
-    size: int = PAGE_ROWS,
+    size: int = selection.FINDINGS_PAGE,
 ) -> View:
-    kept = findings.select(rows, filters)
-    shown, number, pages = page_of(kept, page, size)
-    choices = findings.choices(rows)
-    return View(run, filters, shown, choices, len(rows), len(kept), number, pages, size=size)
+    shown = selection.paginate(selection.select(rows, filters), page, size)
+    choices = selection.choices(rows, list(filters.columns()))
+    kept, number, pages = shown.total, shown.number, shown.pages
+    return View(run, filters, shown.lines, choices, len(rows), kept, number, pages, size=size)
 
 
 def render(v: View) -> str:
     page = template("findings.html")
-    return str(page.render(view=v, columns=findings.COLUMNS, sizes=PAGE_SIZES))
+    return str(page.render(view=v, columns=findings.COLUMNS, sizes=selection.FINDINGS_PAGE_SIZES))

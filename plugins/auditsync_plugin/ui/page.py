@@ -13,7 +13,9 @@ import html
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
+from spark_jobs.common import selection
 from spark_jobs.common import statuses as st
+from watch_service.protocol import redelivery
 
 from ..notifications.alerts_render import format_spans
 from . import chart, signatures
@@ -21,14 +23,14 @@ from .report import (
     TOPIC_VERDICTS,
     Filters,
     Lag,
-    Page,
     TopicState,
     choices,
-    paginate,
     run_points,
     topic_states,
 )
 from .runs import TopicLine
+
+REWOUND_COLOUR = st.VERDICTS[st.SOURCE_REWOUND].colour
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
 # A status's heading is its label in the verdict table (``statuses.VERDICTS``).
@@ -159,10 +161,10 @@ def _redelivered(line: TopicLine) -> str:
     issued again with other content (a source restored with its sessions) in the rewound
     colour, plain duplicates muted (nothing when none)."""
     out = []
-    for verdict in ("reissued", "duplicate", "unchecked"):
+    for verdict in (redelivery.REISSUED, redelivery.DUPLICATE, redelivery.UNCHECKED):
         spans = [(a, b) for a, b, v in line.redelivered if v == verdict]
         if spans:
-            css = "rewound" if verdict == "reissued" else "muted"
+            css = REWOUND_COLOUR if verdict == redelivery.REISSUED else "muted"
             out.append(
                 f'<div class="redelivered {css}">re-delivered, {verdict}: '
                 f"{_e(format_spans(spans))}</div>"
@@ -212,7 +214,7 @@ def _fork(line: TopicLine) -> str:
     )
 
 
-def _runs_table(page: Page) -> str:
+def _runs_table(page: selection.Page[TopicLine]) -> str:
     head = "<th>run</th><th>status</th><th>consumer / topic</th>" + "".join(
         f'<th class="n">{_e(label)}</th>' for _, label in NUMBERS
     )
@@ -232,10 +234,9 @@ def _runs_table(page: Page) -> str:
     return _grid("runs", head, body)
 
 
-def _pager(page: Page, filters: Filters) -> str:
+def _pager(page: selection.Page[TopicLine], filters: Filters) -> str:
     def link(number: int, text: str) -> str:
-        query = {k: v for k, v in (("topic", filters.topic), ("consumer", filters.consumer)) if v}
-        query["page"] = str(number)
+        query = {**filters.query(), "page": str(number)}
         return f'<a href="?{_e(urlencode(query))}" rel="nofollow">{text}</a>'
 
     prev = link(page.number - 1, "← newer") if page.number > 1 else ""
@@ -255,8 +256,8 @@ def render_page(
 ) -> str:
     """The whole page; ``lines`` newest run first, unfiltered (the filters choose from them)."""
     filters = filters or Filters()
-    kept = [line for line in lines if filters.keeps(line)]
-    page = paginate(kept, filters.page)
+    kept = selection.select(lines, filters)
+    page = selection.paginate(kept, filters.page, selection.RUNS_PAGE)
     docs = (
         '<a id="data-docs" href="docs/index.html">Great Expectations Data Docs</a>'
         if docs_available
@@ -275,7 +276,7 @@ def render_page(
 <section><h2>Topics, newest run</h2>{_glance(topic_states(kept))}</section>
 <div class="pair">
 <section id="trend"><h2>Recent runs</h2>{chart.render(run_points(kept))}</section>
-<section><h2>Consumer lag</h2>{_lags([lag for lag in lags if filters.keeps(lag)])}</section>
+<section><h2>Consumer lag</h2>{_lags(selection.select(lags, filters))}</section>
 </div>
 <section><h2>Runs by topic</h2>{_runs_table(page)}{_pager(page, filters)}</section>
 </body></html>

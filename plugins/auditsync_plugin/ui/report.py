@@ -1,23 +1,23 @@
 """What the Reconciliation page shows, computed from the run lines (pure, no I/O).
 
 From :func:`runs.pivot`'s lines (one per run, consumer and topic, newest run first) this module
-derives the filtered and paged table (:func:`select`), each (consumer, topic)'s newest state
-with a verdict colour (:func:`topic_states`), one point per run for the chart
-(:func:`run_points`), and each consumer's lag from its progress rows (:func:`lags`).
+derives the filtered and paged table (:func:`select`, by the one rule of filters and pages,
+``spark_jobs.common.selection``), each (consumer, topic)'s newest state with a verdict colour
+(:func:`topic_states`), one point per run for the chart (:func:`run_points`), and each
+consumer's lag from its progress rows (:func:`lags`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from spark_jobs.common import selection
 from spark_jobs.common.statuses import SOURCE_REWOUND, VERDICTS
 
-from .paging import page_of
 from .runs import TopicLine
 
-PAGE_SIZE = 20
 CHART_RUNS = 12  # the chart shows the newest runs, oldest on the left
 
 # A topic's verdicts, worst first: name -> (label, colour class). A rewound source comes first:
@@ -34,15 +34,11 @@ TOPIC_VERDICTS: dict[str, tuple[str, str]] = {
 REWOUND, FAILED, DEFECTS_LEFT, REPAIRED, CLEAN, RUNNING = TOPIC_VERDICTS
 
 
-class _Named(Protocol):
-    @property
-    def consumer(self) -> str: ...
-    @property
-    def topic(self) -> str: ...
-
-
 @dataclasses.dataclass(frozen=True)
-class Filters:
+class Filters(selection.Filters):
+    """The page's filters (topic, consumer) and the runs table's page; they keep a line, a
+    topic state or a lag of the chosen topic and consumer (``selection``: the one rule)."""
+
     topic: str = ""
     consumer: str = ""
     page: int = 1
@@ -50,25 +46,8 @@ class Filters:
     @classmethod
     def parse(cls, topic: str | None, consumer: str | None, page: str | None) -> Filters:
         """Query parameters as typed; a page that is not a positive number is page 1."""
-        try:
-            number = max(1, int(page or 1))
-        except ValueError:
-            number = 1
-        return cls((topic or "").strip(), (consumer or "").strip(), number)
-
-    def keeps(self, item: _Named) -> bool:
-        """Whether a line, topic state or lag is of the chosen topic and consumer."""
-        return (not self.topic or item.topic == self.topic) and (
-            not self.consumer or item.consumer == self.consumer
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Page:
-    lines: list[TopicLine]
-    number: int
-    pages: int
-    total: int
+        chosen = cls.from_query(topic=topic, consumer=consumer)
+        return dataclasses.replace(chosen, page=selection.page_number(page))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +86,11 @@ class Lag:
         return None if self.head is None else max(0, self.head - self.reconciled_through)
 
 
-def select(lines: Sequence[TopicLine], filters: Filters, size: int = PAGE_SIZE) -> Page:
+def select(
+    lines: Sequence[TopicLine], filters: Filters, size: int = selection.RUNS_PAGE
+) -> selection.Page[TopicLine]:
     """The lines ``filters`` keeps, cut to its page (a page past the end shows the last)."""
-    return paginate([line for line in lines if filters.keeps(line)], filters.page, size)
-
-
-def paginate(kept: Sequence[TopicLine], number: int, size: int = PAGE_SIZE) -> Page:
-    """Page ``number`` of ``kept`` (already filtered; a page past the end shows the last)."""
-    shown, number, pages = page_of(kept, number, size)
-    return Page(shown, number, pages, len(kept))
+    return selection.paginate(selection.select(lines, filters), filters.page, size)
 
 
 def verdict(line: TopicLine) -> str:
@@ -177,6 +152,5 @@ def lags(
 
 def choices(lines: Iterable[TopicLine]) -> tuple[list[str], list[str]]:
     """The topics and consumers the filters offer."""
-    lines = list(lines)
-    topics = sorted({line.topic for line in lines if line.topic})
-    return topics, sorted({line.consumer for line in lines if line.consumer})
+    found = selection.choices(lines, ("topic", "consumer"))
+    return found["topic"], found["consumer"]
