@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from spark_jobs.common import jdbc
-from spark_jobs.steps.compact.main import Segment, first_starts
+from spark_jobs.steps.compact.main import Segment, first_starts, read_footers
 from spark_jobs.steps.compact.transforms import LAST_FRAMES, compact
 from spark_jobs.steps.reconcile.scope import consumer_scope
 from spark_jobs.warehouse.schemas import LANDING, columns
@@ -73,6 +73,11 @@ def test_a_consumers_start_comes_from_its_first_segments_footer(spark, tmp_path)
     assert starts == [("c", 0, frame_id({"a": 0, "b": 5}))]
     # Compacted before: the state holds its last frame, the footer is not read.
     assert first_starts(Storage.at(tmp_path), segments, {"consumers": {"c": {"frame_no": 9}}}) == []
+    # The footers compact reads once for the run: the segment's rows and the same start.
+    footers = read_footers(Storage.at(tmp_path), segments)
+    assert list(footers) == [f"c/{name}"]
+    assert footers[f"c/{name}"].rows == len(rows) == 3
+    assert first_starts(Storage.at(tmp_path), segments, state, footers) == starts
     items = spark.createDataFrame(rows, LANDING)
     for previous, start in ((None, 1), (spark.createDataFrame(starts, LAST_FRAMES), 0)):
         scope = consumer_scope(compact(items, previous)).filter("topic = 'a'").first()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import errors, local_rows, progress, step_cache, store
+from spark_jobs.common import errors, local_rows, plan_size, progress, step_cache, store
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.session import build_session, stop_session
 from spark_jobs.steps.compact.transforms import LAST_FRAMES, batch_figures, compact
@@ -99,7 +99,12 @@ def progress_figures(state: dict, segments: list[Segment]) -> dict:
     return {"consumed": consumed, "through": through}
 
 
-def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list[tuple]:
+def first_starts(
+    landing: Storage,
+    segments: list[Segment],
+    state: dict,
+    footers: dict[str, Footer] | None = None,
+) -> list[tuple]:
     """``LAST_FRAMES`` rows for the consumers compacted for the first time: the frame id in force
     just before their first segment (its footer's ``before_frame_id``, the sink's session
     start), numbered as the frame before it. Without it a consumer's first frame has no
@@ -112,24 +117,47 @@ def first_starts(landing: Storage, segments: list[Segment], state: dict) -> list
         if seg.consumer in seen:
             continue
         seen.add(seg.consumer)
-        found = footer(landing.parquet_schema(seg.name).metadata) or {}
+        found = (
+            footers[seg.name].sink
+            if footers is not None
+            else footer(landing.parquet_schema(seg.name).metadata)
+        ) or {}
         if (before := found.get(FOOTER_BEFORE)) is not None:
             rows.append((seg.consumer, seg.first - 1, before))
     return rows
 
 
-def redelivered(landing: Storage, segments: list[Segment]) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class Footer:
+    """What a segment's Parquet footer says: its row count and the sink's footer (None)."""
+
+    rows: int
+    sink: dict | None
+
+
+def read_footers(landing: Storage, segments: list[Segment]) -> dict[str, Footer]:
+    """Each segment's footer (its Parquet metadata only: no row is read), eight at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    def read(seg: Segment) -> Footer:
+        meta = pq.read_metadata(landing.path(seg.name), filesystem=landing.fs)
+        return Footer(meta.num_rows, footer(meta.metadata))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip([s.name for s in segments], pool.map(read, segments), strict=True))
+
+
+def redelivered(
+    landing: Storage, segments: list[Segment], footers: dict[str, Footer] | None = None
+) -> list[dict]:
     """The re-delivery ranges the sinks kept in the footers of the batch's segments, merged per
     consumer (``protocol/redelivery``): each a range of seqs a sink was sent at or below its
     cursor, ``duplicate``, ``reissued`` (a source restored with its sessions) or
-    ``unchecked``. One footer read per new segment, eight at a time."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def read(seg: Segment) -> list:
-        return from_footer(footer(landing.parquet_schema(seg.name).metadata))
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        found = list(pool.map(read, segments))
+    ``unchecked``. One footer read per new segment (``footers``: read already)."""
+    footers = read_footers(landing, segments) if footers is None else footers
+    found = [from_footer(footers[seg.name].sink) for seg in segments]
     out: list[dict] = []
     for consumer in sorted({s.consumer for s in segments}):
         mine = [r for seg, rs in zip(segments, found, strict=True) if seg.consumer == consumer
@@ -183,52 +211,63 @@ def run(
     }  # fmt: skip
     committed = state
     if segments:
-        rows = spark.read.schema(LANDING).parquet(
-            *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
-        )
-        previous = local_rows.frame(
-            spark,
-            [
-                (c, v["frame_no"], v.get("frame_id"))
-                for c, v in state["consumers"].items()
-                if "frame_no" in v
-            ]
-            + first_starts(landing, segments, state),
-            LAST_FRAMES,
-        )
-        numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))
-        batch = step_cache.cache(numbered)
-        figures_rows = batch_figures(batch).collect()
-        lasts = {r["consumer"]: (r["frame_no"], r["frame_id"]) for r in figures_rows}
-        stats = {
-            "rows": sum(r["rows"] for r in figures_rows),
-            "records": sum(r["records"] for r in figures_rows),
-        }
-        record = next_state(state, segments, lasts, args.run_id)
-        if hook:
-            hook("compact.committing")
-        wh.append(
-            "deliveries",
-            batch,
-            {
-                tables.COMPACT_PROPERTY: json.dumps(record, sort_keys=True),
-                tables.RUN_PROPERTY: args.run_id,
-                tables.STEP_PROPERTY: "compact",
-            },
-        )
-        batch.unpersist()
-        committed = record
-        counts = {
-            "batch": record["batch"],
-            "segments": len(segments),
-            "rows": stats["rows"],
-            "records": stats["records"],
-            "redelivered": redelivered(landing, segments),
-        }
+        footers = read_footers(landing, segments)
+        # Over few rows the plans run interpreted (``plan_size``).
+        with plan_size.sized(spark, sum(f.rows for f in footers.values())):
+            committed, counts = _compact(spark, args, hook, wh, state, segments, footers)
     figures = {"seconds": timer.seconds, **counts, **progress_figures(committed, segments)}
     store.record_step(args, "compact", figures)
     store.record_snapshots(args, wh, ("deliveries",))
     return figures
+
+
+def _compact(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    state: dict,
+    segments: list[Segment],
+    footers: dict[str, Footer],
+) -> tuple[dict, dict[str, object]]:
+    """The new segments as one deliveries batch, committed with compact's next state; that
+    state and the step's counts."""
+    layout = wh.layout
+    landing = Storage(layout.landing_location)
+    rows = spark.read.schema(LANDING).parquet(
+        *[layout.landing_location.join(s.name).hadoop_uri for s in segments]
+    )
+    previous = local_rows.frame(
+        spark,
+        [(c, v["frame_no"], v.get("frame_id")) for c, v in state["consumers"].items()
+         if "frame_no" in v]
+        + first_starts(landing, segments, state, footers),
+        LAST_FRAMES,
+    )  # fmt: skip
+    numbered = compact(rows, previous).withColumn("batch", F.lit(state["batch"] + 1))
+    batch = step_cache.cache(numbered)
+    figures_rows = batch_figures(batch).collect()
+    lasts = {r["consumer"]: (r["frame_no"], r["frame_id"]) for r in figures_rows}
+    record = next_state(state, segments, lasts, args.run_id)
+    if hook:
+        hook("compact.committing")
+    wh.append(
+        "deliveries",
+        batch,
+        {
+            tables.COMPACT_PROPERTY: json.dumps(record, sort_keys=True),
+            tables.RUN_PROPERTY: args.run_id,
+            tables.STEP_PROPERTY: "compact",
+        },
+    )
+    batch.unpersist()
+    return record, {
+        "batch": record["batch"],
+        "segments": len(segments),
+        "rows": sum(r["rows"] for r in figures_rows),
+        "records": sum(r["records"] for r in figures_rows),
+        "redelivered": redelivered(landing, segments, footers),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
