@@ -40,6 +40,7 @@ instead of reconciled by an untimed run, which took over 13 minutes at 5 M).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -258,10 +259,15 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
         runs.start_run(conn, run_id)
     seconds = {}
     checks = log = index = 0.0
+    actions, commits = {}, {}
     for step in STEPS:
+        executions, snapshots = last_execution(spark), table_snapshots(layout, world.url)
         t0 = time.monotonic()
         figures = runner.run_steps(spark, layout, world.url, steps=(step,))
         seconds[step] = time.monotonic() - t0
+        actions[step] = last_execution(spark) - executions
+        after = table_snapshots(layout, world.url)
+        commits[step] = sum(n - snapshots.get(t, 0) for t, n in after.items())
         checks += figures.get(step, {}).get("rewind_checks", {}).get("seconds", 0.0)
         log += figures.get(step, {}).get("log_seconds", 0.0)
         index += (figures.get(step, {}).get("index") or {}).get("seconds", 0.0)
@@ -271,7 +277,40 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
     seconds["log"] = log  # inside verify: the signed log's check, growth and signature
     # Inside verify: the search index checked against the source (``--index``).
     seconds["index_verify"] = index
+    print(
+        f"{run_id}: Spark SQL executions per step "
+        + ", ".join(f"{k} {v}" for k, v in actions.items())
+        + f" ({sum(actions.values())}); Iceberg commits per step "
+        + ", ".join(f"{k} {v}" for k, v in commits.items())
+        + f" ({sum(commits.values())})",
+        flush=True,
+    )
     return seconds
+
+
+def last_execution(spark) -> int:
+    """The id of the session's newest SQL execution (ids count up from 0; -1: none yet): the
+    difference over a step is how many queries, actions and writes it ran."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    newest, it = -1, executions.iterator()
+    while it.hasNext():
+        newest = max(newest, int(it.next().executionId()))
+    return newest
+
+
+def table_snapshots(layout: Layout, url: str) -> dict[str, int]:
+    """Per warehouse table, how many snapshots its metadata lists (pyiceberg: no Spark job)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from spark_jobs.warehouse.layout import TABLES
+    from spark_jobs.warehouse.warehouse import Warehouse
+
+    warehouse = Warehouse.open(layout, url)
+    out = {}
+    for name in TABLES:
+        with contextlib.suppress(NoSuchTableError):
+            out[name] = len(warehouse.metadata(name).snapshots)
+    return out
 
 
 def history_runs(

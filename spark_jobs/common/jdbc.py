@@ -4,8 +4,9 @@
 text (``data::text``) inside a subquery so Spark gets the exact stored bytes, whose SHA-256 is
 the landing zone's ``data_sha256`` for a faithfully delivered record.
 
-A partitioned read splits ``[min(seq), max(seq)]`` (from one quick bounds query) into
-``num_partitions`` strides; each becomes a ``WHERE seq >= a AND seq < b`` query of its own.
+A partitioned read splits ``[min(seq), max(seq)]`` (from one quick bounds query, or from the
+windows a windowed read names) into ``num_partitions`` strides; each becomes a ``WHERE seq >=
+a AND seq < b`` query of its own. A read in one partition asks for no bounds.
 
 Incremental runs read only their window: ``read_records_in``/``read_gaps_in`` put a
 ``WHERE (topic = '…' AND seq > lo AND seq <= hi) OR …`` per topic into the query text itself,
@@ -76,12 +77,23 @@ def bounds(
 
 
 def read_partitioned(
-    spark: SparkSession, target: JdbcTarget, sql: str, column: str, num_partitions: int
+    spark: SparkSession,
+    target: JdbcTarget,
+    sql: str,
+    column: str,
+    num_partitions: int,
+    span: tuple[int, int] | None = None,
 ) -> DataFrame:
-    """``sql``'s rows, read in ``num_partitions`` parallel queries striding over ``column``."""
+    """``sql``'s rows, read in ``num_partitions`` parallel queries striding over ``column``
+    between ``span`` (inclusive; default: asked of PostgreSQL, one Spark job). One partition
+    asks nothing: the bounds only place the strides, and a row outside them is read all the
+    same (the first and last strides are open)."""
     reader = _reader(spark, target).option("dbtable", f"({sql}) AS src")
-    span = bounds(spark, target, sql, column)
-    if span is not None and num_partitions > 1 and span[1] > span[0]:
+    if num_partitions <= 1:
+        return reader.load()
+    if span is None:
+        span = bounds(spark, target, sql, column)
+    if span is not None and span[1] > span[0]:
         reader = (
             reader.option("partitionColumn", column)
             .option("lowerBound", span[0])
@@ -130,7 +142,11 @@ def read_records_in(
     if not windows:
         return local_rows.empty(spark, SOURCE_RECORDS)
     sql = RECORDS_SQL + windows_where(windows, "seq", "seq")
-    return conform(read_partitioned(spark, target, sql, "seq", num_partitions), SOURCE_RECORDS)
+    # The strides span the windows themselves: no bounds query (a Spark job) is needed.
+    span = (min(lo for _, lo, _ in windows) + 1, max(hi for _, _, hi in windows))
+    return conform(
+        read_partitioned(spark, target, sql, "seq", num_partitions, span), SOURCE_RECORDS
+    )
 
 
 def read_gaps_in(spark: SparkSession, target: JdbcTarget, windows: list[Window]) -> DataFrame:

@@ -219,6 +219,30 @@ class Warehouse:
                 }
         return None
 
+    def batch_rows(self, first: int, through: int) -> int | None:
+        """The rows compact committed in delivery batches ``first..through``, from its commits'
+        summaries (``added-records``; no data file is read); None when a batch's commit is no
+        longer in the table's history (expired) or does not say."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        if through < first:
+            return 0
+        metadata = self.metadata("deliveries")
+        current = metadata.current_snapshot()
+        found: dict[int, int] = {}
+        for snap in [] if current is None else ancestors_of(current, metadata):
+            summary = snap.summary
+            state = summary.get(tables.COMPACT_PROPERTY) if summary is not None else None
+            if summary is None or state is None:
+                continue
+            batch = int(json.loads(state)["batch"])
+            if batch < first:
+                break
+            added = summary.get("added-records")
+            if batch <= through and added is not None:
+                found[batch] = int(added)
+        return sum(found.values()) if len(found) == through - first + 1 else None
+
     def compact_state(self) -> dict:
         """The newest compact commit's cumulative state (batch, per-consumer progress)."""
         row = self.compact_snapshot()

@@ -347,3 +347,16 @@ def test_the_pure_rules_of_a_rewind():
         ("c", "a", 201, 250),
         ("d", "a", 221, 300),
     ]
+
+
+def test_the_rows_of_delivery_batches_come_from_compacts_commits(world):
+    """``plan_size``'s measure of a run: each batch's rows as compact's commit counted them,
+    read from the snapshot summaries; a batch no commit holds gives None."""
+    warehouse = Warehouse.open(Layout("", world["work"], unique("rwrows")), world["url"])
+    (b0, r0), (b1, r1) = ((f["compact"]["batch"], f["compact"]["rows"]) for f in world["figures"])
+    assert (b0, b1) == (1, 2)
+    assert warehouse.batch_rows(1, 1) == r0 > 0
+    assert warehouse.batch_rows(2, 2) == r1 > 0
+    assert warehouse.batch_rows(1, 2) == r0 + r1
+    assert warehouse.batch_rows(3, 2) == 0
+    assert warehouse.batch_rows(2, 3) is None

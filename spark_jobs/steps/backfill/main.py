@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.common import jdbc, progress, step_cache, store
+from spark_jobs.common import jdbc, plan_size, progress, step_cache, store
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.seq_ranges import seq_runs
 from spark_jobs.common.session import build_session, stop_session
@@ -64,17 +64,24 @@ def build_parser():
     return parser
 
 
-def repair_spans(keys: DataFrame, limit: int) -> list[jdbc.Window]:
-    """Seq runs of the repair keys per topic; each topic's whole span beyond ``limit``."""
+def repair_spans(keys: DataFrame, limit: int) -> tuple[list[jdbc.Window], int]:
+    """Seq runs of the repair keys per topic, each topic's whole span beyond ``limit``; and how
+    many keys there are. The keys are distinct (topic, seq), so within ``limit`` the runs count
+    them (``hi - lo`` each, ``lo`` exclusive): no second job."""
     spans = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(keys).limit(limit + 1).collect()]
     if len(spans) <= limit:
-        return spans
-    return [
-        (r["topic"], r["lo"], r["hi"])
+        return spans, sum(hi - lo for _, lo, hi in spans)
+    wide = [
+        (r["topic"], r["lo"], r["hi"], r["n"])
         for r in keys.groupBy("topic")
-        .agg((F.min("seq") - 1).alias("lo"), F.max("seq").alias("hi"))
+        .agg(
+            (F.min("seq") - 1).alias("lo"),
+            F.max("seq").alias("hi"),
+            F.count(F.lit(1)).alias("n"),
+        )
         .collect()
     ]
+    return [(t, lo, hi) for t, lo, hi, _ in wide], sum(n for *_, n in wide)
 
 
 @step_cache.releases_cache
@@ -95,15 +102,29 @@ def run(
     with store.connect(store.pipeline_url(args)) as conn:
         carried = runs.open_repairs(conn, layout.catalog, args.run_id)
         batches = runs.run_batches(conn, args.run_id) or (1, 0)
+    # Over few delivery rows the plans run interpreted (``plan_size``).
+    with plan_size.sized(spark, wh.batch_rows(*batches)):
+        return _repair(spark, args, hook, wh, timer, carried, batches)
+
+
+def _repair(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+    carried: list[str],
+    batches: tuple[int, int],
+) -> dict:
     detail = conform(wh.run_rows("detail", args.run_id), DETAIL)
     everything = detail.unionByName(wh.run_details(carried).drop("run_id"))
     keys = step_cache.cache(repair_keys(everything))
-    spans = repair_spans(keys, args.max_pushdown_ranges)
+    spans, key_count = repair_spans(keys, args.max_pushdown_ranges)
     records = jdbc.read_records_in(
         spark, jdbc.jdbc_target(args.database_url), spans, args.num_partitions
     )
     repaired = step_cache.cache(source_rows(records, keys))
-    counts: dict[str, object] = {"repair_keys": keys.count(), "carried_runs": len(carried)}
+    counts: dict[str, object] = {"repair_keys": key_count, "carried_runs": len(carried)}
     if args.target in (BOTH, "audit_log"):
         deliveries = conform(
             wh.read("deliveries").filter(F.col("batch").between(*batches)),
@@ -116,7 +137,9 @@ def run(
         store.record_snapshots(args, wh, ("audit_log",))
     if args.target in (BOTH, "search_index"):
         indexed = refused = backfilled = 0
-        rows = (tuple(r) for r in search_records(repaired).toLocalIterator())
+        # No repair key, no repaired record: nothing to read back for the index.
+        every = search_records(repaired).toLocalIterator() if key_count else iter(())
+        rows = (tuple(r) for r in every)
         while chunk := list(itertools.islice(rows, UPSERT_CHUNK)):
             done, bad = upsert_documents(args.database_url, chunk)
             indexed, refused, backfilled = indexed + done, refused + bad, backfilled + len(chunk)

@@ -28,11 +28,11 @@ import dataclasses
 import sys
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType
 
-from spark_jobs.common import errors, jdbc, local_rows, progress, step_cache, store
+from spark_jobs.common import errors, jdbc, local_rows, plan_size, progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.seq_ranges import seq_runs
@@ -56,7 +56,7 @@ from spark_jobs.steps.reconcile.scope import (
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
-from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
+from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, SUMMARY, conform, struct
 from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs, session_marks
 
@@ -106,10 +106,20 @@ def held_locally(
     heads = heads_of(sorted({r["topic"] for r in uncapped}))
     rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
     scope = local_rows.frame(spark, [tuple(r.values()) for r in rows], SCOPE)
-    signalled_rows = signalled_ranges(deliveries).collect()
+    signalled_rows, rewound_rows = told_ranges(deliveries)
     signalled = local_rows.frame(spark, signalled_rows, SIGNALLED)
-    rewound_rows = rewound_frames(deliveries).collect()
     return Held(scope, rows, heads, signalled, signalled_rows, rewound_rows)
+
+
+def told_ranges(deliveries: DataFrame) -> tuple[list[Row], list[Row]]:
+    """The signalled ranges and the landed ``rewound`` frames' ranges (both ``SIGNALLED``
+    rows), read by one Spark job: the two are tagged, unioned and collected together."""
+    told = signalled_ranges(deliveries).withColumn("told", F.lit("signalled"))
+    frames = rewound_frames(deliveries).withColumn("told", F.lit("rewound"))
+    out: dict[str, list[Row]] = {"signalled": [], "rewound": []}
+    for r in told.unionByName(frames).collect():
+        out[r["told"]].append(Row(**{name: r[name] for name in SIGNALLED.names}))
+    return out["signalled"], out["rewound"]
 
 
 def windows_of(scope_rows: list) -> list[jdbc.Window]:
@@ -174,10 +184,32 @@ def run(
 ) -> dict:
     """Judge the windows; returns the step's figures. ``hook(point)`` is called just before
     the PostgreSQL commit (tests kill the step there). ``warehouse``: the runner's (default:
-    attached from ``--work`` and ``--run-id``)."""
+    attached from ``--work`` and ``--run-id``). Plans run interpreted over few delivery rows
+    (``plan_size``)."""
     timer = progress.Timer()
     pipeline_url = store.pipeline_url(args)
     wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
+    with plan_size.sized(spark, _delivery_rows(wh, args)):
+        return _judge(spark, args, hook, wh, timer)
+
+
+def _delivery_rows(wh: Warehouse, args) -> int | None:
+    """The delivery rows the run judges: the batches after the last one reconciled (every
+    batch a run consumed, for ``--full``), as compact's commits counted them."""
+    with store.connect(store.pipeline_url(args)) as conn:
+        last, _ = runs.reconcile_state(conn, wh.layout.catalog, args.run_id)
+    first, through = (1, last) if args.full else (last + 1, wh.compact_state()["batch"])
+    return wh.batch_rows(first, through)
+
+
+def _judge(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+) -> dict:
+    pipeline_url = store.pipeline_url(args)
     layout = wh.layout
     house = layout.catalog
     with store.connect(pipeline_url) as conn:
@@ -219,11 +251,7 @@ def run(
     )
     target = jdbc.jdbc_target(args.database_url)
     late = step_cache.cache(late_copies(deliveries, scope))
-    late_runs = (
-        [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
-        if late.limit(1).count() > 0
-        else []
-    )
+    late_runs = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
     rewind_timer = progress.Timer()  # what the rewind checks add to a run
     found = evidence.Rewinds({}, [], 0)
     unknown: list[str] = []
@@ -316,8 +344,10 @@ def run(
         )
     for delta in deltas:
         summary = merge_summary(summary, delta, args.run_id)
-    wh.replace_run(summary_table, args.run_id, summary)
-    summary_rows = wh.run_rows(summary_table, args.run_id).collect()
+    # Computed once on the driver (a row per consumer, topic and status), then written: the
+    # table is not read back.
+    summary_rows = summary.collect()
+    wh.replace_run(summary_table, args.run_id, local_rows.frame(spark, summary_rows, SUMMARY))
     net: dict[str, int] = {}
     for r in summary_rows:
         net[r["status"]] = net.get(r["status"], 0) + r["count"] - r["revised"]
@@ -332,13 +362,7 @@ def run(
         records.unpersist()
         return {"seconds": timer.seconds, **counts, **_compare(args, house, summary_rows)}
     wh.replace_run("ledger", args.run_id, ledger_rows)
-    detail = wh.run_rows("detail", args.run_id)
-    repairs_open = (
-        detail.filter(F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull())
-        .limit(1)
-        .count()
-        > 0
-    )
+    repairs_open = _repairs_open(wh, args.run_id, summary_rows, has_late)
     windows_rows = [
         (
             r["consumer"],
@@ -396,6 +420,17 @@ def run(
     store.record_step(args, "reconcile", figures)
     store.record_snapshots(args, wh, ("detail", "summary", "ledger"))
     return figures
+
+
+def _repairs_open(warehouse: Warehouse, run_id: str, summary_rows: list, has_late: bool) -> bool:
+    """Whether the run's detail holds a repairable verdict with a source hash. Without late
+    copies the detail is the window's, every row of which the summary counts under its status:
+    no repairable status there, no such row, and the table is not read."""
+    if not has_late and not any(r["status"] in st.REPAIRABLE for r in summary_rows):
+        return False
+    detail = warehouse.run_rows("detail", run_id)
+    wanted = F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+    return detail.filter(wanted).limit(1).count() > 0
 
 
 def _compare(args, house: str, summary_rows: list) -> dict:

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs import tlog_run
-from spark_jobs.common import progress, step_cache, store
+from spark_jobs.common import local_rows, plan_size, progress, step_cache, store
 from spark_jobs.common import statuses as st
 from spark_jobs.common.cli import add_database, job_parser
 from spark_jobs.common.seq_ranges import inside
@@ -65,15 +65,19 @@ def render(report: list) -> str:
     return "\n".join(lines)
 
 
-def audit_rows_for(warehouse: Warehouse, defects: DataFrame) -> DataFrame:
-    """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
-    bounds = (
-        defects.groupBy("topic")
+def defect_bounds(defects: DataFrame) -> list[tuple[str, int, int]]:
+    """Per topic of the defects, the lowest and highest seq they cover (none: no defects)."""
+    return [
+        (r["topic"], r["lo"], r["hi"])
+        for r in defects.groupBy("topic")
         .agg(F.min("seq").alias("lo"), F.max("seq_to").alias("hi"))
         .collect()
-    )
-    within = inside([(r["topic"], r["lo"], r["hi"]) for r in bounds])
-    return conform(warehouse.read("audit_log").filter(within), AUDIT_LOG)
+    ]
+
+
+def audit_rows_for(warehouse: Warehouse, bounds: list[tuple[str, int, int]]) -> DataFrame:
+    """The audit-log rows a defect check needs: its topics' partitions, seqs in bounds."""
+    return conform(warehouse.read("audit_log").filter(inside(bounds)), AUDIT_LOG)
 
 
 def check_the_log(
@@ -135,9 +139,24 @@ def run(
     timer = progress.Timer()
     pipeline_url = store.pipeline_url(args)
     wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
-    layout = wh.layout
     with store.connect(pipeline_url) as conn:
-        carried = runs.open_repairs(conn, layout.catalog, args.run_id)
+        carried = runs.open_repairs(conn, wh.layout.catalog, args.run_id)
+        batches = runs.run_batches(conn, args.run_id) or (1, 0)
+    # Over few delivery rows the plans run interpreted (``plan_size``).
+    with plan_size.sized(spark, wh.batch_rows(*batches)):
+        return _check(spark, args, hook, wh, timer, carried)
+
+
+def _check(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+    carried: list[str],
+) -> dict:
+    pipeline_url = store.pipeline_url(args)
+    layout = wh.layout
     own = conform(wh.run_rows("detail", args.run_id), DETAIL).withColumn(
         "run_id", F.lit(args.run_id)
     )
@@ -145,19 +164,30 @@ def run(
         F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
     )
     detail = step_cache.cache(own.unionByName(older).filter(F.col("status").isin(*st.DEFECTS)))
-    wh.replace_run("remaining", args.run_id, remaining_defects(detail, audit_rows_for(wh, detail)))
-    remaining = conform(wh.run_rows("remaining", args.run_id), LEFT)
-    report = defect_report(detail, remaining, args.examples).collect()
-    still_open = sorted(
-        {
-            r["run_id"]
-            for r in remaining.filter(
-                F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
-            )
-            .select("run_id")
-            .distinct()
-            .collect()
-        }
+    bounds = defect_bounds(detail)
+    # No defect (a clean run): nothing remains, and nothing is left to read or report. Else
+    # the remaining rows are computed once (cached), written, and reported from the cache.
+    remaining = (
+        step_cache.cache(conform(remaining_defects(detail, audit_rows_for(wh, bounds)), LEFT))
+        if bounds
+        else local_rows.empty(spark, LEFT)
+    )
+    wh.replace_run("remaining", args.run_id, remaining)
+    report = defect_report(detail, remaining, args.examples).collect() if bounds else []
+    still_open = (
+        sorted(
+            {
+                r["run_id"]
+                for r in remaining.filter(
+                    F.col("status").isin(*st.REPAIRABLE) & F.col("source_hash").isNotNull()
+                )
+                .select("run_id")
+                .distinct()
+                .collect()
+            }
+        )
+        if bounds
+        else []
     )
     mine = [r for r in report if r["run_id"] == args.run_id]
     carried_left = sum(r["remaining"] for r in report if r["run_id"] != args.run_id)
