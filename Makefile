@@ -14,14 +14,21 @@ SYSTEM_PACKAGES := libpostgresql-jdbc-java chromium python3-venv openjdk-17-jre-
 UV_BOOT := $(LOCAL)/uv-bootstrap
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/$(UV_BOOT)/bin/uv)
 
-.PHONY: setup system-deps uv venv jars spicedb-native ui-assets demo lint format test test-py312 bench airflow clean
+.PHONY: setup system-deps uv venv jars jvm-archive spicedb-native ui-assets demo lint format test test-py312 bench airflow clean
 
-setup: system-deps venv jars spicedb-native ui-assets
+setup: system-deps venv jars jvm-archive spicedb-native ui-assets
 
 # The pinned jars (Iceberg's Spark runtime, hadoop-aws, the AWS SDK bundle, the PostgreSQL JDBC
 # driver, S3Proxy) from Maven Central into $(LOCAL)/jars, SHA-256 checked; never at run time.
 jars: venv
 	@$(PY) -m spark_jobs.common.jars
+
+# A class-data-sharing archive of what a Spark driver loads (spark_jobs/common/jvm_archive.py),
+# dumped by one short representative run into $(LOCAL)/cds and named by the JDK, the jars and
+# pyspark it fits, so it is rebuilt only when one of them changes. Every pipeline JVM on a local
+# master maps it: about half a cold JVM's CPU. A failure is a warning; JVMs then start without.
+jvm-archive: system-deps venv jars
+	@$(PY) -m spark_jobs.common.jvm_archive_build
 
 # apt packages the project needs; installs only what is missing, and only where apt exists.
 system-deps: $(LOCAL)/.system-deps

@@ -27,7 +27,8 @@ pytest_plugins = ("tests.browser",)  # the headless Chromium every browser test 
 
 def pytest_configure(config) -> None:
     """Every Spark JVM this test process launches carries the PostgreSQL JDBC driver, and the
-    tests' Spark defaults (``support.SPARK_DEFAULTS``: C1-only JIT, no whole-stage codegen).
+    tests' Spark defaults (``support.SPARK_DEFAULTS``: C1-only JIT, no whole-stage codegen),
+    through ``SPARK_SUBMIT_OPTS``, which every process the tests start inherits.
 
     A driver JVM is started once per process and jars cannot join its classpath later, so
     whichever test starts Spark first (the GX operator in tests/airflow, or the spark layer's
@@ -36,9 +37,9 @@ def pytest_configure(config) -> None:
     """
     from spark_jobs.common.session import submit_flags
 
-    from .support import spark_conf_dir
+    from .support import spark_submit_opts
 
-    os.environ.setdefault("SPARK_CONF_DIR", str(spark_conf_dir()))
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_submit_opts())
 
     flags = submit_flags(master="local[2]")  # every JVM the tests launch runs a local master
     # pyspark splits it with shlex: a value with spaces (the JVM options) must be quoted.

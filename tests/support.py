@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -115,35 +116,40 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 # of 1 GB at most on two cores: 166 against 174 CPU-s with G1 for the modules named below).
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # What every Spark JVM the tests start (their sessions, the Spark Connect servers, the steps)
-# runs with, through SPARK_CONF_DIR: on tiny tables compiling is the cost, not running (C1-only
-# stays cheaper even for the long-lived sessions: 175 CPU-s against 224 with tiered JIT for the
-# rewind, pipeline and ranges modules). Two shuffle partitions and no adaptive execution, as the
-# shared session always had, for the Spark Connect servers and spark-submits too: with Spark's
-# 200, a DAG run's backfill_audit_log took 15.6 s, with 2 it takes 0.9 s. Expressions are
-# interpreted, not compiled (codegen's factory mode): the rewind, pipeline and ranges modules took
-# 160 CPU-s against 184 and 196 with generated code.
-SPARK_DEFAULTS = (
-    f"spark.driver.extraJavaOptions {TEST_JVM_OPTIONS}\n"
-    f"spark.executor.extraJavaOptions {TEST_JVM_OPTIONS}\n"
-    "spark.sql.codegen.wholeStage false\n"
-    "spark.ui.enabled false\n"
-    "spark.sql.shuffle.partitions 2\n"
-    "spark.sql.adaptive.enabled false\n"
-    "spark.sql.codegen.factoryMode NO_CODEGEN\n"
-)
+# runs with: on tiny tables compiling is the cost, not running (C1-only stays cheaper even for
+# the long-lived sessions: 175 CPU-s against 224 with tiered JIT for the rewind, pipeline and
+# ranges modules). Two shuffle partitions and no adaptive execution, as the shared session always
+# had, for the Spark Connect servers and spark-submits too: with Spark's 200, a DAG run's
+# backfill_audit_log took 15.6 s, with 2 it takes 0.9 s. Expressions are interpreted, not
+# compiled (codegen's factory mode): the rewind, pipeline and ranges modules took 160 CPU-s
+# against 184 and 196 with generated code.
+SPARK_DEFAULTS = {
+    "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
-def spark_conf_dir() -> Path:
-    """A SPARK_CONF_DIR holding ``SPARK_DEFAULTS``, inside the checkout (a test machine with a
-    private /tmp still sees it); written whole, so concurrent workers never read half of it."""
-    folder = ROOT / ".local" / "test-spark-conf"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "spark-defaults.conf"
-    if not target.is_file() or target.read_text() != SPARK_DEFAULTS:
-        part = folder / f".spark-defaults.{os.getpid()}"
-        part.write_text(SPARK_DEFAULTS)
-        part.replace(target)
-    return folder
+def spark_submit_opts() -> str:
+    """``SPARK_SUBMIT_OPTS`` for every JVM ``spark-submit`` starts (pyspark's sessions are
+    started by it too): ``TEST_JVM_OPTIONS``, and ``SPARK_DEFAULTS`` as system properties, which
+    Spark reads below every ``--conf`` as it reads ``spark-defaults.conf``. Not a
+    ``SPARK_CONF_DIR``: the launcher puts that folder on the class path, and a class path with a
+    non-empty folder on it cannot map the class archive (``spark_jobs.common.jvm_archive``).
+    A cluster's executors (the phantom run's) are given the archive too: their class path also
+    starts with the pinned jars (``AUDITSYNC_SPARK_WORKER_JARS``)."""
+    from spark_jobs.common import jvm_archive
+    from spark_jobs.common.session import classpath
+
+    settings = dict(SPARK_DEFAULTS)
+    archive = jvm_archive.options(classpath())
+    if archive:
+        settings["spark.executor.defaultJavaOptions"] = archive
+    props = [f"-D{key}={value}" for key, value in settings.items()]
+    return shlex.join([*TEST_JVM_OPTIONS.split(), *props])
 
 
 def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:

@@ -27,8 +27,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from spark_jobs.common import jars
+from spark_jobs.common import jars, jvm_archive
 from spark_jobs.common.jars import JarsMissing
+from spark_jobs.common.jvm_archive import ARCHIVE_OPTIONS
 from watch_service.protocol.errors import AuditsyncError
 
 if TYPE_CHECKING:
@@ -188,14 +189,20 @@ def submit_options(
     into a ``userFiles`` folder of its own, about 2 s of a session's start, left behind when
     killed). With ``AUDITSYNC_SPARK_WORKER_JARS`` the executors load them from that folder on
     their worker (and an ``AUDITSYNC_JDBC_JAR`` from its own path there). A local master's JVM
-    also gets ``local_conf`` (``long_lived``: a Spark Connect server)."""
+    also gets ``local_conf`` (``long_lived``: a Spark Connect server). A driver whose class path
+    the jars lead (a local master, or workers that hold them) maps the class archive ``make
+    setup`` built for it (``jvm_archive.options``), when there is one."""
     paths = classpath(environ)
     conf = {**STATIC_CONF, **local_conf(master, long_lived)}
-    if is_local(master):
-        return {"jars": None, "driver_class_path": os.pathsep.join(paths), "conf": conf}
-    folder = worker_jars(environ)
-    if folder is None:
+    folder = None if is_local(master) else worker_jars(environ)
+    if folder is None and not is_local(master):
         return {"jars": ",".join(paths), "driver_class_path": None, "conf": conf}
+    # The pinned jars lead the driver's class path: the class archive for it, when built.
+    archive = jvm_archive.options(paths, environ)
+    if archive:
+        conf[ARCHIVE_OPTIONS] = archive
+    if folder is None:
+        return {"jars": None, "driver_class_path": os.pathsep.join(paths), "conf": conf}
     # An AUDITSYNC_JDBC_JAR is taken to be at the same path on the workers (one image).
     pinned = {str(jars.jars_dir(environ) / jar.file_name) for jar in jars.SPARK_JARS}
     explicit = set(paths) - pinned

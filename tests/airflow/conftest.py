@@ -37,7 +37,7 @@ from watch_service.sink.faults import FaultPolicy
 from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
-from ..support import ServiceProcess, free_port, spark_conf_dir, unique
+from ..support import ServiceProcess, free_port, unique
 from .receivers import SmtpReceiver, WebhookReceiver
 from .spark_cluster import standalone_cluster
 
@@ -480,10 +480,10 @@ def phantom_run(airflow_home, landing, pg_url, tmp_path_factory) -> DagTest:
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
                     {"conn_type": "spark", "host": cluster.url}
                 ),
+                # Ten short JVMs (a driver and an executor per step) get the tests' Spark
+                # defaults from SPARK_SUBMIT_OPTS (tests/conftest.py): C1-only JIT roughly
+                # halves the CPU they spend compiling.
                 "SPARK_LOCAL_IP": "127.0.0.1",
-                # Ten short JVMs (a driver and an executor per step), with the tests' Spark
-                # defaults: C1-only JIT roughly halves the CPU they spend compiling.
-                "SPARK_CONF_DIR": str(spark_conf_dir()),
                 # The worker holds the pinned jars (it runs here): nothing is sent to it.
                 "AUDITSYNC_SPARK_WORKER_JARS": str(jars_dir()),
             },

@@ -46,9 +46,8 @@ def _daemon(cls: str, args: list[str], env: dict, log: Path) -> subprocess.Popen
 @contextlib.contextmanager
 def standalone_cluster(base: Path, timeout: float = 90) -> Iterator[Cluster]:
     """A master and one worker (1 core, 1 GiB) under ``base``, up until the block ends."""
-    conf = base / "conf"
-    conf.mkdir(parents=True)
-    props = conf / "master.properties"
+    base.mkdir(parents=True, exist_ok=True)
+    props = base / "master.properties"
     props.write_text("spark.master.rest.enabled false\n")
     import pyspark
 
@@ -57,7 +56,6 @@ def standalone_cluster(base: Path, timeout: float = 90) -> Iterator[Cluster]:
         # spark-class finds its home with the python on PATH, which need not be this venv's
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_CONF_DIR": str(conf),
         "SPARK_WORKER_DIR": str(base / "work"),
         "SPARK_LOCAL_DIRS": str(base / "local"),
         "SPARK_DAEMON_MEMORY": "256m",

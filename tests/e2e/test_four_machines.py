@@ -49,7 +49,7 @@ from ..airflow.conftest import (
 from ..airflow.conftest import _append as append_records
 from ..airflow.live import airflow_database
 from ..conftest import TEST_BUCKET
-from ..support import ROOT, ServiceProcess, free_port, spark_conf_dir, unique
+from ..support import ROOT, ServiceProcess, free_port, spark_submit_opts, unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -180,7 +180,7 @@ def test_four_machines_share_only_postgresql_and_the_object_store(
     base_env = {
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
         "LANG": "C.UTF-8",
-        "SPARK_CONF_DIR": str(spark_conf_dir()),  # in the checkout: every machine reads it
+        "SPARK_SUBMIT_OPTS": spark_submit_opts(),  # the tests' Spark defaults, on every machine
         **s3_env,
     }
     watch = ServiceProcess(

@@ -24,7 +24,7 @@ def spark():
             "spark.ui.enabled": "false",
             "spark.sql.adaptive.enabled": "false",
             "spark.driver.memory": "1g",
-            # C1-only JIT and no whole-stage codegen come with every test JVM's SPARK_CONF_DIR
+            # C1-only JIT and no whole-stage codegen come with every test JVM's SPARK_SUBMIT_OPTS
             # (support.SPARK_DEFAULTS, set in tests/conftest.py).
         },
     )

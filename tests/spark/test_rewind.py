@@ -27,11 +27,12 @@ import psycopg
 import pytest
 
 from spark_jobs import findings, runner
+from spark_jobs.common import jdbc
 from spark_jobs.common import statuses as st
-from spark_jobs.steps.reconcile import evidence, rewind
+from spark_jobs.steps.reconcile import evidence, rewind, session_cursors
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.warehouse import Warehouse
-from watch_service.store import runs
+from watch_service.store import runs, session_marks
 
 from ..support import unique
 from . import places
@@ -274,6 +275,52 @@ def test_runs_the_database_forgot_are_noticed(world, spark):
     first, second = world["run_ids"]
     warehouse = Warehouse.attach(spark, layout, world["url"])
     assert evidence.unknown_runs(warehouse, {first}) == [second]
+
+
+def test_a_restore_with_the_sessions_is_found_by_their_cursors(world, spark):
+    """A source restored together with its watch sessions, above all the pipeline verified
+    (seqs 1..10 of ``S``; its head, 25, is back above that and the digest still matches): the
+    session's cursor, back from 30 to 20 under the same stream, names the lost seqs 21..30.
+    (The restore itself at PostgreSQL level: ``tests/store/test_session_marks``.)"""
+    s, wid, url = unique("rws"), unique("w"), world["url"]
+    layout = Layout("", world["work"], unique("rwcursor"))
+    house = layout.catalog
+    make_source(url, {s: {"seqs": list(range(1, 31))}})
+    with psycopg.connect(url, autocommit=True) as conn:
+        [(digest, _)] = runs.ranges_now(conn, [(s, 1, 10)])
+        runs.store_digests(conn, house, "rw-verified", [(s, 1, 10, digest)])
+        conn.execute(
+            "INSERT INTO watch_sessions (wid, definition, cursors, stream_gen) "
+            "VALUES (%s, '{}', %s::jsonb, 1)",
+            (wid, json.dumps({s: 30})),
+        )
+        seen = session_marks.sessions_now(conn, [s], [])
+        session_marks.replace(conn, house, "rw-marked", seen)
+        restore(conn, s, 20, 25)  # the records, and the sessions with them:
+        conn.execute(
+            "UPDATE watch_sessions SET cursors = %s::jsonb WHERE wid = %s",
+            (
+                json.dumps({s: 20}),
+                wid,
+            ),
+        )
+        warehouse = Warehouse.attach(spark, layout, url)
+        found = evidence.find(
+            spark,
+            conn,
+            conn,
+            warehouse,
+            jdbc.jdbc_target(url),
+            {s: 25},
+            [],
+            [],
+            runs.run_order(conn, house),
+            [],
+            {s},
+        )
+    assert found.went_back == [session_cursors.WentBack(wid, s, 20, 30, session_cursors.GENERATION)]
+    assert (found.ranges, found.reported, found.checked) == ({}, {s: [(21, 30)]}, 1)
+    assert [(x.wid, x.cursor, x.stream_gen) for x in found.sessions] == [(wid, 20, 1)]
 
 
 def test_the_pure_rules_of_a_rewind():

@@ -2,11 +2,11 @@
 database holds any, and the one-time move of an install that kept it in the source's database.
 
 The pipeline's state is the warehouse's Iceberg JDBC catalog, the run tables, the range
-digests, the index verify's scrub marks and the alert ledger: what the pipeline verified and
-when. A restore or failover of the source must not take it back in time, so production keeps
-it in a database of its own (``AUDITSYNC_PIPELINE_DATABASE_URL``). Both databases carry every
-migration (the source's copies of these tables stay empty once moved), so either can be
-pointed at the other without a schema step.
+digests, the watch sessions' cursor marks, the index verify's scrub marks and the alert ledger:
+what the pipeline verified and when. A restore or failover of the source must not take it back
+in time, so production keeps it in a database of its own (``AUDITSYNC_PIPELINE_DATABASE_URL``).
+Both databases carry every migration (the source's copies of these tables stay empty once
+moved), so either can be pointed at the other without a schema step.
 
 :func:`move` copies the tables from the source to the pipeline database in one transaction on
 the target, then empties them in the source in one transaction: an interrupted move leaves the
@@ -31,6 +31,7 @@ TABLES = (
     "reconcile_summary",
     "reconcile_summary_pruned",
     "reconcile_digests",
+    "session_marks",
     "index_scrubs",
     "alerts_sent",
     "iceberg.iceberg_tables",

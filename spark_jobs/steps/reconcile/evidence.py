@@ -2,19 +2,22 @@
 changed ones seq by seq with the earlier verdicts, and hand back the rewound ranges with the
 digests the run's commit stores; and the runs the warehouse holds that PostgreSQL forgot.
 
-Two kinds of evidence, reported together: the digests (what changed under an earlier verdict;
+Three kinds of evidence, reported together: the digests (what changed under an earlier verdict;
 every run re-hashes each topic's top range, the pipeline's memory of how far it verified the
-source) and the ``rewound`` frames the consumers landed (the service's own word that the
-source lost those seqs). The digests live in the pipeline's database; where that is the
-source's own (no ``AUDITSYNC_PIPELINE_DATABASE_URL``), a failover takes the digests of the
-lost seqs with it (a run that judged them committed after them, so its commit was lost too):
-there the frames are the only evidence left, and they name the lost seqs exactly as far as any
-consumer was served them.
+source), the ``rewound`` frames the consumers landed (the service's own word that the source
+lost those seqs) and the watch sessions' cursors below the marks the pipeline keeps of them
+(``session_cursors``: a source restored together with its sessions table, above what the
+digests cover). The digests live in the pipeline's database; where that is the source's own (no
+``AUDITSYNC_PIPELINE_DATABASE_URL``), a failover takes the digests of the lost seqs with it (a
+run that judged them committed after them, so its commit was lost too): there the frames are
+the only evidence left, and they name the lost seqs exactly as far as any consumer was served
+them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -23,10 +26,10 @@ from pyspark.sql.types import LongType, StringType
 
 from spark_jobs.common import jdbc, local_rows
 from spark_jobs.common.seq_ranges import seq_runs
-from spark_jobs.steps.reconcile import rewind
+from spark_jobs.steps.reconcile import rewind, session_cursors
 from spark_jobs.warehouse.schemas import struct
 from spark_jobs.warehouse.warehouse import Warehouse
-from watch_service.store import runs
+from watch_service.store import runs, session_marks
 
 # Each committed run and its order: the last batch it read.
 RUN_ORDER = struct(("run_id", StringType()), ("order", LongType()))
@@ -37,8 +40,13 @@ class Rewinds:
     ranges: rewind.Ranges  # topic -> rewound inclusive ranges the digests found
     digests: list[tuple[str, int, int, str | None]]  # re-hashed stored ranges, digest now
     checked: int  # stored ranges re-hashed
-    # topic -> what the run reports: ``ranges`` and the landed ``rewound`` frames' ranges
+    # topic -> what the run reports: ``ranges``, the landed ``rewound`` frames' ranges and
+    # the cursors' (``session_cursors.ranges``)
     reported: rewind.Ranges = dataclasses.field(default_factory=dict)
+    # every session's cursors now (the run's commit makes them the marks) and the ones that
+    # went back below their marks
+    sessions: list[session_marks.Seen] = dataclasses.field(default_factory=list)
+    went_back: list[session_cursors.WentBack] = dataclasses.field(default_factory=list)
 
     def frame(self, spark: SparkSession) -> DataFrame | None:
         rows = [(t, a, b) for t, rs in self.ranges.items() for a, b in rs]
@@ -56,15 +64,28 @@ def find(
     signalled: list,
     run_order: dict[str, tuple[int, Any]],
     frames: list | None = None,
+    tracked: Iterable[str] = (),
 ) -> Rewinds:
     """``signalled``: the run's signalled ranges (tombstones, deletions); ``frames``: the
-    ranges of the ``rewound`` frames it consumed (``scope.rewound_frames``). Both are suspects;
-    the frames' ranges are reported whatever the digests say. The digest ranges alone change
-    verdicts (``late.py``): a frame says the source lost seqs, not that their content changed.
-    ``conn`` reaches the run tables (the stored digests), ``source`` the source's records."""
+    ranges of the ``rewound`` frames it consumed (``scope.rewound_frames``); the sessions'
+    cursors below their marks on the ``tracked`` topics (the warehouse's). All are suspects;
+    the frames' and the cursors' ranges are reported whatever the digests say. The digest
+    ranges alone change verdicts (``late.py``): a frame or a cursor says the source lost seqs,
+    not that their content changed. ``conn`` reaches the run tables (the stored digests, the
+    session marks), ``source`` the source's records and sessions."""
+    house = warehouse.layout.catalog
+    marks = session_marks.marks(conn, house)
+    sessions = session_marks.sessions_now(source, tracked, marks)
+    back = session_cursors.went_back(marks, sessions)
+    every_top = runs.top_ranges(conn, house, {*tracked, *heads})
+    tops = [(t, a, b) for t, a, b in every_top if t in heads]
     said = [(r["topic"], r["range_from"], r["range_to"]) for r in frames or []]
-    told = rewind.merge([(r["topic"], r["range_from"], r["range_to"]) for r in signalled] + said)
-    tops = runs.top_ranges(conn, warehouse.layout.catalog, heads)
+    said += session_cursors.ranges(back, {t: b for t, _, b in every_top})
+    told = rewind.merge(
+        [(r["topic"], r["range_from"], r["range_to"]) for r in signalled]
+        + said
+        + [(b.topic, b.cursor + 1, b.mark) for b in back]
+    )
     spans = sorted(set(rewind.suspect_spans(heads, late_runs, told) + tops))
     stored = runs.digests_meeting(conn, warehouse.layout.catalog, spans, source)
     stored += walk_down(conn, source, warehouse.layout.catalog, tops, stored)
@@ -77,6 +98,8 @@ def find(
         [(t, a, b, now) for t, a, b, was, now in stored if was != now],
         len(stored),
         rewind.merge(found + said),
+        sessions,
+        back,
     )
 
 

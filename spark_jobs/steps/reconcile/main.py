@@ -58,7 +58,7 @@ from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, conform, struct
 from spark_jobs.warehouse.warehouse import Warehouse
-from watch_service.store import runs
+from watch_service.store import runs, session_marks
 
 DELIVERIES_BATCH = tables.SCHEMAS["deliveries"][0]
 _STR, _LONG = StringType(), LongType()
@@ -243,6 +243,7 @@ def run(
                 driver.signalled_rows,
                 run_order,
                 driver.rewound_rows,
+                set(heads) | {r[1] for r in progress_rows},
             )
         if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
             unknown = evidence.unknown_runs(wh, committed)
@@ -377,6 +378,7 @@ def run(
             ],
         )
         runs.store_digests(conn, house, args.run_id, found.digests + digests)
+        session_marks.replace(conn, house, args.run_id, found.sessions)
     figures = {
         "seconds": timer.seconds,
         **counts,
@@ -386,7 +388,9 @@ def run(
             "ranges": found.checked,
             "seconds": round(rewind_seconds + digest_seconds, 3),
             "digests_seconds": digest_seconds,
+            "sessions": len({s.wid for s in found.sessions}),
         },
+        "cursors_went_back": [list(b) for b in found.went_back],
         "runs_unknown_to_postgres": unknown,
     }
     store.record_step(args, "reconcile", figures)
