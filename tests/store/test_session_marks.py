@@ -124,7 +124,7 @@ async def test_a_restore_with_the_sessions_is_found_by_the_cursors(pair):
             sc.WentBack(w2, t, 200, 300, sc.CONTENT),  # a new stream; seq 300 is bravo's now
         ]
     )
-    assert sc.ranges(back, {t: 100}) == sorted([(t, 201, 250), (t, 201, 300)])
+    assert sorted(sc.ranges(back, {t: 100})) == [(t, 201, 250), (t, 201, 300)]
 
     # The run's commit makes what it saw the marks: the rewind is reported once.
     commit(pipeline, "r2", seen)

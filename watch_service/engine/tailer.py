@@ -65,9 +65,7 @@ class CachedRecord:
         )
 
 
-def cache_encoder(
-    flags: Flags, grew: Callable[[int], None] | None = None
-) -> Callable[[CachedRecord], str]:
+def cache_encoder(flags: Flags, grew: Callable[[int], None]) -> Callable[[CachedRecord], str]:
     """The encoding of a cached record under ``flags``, made on first use and kept; ``grew``
     is told the bytes each new encoding adds."""
     meta, tags, data = flags
@@ -80,8 +78,7 @@ def cache_encoder(
             )
             added = len(enc) + STR_OVERHEAD
             item.size += added
-            if grew is not None:
-                grew(added)
+            grew(added)
         return enc
 
     return encoded

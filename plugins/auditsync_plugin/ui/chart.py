@@ -12,11 +12,13 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from spark_jobs.common.statuses import DELIVERED, VERDICTS
+
 from .report import RunPoint
 
 WIDTH, PANEL_H, GAP, LEFT, BOTTOM = 720, 110, 34, 56, 22
-SERIES = (  # (attribute, css class, legend)
-    ("delivered", "bar-delivered", "delivered records"),
+SERIES = (  # (attribute, css class, legend); a status's word is its verdict table label
+    ("delivered", "bar-delivered", f"{VERDICTS[DELIVERED].label} records"),
     ("defects_found", "bar-found", "defects found"),
     ("defects_left", "bar-left", "defects left"),
 )
@@ -83,6 +85,6 @@ def render(points: Sequence[RunPoint]) -> str:
     return (
         f'<svg id="chart" role="img" viewBox="0 0 {WIDTH} {height:.0f}" '
         f'preserveAspectRatio="xMinYMin meet" data-runs="{len(points)}" '
-        f'aria-label="delivered records, defects found and defects left over the last '
-        f'{len(points)} runs">{"".join(parts)}</svg><div class="legend">{legend}</div>'
+        f'aria-label="{", ".join(text for _, _, text in SERIES[:-1])} and {SERIES[-1][2]} over '
+        f'the last {len(points)} runs">{"".join(parts)}</svg><div class="legend">{legend}</div>'
     )

@@ -31,11 +31,12 @@ from .report import (
 from .runs import TopicLine
 
 REWOUND_COLOUR = st.VERDICTS[st.SOURCE_REWOUND].colour
+DELIVERED_LABEL = st.VERDICTS[st.DELIVERED].label
 
 # (attribute, heading) of the runs table's number columns; a line's text columns come first.
 # A status's heading is its label in the verdict table (``statuses.VERDICTS``).
 NUMBERS = (
-    ("delivered", st.VERDICTS[st.DELIVERED].label),
+    ("delivered", DELIVERED_LABEL),
     ("duplicates", f"{st.VERDICTS[st.DUPLICATE].label}s"),
     ("tombstoned", st.VERDICTS[st.TOMBSTONED].label),
     ("silent_gaps", f"{st.VERDICTS[st.SILENT_GAP].label}s found"),
@@ -102,7 +103,7 @@ def _card(s: TopicState) -> str:
         f'<div class="card-head"><b>{_e(s.topic)}</b> '
         f"{_badge(TOPIC_VERDICTS[s.verdict][1], TOPIC_VERDICTS[s.verdict][0])}"
         f'</div><div class="muted">{_e(s.consumer)} · {_e(line.finished_at or "unfinished")}'
-        f"</div><div>{line.delivered} delivered · {line.backfilled} backfilled · "
+        f"</div><div>{line.delivered} {DELIVERED_LABEL} · {line.backfilled} backfilled · "
         f"{line.defects_left} left</div>{_rewound(line)}</li>"
     )
 
