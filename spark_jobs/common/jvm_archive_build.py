@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.common import jars, jvm_archive
+from watch_service.protocol.errors import AuditsyncError
 
 TIMEOUT_S = 900.0
 # Variables the Spark launcher reads that change a JVM's class path or settings: the build
@@ -45,7 +46,7 @@ LAUNCHER_ENV = (
 )
 
 
-class ArchiveError(Exception):
+class ArchiveError(AuditsyncError):
     """The archive could not be built: the message says why."""
 
 
