@@ -38,11 +38,18 @@ def sized(spark: Any, rows: int | None) -> Iterator[bool]:
     if not interpreted(rows):
         yield False
         return
-    before = {key: spark.conf.get(key, None) for key in INTERPRETED}
-    for key, value in INTERPRETED.items():
+    with settings(spark, INTERPRETED):
+        yield True
+
+
+@contextlib.contextmanager
+def settings(spark: Any, conf: dict[str, str]) -> Iterator[None]:
+    """Inside: the session runs with ``conf``; its own values (or their absence) come back after."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
         spark.conf.set(key, value)
     try:
-        yield True
+        yield
     finally:
         for key, value in before.items():
             if value is None:

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from spark_jobs.common import plan_size
 from spark_jobs.warehouse import readers
 from spark_jobs.warehouse.layout import Layout
 from watch_service.storage import Storage
@@ -29,18 +30,9 @@ SHIPPED = {
 @contextlib.contextmanager
 def shipped_settings(spark) -> Iterator[None]:
     """The runs inside see the shipped Spark settings; the session's own come back after."""
-    before = {key: spark.conf.get(key, None) for key in SHIPPED}
-    for key, value in SHIPPED.items():
-        spark.conf.set(key, value)
-    try:
+    with plan_size.settings(spark, SHIPPED):
         assert {key: spark.conf.get(key) for key in SHIPPED} == SHIPPED
         yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def root(kind: str, tmp: Path) -> str:
