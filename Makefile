@@ -92,16 +92,19 @@ format: setup
 test: setup lint
 	$(PY) -m watch_service.tools.cpu_time -- $(PY) -m pytest -n 3 --durations=25
 
-# Python 3.12: a second venv from the same uv.lock in $(LOCAL)/venv312, then the unit and pg
-# layers on it (docs/testing.md says what has run there). PY312 names the interpreter (a
-# pyenv 3.12 when there is one: uv does not see through pyenv's shims).
+# Python 3.12: a second venv from the same uv.lock in $(LOCAL)/venv312, its own class archive
+# (the archive names the pyspark folder it fits), then the whole suite on it, as `make test` runs
+# it; PYTEST_ARGS narrows it (e.g. PYTEST_ARGS='-m "unit or pg"'). PY312 names the interpreter
+# (a pyenv 3.12 when there is one: uv does not see through pyenv's shims).
 PY312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := $(LOCAL)/venv312
+ENV312 := PATH=$(CURDIR)/$(VENV312)/bin:$$PATH PYSPARK_PYTHON=$(CURDIR)/$(VENV312)/bin/python \
+  PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(VENV312)/bin/python
 test-py312: setup
-	UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV312) $(UV) sync --frozen --all-extras --python $(PY312) -q
-	PATH=$(CURDIR)/$(VENV312)/bin:$$PATH PYSPARK_PYTHON=$(CURDIR)/$(VENV312)/bin/python \
-	  PYSPARK_DRIVER_PYTHON=$(CURDIR)/$(VENV312)/bin/python \
-	  $(VENV312)/bin/python -m pytest -n 2 -m "unit or pg" $(PYTEST_ARGS)
+	UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV312) $(UV) sync --frozen --all-extras --python $(PY312) -q --compile-bytecode
+	@$(ENV312) $(VENV312)/bin/python -m spark_jobs.common.jvm_archive_build
+	$(ENV312) $(VENV312)/bin/python -m watch_service.tools.cpu_time -- \
+	  $(VENV312)/bin/python -m pytest -n 3 --durations=25 $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) -m watch_service.tools.demo

@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _http import RawClient  # noqa: E402 (bench/)
 from _proc import tree_cpu_s, tree_rss_mib  # noqa: E402 (bench/)
 
 from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
@@ -330,6 +331,41 @@ class FloorProducer:
             self.free.put_nowait(conn)
 
 
+class ServiceProducer:
+    """The service's producer, shaped like the floor's: a few kept-alive connections (raw
+    HTTP/1.1, ``_http.RawClient``), one single-record append each at a time, so the client's own
+    CPU (a full HTTP client's is several times the floor's psycopg) stays off the cores the
+    service and PostgreSQL share; ``rtts`` gets each POST's round trip."""
+
+    def __init__(self, url: str, topic: str, rtts: list[int], connections: int = 8) -> None:
+        self.url, self.path, self.rtts, self.n = (
+            url,
+            f"/v0/topics/{topic}/records",
+            rtts,
+            connections,
+        )
+
+    async def __aenter__(self) -> ServiceProducer:
+        self.free: asyncio.Queue = asyncio.Queue()
+        for _ in range(self.n):
+            self.free.put_nowait(await RawClient.open(self.url))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        while not self.free.empty():
+            self.free.get_nowait().close()
+
+    async def send(self, i: int) -> None:
+        client = await self.free.get()
+        try:
+            t = time.time_ns()
+            body = b'{"records":[{"data":{"t":%d}}]}' % t
+            await client.call(client.post_request(self.path, body))
+            self.rtts.append(time.time_ns() - t)
+        finally:
+            self.free.put_nowait(client)
+
+
 # -- the service -------------------------------------------------------------------------------
 def start_service(db_url: str, port: int, log_path: Path) -> ServiceProcess:
     env = {
@@ -510,16 +546,12 @@ async def bench() -> None:
                 await put(topic)
 
                 rtts: list[int] = []
-
-                async def send(i: int, topic=topic, rtts=rtts) -> None:
-                    t = time.time_ns()
-                    body = {"records": [{"data": {"t": t}}]}
-                    async with http.post(f"{url}/v0/topics/{topic}/records", json=body) as r:
-                        assert r.status == 200
-                    rtts.append(time.time_ns() - t)
-
+                producer = ServiceProducer(url, topic, rtts)
                 await watchers.connect(svc_port, await sessions(http, url, topic, n), b"caught-up")
-                results[f"service {n}"] = await run_level(watchers, send, n, service.pid)
+                async with producer:
+                    results[f"service {n}"] = await run_level(
+                        watchers, producer.send, n, service.pid
+                    )
                 rtts.sort()
                 log(
                     f"service {n:5d} watchers @ {RATE[n]}/s: {fmt(results[f'service {n}'])}; "

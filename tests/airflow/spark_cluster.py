@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..support import free_port, stop
+from ..support import TEST_JVM_OPTIONS, free_port, stop
 
 BIN = Path(sys.executable).parent
 
@@ -59,6 +59,11 @@ def standalone_cluster(base: Path, timeout: float = 90) -> Iterator[Cluster]:
         "SPARK_WORKER_DIR": str(base / "work"),
         "SPARK_LOCAL_DIRS": str(base / "local"),
         "SPARK_DAEMON_MEMORY": "256m",
+        # The master and the worker are JVMs the tests start too: C1-only JIT and the serial
+        # collector, as every other test JVM (``support.TEST_JVM_OPTIONS``). The launcher
+        # gives daemons SPARK_DAEMON_JAVA_OPTS, not SPARK_SUBMIT_OPTS; the executors the worker
+        # launches get the same options from the application (spark.executor.extraJavaOptions).
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,
     }
     port, ui, worker_ui = free_port(), free_port(), free_port()
     cluster = Cluster(f"spark://127.0.0.1:{port}", ui)
