@@ -102,11 +102,16 @@ def test_an_hour_after_the_last_thaw_a_full_collection_thaws_instead(pacer, cloc
 
 
 def test_close_unhooks_the_pacer(clock):
+    # What a collection leaves frozen with no pacer hooked: none on 3.11; CPython 3.12.1
+    # reports 375 even right after ``gc.unfreeze()`` and a collection, with no callbacks.
+    gc.unfreeze()
+    gc.collect()
+    unpaced = gc.get_freeze_count()
     pacer = GcPacer(clock=lambda: clock[0])
     pacer.close()
     pacer.close()  # twice is harmless
     try:
         gc.collect()
-        assert (pacer.freezes, gc.get_freeze_count()) == (0, 0)
+        assert (pacer.freezes, gc.get_freeze_count()) == (0, unpaced)
     finally:
         gc.unfreeze()
