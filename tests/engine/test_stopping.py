@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 import time
 
 import pytest
@@ -60,13 +61,19 @@ async def test_a_task_that_loses_its_cancellation_does_not_hang_the_stop(
     took = time.monotonic() - started
 
     assert gc_task.cancelled()
-    # It lost the cleanup's first cancellation (the wait took the connection instead), went on
-    # to another pass, and ended when it was cancelled again after the grace period.
-    assert stopping.GRACE_S <= took < stopping.TIMEOUT_S, took
+    if sys.version_info >= (3, 12):
+        # 3.12's ``wait_for`` no longer loses a cancellation (gh-86296 is fixed there): the
+        # first cancellation ends the task, and no second one is needed.
+        assert took < stopping.GRACE_S, took
+        assert said(caplog) == []
+    else:
+        # It lost the cleanup's first cancellation (the wait took the connection instead), went
+        # on to another pass, and ended when it was cancelled again after the grace period.
+        assert stopping.GRACE_S <= took < stopping.TIMEOUT_S, took
+        assert said(caplog) == [
+            f"cancelling again, {stopping.GRACE_S:.1f}s after the first time: session-gc"
+        ]
     # ... and nothing was left running.
-    assert said(caplog) == [
-        f"cancelling again, {stopping.GRACE_S:.1f}s after the first time: session-gc"
-    ]
     assert pool.closed
 
 
