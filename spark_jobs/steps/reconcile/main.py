@@ -99,17 +99,14 @@ def held_locally(
     deliveries: DataFrame,
     heads_of: Callable[[list[str]], dict[str, int]],
     progress_rows: list | None = None,
-    delivered: bool = True,
 ) -> Held:
-    """Scope, heads (read by ``heads_of``), signalled ranges and rewound frames. Not
-    ``delivered`` (no batch to judge): every one of them is empty, known without a Spark job
-    (the scope is one row per pair delivered to; the ranges are the deliveries' own)."""
+    """Scope, heads (read by ``heads_of``), signalled ranges and rewound frames."""
     prior = None if progress_rows is None else local_rows.frame(spark, progress_rows, PROGRESS)
-    uncapped = consumer_scope(deliveries, prior).collect() if delivered else []
+    uncapped = consumer_scope(deliveries, prior).collect()
     heads = heads_of(sorted({r["topic"] for r in uncapped}))
     rows = [dict(zip(SCOPE.names, r)) for r in rewind.cap_scope(uncapped, heads)]
     scope = local_rows.frame(spark, [tuple(r.values()) for r in rows], SCOPE)
-    signalled_rows, rewound_rows = told_ranges(deliveries) if delivered else ([], [])
+    signalled_rows, rewound_rows = told_ranges(deliveries)
     signalled = local_rows.frame(spark, signalled_rows, SIGNALLED)
     return Held(scope, rows, heads, signalled, signalled_rows, rewound_rows)
 
@@ -235,9 +232,6 @@ def _judge(
             f"holds batches up to {latest} only: this is not the warehouse those runs used"
         )
     first, through = (1, last) if args.full else (last + 1, latest)
-    # No batch to judge (nothing compacted since the last run): the deliveries are empty, and
-    # so is everything drawn from them alone; the Spark jobs that would show it are skipped.
-    delivered = first <= through
     detail_table, summary_table = (
         ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
     )
@@ -248,9 +242,7 @@ def _judge(
         with store.connect(args.database_url) as conn:
             return runs.source_heads(conn, topics)
 
-    driver = held_locally(
-        spark, deliveries, heads_of, None if args.full else progress_rows, delivered
-    )
+    driver = held_locally(spark, deliveries, heads_of, None if args.full else progress_rows)
     scope, signalled, scope_rows, heads = (
         driver.scope,
         driver.signalled,
@@ -259,9 +251,7 @@ def _judge(
     )
     target = jdbc.jdbc_target(args.database_url)
     late = step_cache.cache(late_copies(deliveries, scope))
-    late_runs = (
-        [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()] if delivered else []
-    )
+    late_runs = [(r["topic"], r["lo"], r["hi"]) for r in seq_runs(late).collect()]
     rewind_timer = progress.Timer()  # what the rewind checks add to a run
     found = evidence.Rewinds({}, [], 0)
     unknown: list[str] = []
@@ -305,14 +295,10 @@ def _judge(
         if args.full
         else None
     )
-    # Without deliveries, earlier copies or remembered verdicts no window has a row to judge.
-    judging = delivered or due is not None or kept is not None
     wh.replace_run(
         detail_table,
         args.run_id,
-        reconcile(judged_deliveries, records, gaps, scope, signalled, kept)
-        if judging
-        else local_rows.empty(spark, DETAIL),
+        reconcile(judged_deliveries, records, gaps, scope, signalled, kept),
     )
     # Pinned: the late copies' rows are appended to the same partition below.
     judged = wh.snapshot(detail_table)
