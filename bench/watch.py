@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -297,73 +298,85 @@ async def produce(send, rate: int, seconds: float, inflight: int = 8) -> int:
     return n
 
 
-class FloorProducer:
-    """INSERT + NOTIFY in one statement (one transaction) on a few connections; the relay
-    numbers frames in NOTIFY order, which is commit order."""
+class Producer:
+    """A few kept-alive connections, one single-record append each at a time: the floor's and
+    the service's producers share the shape, so each side's client costs about the same.
+    Subclasses say how a connection opens, closes and appends."""
 
-    def __init__(self, db_url: str, connections: int = 8) -> None:
-        self.db_url, self.n = db_url, connections
+    def __init__(self, connections: int = 8) -> None:
+        self.n = connections
 
-    async def __aenter__(self) -> FloorProducer:
-        import psycopg
+    async def open(self) -> Any:
+        raise NotImplementedError
 
+    async def close(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def append(self, conn: Any, t: int) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Producer:
         self.free: asyncio.Queue = asyncio.Queue()
         for _ in range(self.n):
-            conn = await psycopg.AsyncConnection.connect(self.db_url, autocommit=True)
-            self.free.put_nowait(conn)
+            self.free.put_nowait(await self.open())
         return self
 
     async def __aexit__(self, *exc) -> None:
         while not self.free.empty():
-            await self.free.get_nowait().close()
+            await self.close(self.free.get_nowait())
 
     async def send(self, i: int) -> None:
         conn = await self.free.get()
         try:
-            t = time.time_ns()
-            data = json.dumps({"t": t}, separators=(",", ":"))
-            await conn.execute(
-                "WITH i AS (INSERT INTO bench_floor (data) VALUES (%s::json) RETURNING id) "
-                "SELECT pg_notify('bench', %s) FROM i",
-                (data, f"{t // 1_000_000} {data}"),
-            )
+            await self.append(conn, time.time_ns())
         finally:
             self.free.put_nowait(conn)
 
 
-class ServiceProducer:
-    """The service's producer, shaped like the floor's: a few kept-alive connections (raw
-    HTTP/1.1, ``_http.RawClient``), one single-record append each at a time, so the client's own
-    CPU (a full HTTP client's is several times the floor's psycopg) stays off the cores the
-    service and PostgreSQL share; ``rtts`` gets each POST's round trip."""
+class FloorProducer(Producer):
+    """INSERT + NOTIFY in one statement (one transaction); the relay numbers frames in NOTIFY
+    order, which is commit order."""
 
-    def __init__(self, url: str, topic: str, rtts: list[int], connections: int = 8) -> None:
-        self.url, self.path, self.rtts, self.n = (
-            url,
-            f"/v0/topics/{topic}/records",
-            rtts,
-            connections,
+    def __init__(self, db_url: str, connections: int = 8) -> None:
+        super().__init__(connections)
+        self.db_url = db_url
+
+    async def open(self) -> Any:
+        import psycopg
+
+        return await psycopg.AsyncConnection.connect(self.db_url, autocommit=True)
+
+    async def close(self, conn: Any) -> None:
+        await conn.close()
+
+    async def append(self, conn: Any, t: int) -> None:
+        data = json.dumps({"t": t}, separators=(",", ":"))
+        await conn.execute(
+            "WITH i AS (INSERT INTO bench_floor (data) VALUES (%s::json) RETURNING id) "
+            "SELECT pg_notify('bench', %s) FROM i",
+            (data, f"{t // 1_000_000} {data}"),
         )
 
-    async def __aenter__(self) -> ServiceProducer:
-        self.free: asyncio.Queue = asyncio.Queue()
-        for _ in range(self.n):
-            self.free.put_nowait(await RawClient.open(self.url))
-        return self
 
-    async def __aexit__(self, *exc) -> None:
-        while not self.free.empty():
-            self.free.get_nowait().close()
+class ServiceProducer(Producer):
+    """The service's append route over raw HTTP/1.1 (``_http.RawClient``): a full HTTP
+    client's CPU is several times the floor's psycopg, and it would take the cores the service
+    and PostgreSQL share. ``rtts`` gets each POST's round trip."""
 
-    async def send(self, i: int) -> None:
-        client = await self.free.get()
-        try:
-            t = time.time_ns()
-            body = b'{"records":[{"data":{"t":%d}}]}' % t
-            await client.call(client.post_request(self.path, body))
-            self.rtts.append(time.time_ns() - t)
-        finally:
-            self.free.put_nowait(client)
+    def __init__(self, url: str, topic: str, rtts: list[int], connections: int = 8) -> None:
+        super().__init__(connections)
+        self.url, self.path, self.rtts = url, f"/v0/topics/{topic}/records", rtts
+
+    async def open(self) -> Any:
+        return await RawClient.open(self.url)
+
+    async def close(self, conn: Any) -> None:
+        conn.close()
+
+    async def append(self, conn: Any, t: int) -> None:
+        body = b'{"records":[{"data":{"t":%d}}]}' % t
+        await conn.call(conn.post_request(self.path, body))
+        self.rtts.append(time.time_ns() - t)
 
 
 # -- the service -------------------------------------------------------------------------------
