@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs import lifecycle
+from spark_jobs.common import plan_size
 from spark_jobs.warehouse import readers, tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.warehouse import Warehouse
@@ -67,8 +68,8 @@ def test_pruning_keeps_the_newest_runs_and_their_time_travel(spark, pg_url, tmp_
     layout = Layout("", str(tmp_path / "warehouse"), ids[-1])
     wh = Warehouse.attach(spark, layout, pg_url)
     snapshots: dict[str, dict[str, int]] = {}
-    spark.conf.set(NO_DISTRIBUTION, "none")  # one-row commits: nothing to distribute
-    try:
+    # One-row commits: nothing to distribute.
+    with plan_size.settings(spark, {NO_DISTRIBUTION: "none"}):
         for i, run_id in enumerate(ids):
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 runs.start_run(conn, run_id, layout.catalog)
@@ -86,8 +87,6 @@ def test_pruning_keeps_the_newest_runs_and_their_time_travel(spark, pg_url, tmp_
                 )
                 runs.record_snapshots(conn, run_id, layout.catalog, snapshots[run_id])
                 runs.finish_run(conn, run_id, True, 0, 0)
-    finally:
-        spark.conf.unset(NO_DISTRIBUTION)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         before = runs.cumulative_summary(conn, layout.catalog)
 

@@ -12,6 +12,7 @@ import json
 
 import psycopg
 
+from spark_jobs.common import plan_size
 from spark_jobs.warehouse import readers, tables
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.warehouse import Warehouse as House
@@ -57,16 +58,13 @@ def build(spark, pg_url: str, work: str, appends: int, prefix: str) -> Warehouse
     run_ids = []
     # One-row commits: one task, so no distribution (sampling, shuffle) is needed for the
     # same files, and skipping it halves a commit's time.
-    spark.conf.set(NO_DISTRIBUTION, "none")
-    try:
+    with plan_size.settings(spark, {NO_DISTRIBUTION: "none"}):
         for i in range(appends):
             run_id = f"{prefix}-run-{i:03d}"
             row = audit_row(topics[i % 2], i // 2 + 1, run_id)
             df = spark.createDataFrame([row], schema)
             wh.append("audit_log", df, {tables.RUN_PROPERTY: run_id})
             run_ids.append(run_id)
-    finally:
-        spark.conf.unset(NO_DISTRIBUTION)
     snapshots = [e.snapshot_id for e in readers.load(layout, pg_url, "audit_log").history()]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for run_id, snap in zip(run_ids, snapshots):
