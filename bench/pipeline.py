@@ -40,10 +40,12 @@ instead of reconciled by an untimed run, which took over 13 minutes at 5 M).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import datetime as dt
 import hashlib
 import os
+import resource
 import shutil
 import signal
 import sqlite3
@@ -51,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -458,8 +461,9 @@ def fmt(seconds: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:6.1f}" for k, v in seconds.items())
 
 
-def dag_runs(base: Path, url: str, runs: int) -> dict[str, list[float]]:
-    """Empty ``airflow dags test audit_sync`` runs, Spark Connect and spark-submit alternating."""
+def dag_runs(base: Path, url: str, runs: int, modes: tuple[str, ...]) -> dict[str, list[float]]:
+    """Empty ``airflow dags test audit_sync`` runs, one of each of ``modes`` (``spark-connect``,
+    ``spark-submit``) in turn."""
     settings = Settings(local_dir=base / "dag", database_url=url)
     server = spark_connect.start(settings, port=free_port(), driver_memory="1g")
     env = airflow_env(
@@ -475,19 +479,61 @@ def dag_runs(base: Path, url: str, runs: int) -> dict[str, list[float]]:
     subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"], env=full, check=True, capture_output=True
     )
-    times: dict[str, list[float]] = {"spark-connect": [], "spark-submit": []}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     first = dt.datetime(2025, 6, 1, 12, 5, tzinfo=dt.UTC)
     try:
         for i in range(runs):
             for k, mode in enumerate(times):
-                date = (first + dt.timedelta(minutes=15 * (2 * i + k))).isoformat()
-                times[mode].append(_dag_run(base, full, mode, date, i))
+                date = (first + dt.timedelta(minutes=15 * (len(modes) * i + k))).isoformat()
+                times[mode].append(_dag_run(base, full, mode, date, i, server.pid))
     finally:
         spark_connect.stop(settings)
     return times
 
 
-def _dag_run(base: Path, env: dict, mode: str, date: str, i: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU-seconds of process ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """A process's CPU-seconds read every ``period`` seconds in a thread, so the CPU it spent
+    between two wall-clock times (an Airflow task's start and end) can be read afterwards."""
+
+    def __init__(self, pid: int, period: float = 0.1) -> None:
+        self.pid, self.period = pid, period
+        self.samples: list[tuple[float, float]] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append((time.time(), cpu_seconds(self.pid)))
+            if self.stopped.wait(self.period):
+                self.samples.append((time.time(), cpu_seconds(self.pid)))
+                return
+
+    def at(self, when: float) -> float:
+        """The CPU-seconds of the last sample taken at or before ``when``."""
+        i = bisect.bisect_right([t for t, _ in self.samples], when)
+        return self.samples[max(0, i - 1)][1]
+
+    def between(self, start: float, end: float) -> float:
+        return self.at(end) - self.at(start)
+
+
+def _dag_run(base: Path, env: dict, mode: str, date: str, i: int, server_pid: int) -> float:
+    """One empty run; prints each task's seconds and the Spark Connect server's CPU-seconds
+    while it ran, and the ``airflow dags test`` process's own CPU-seconds."""
     landing = base / "dag-landing"
     landing.mkdir(exist_ok=True)
     run_env = {
@@ -497,31 +543,34 @@ def _dag_run(base: Path, env: dict, mode: str, date: str, i: int) -> float:
     }
     if mode == "spark-submit":
         run_env.pop("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", None)
+    command = ["dags", "test", "audit_sync", date, "--mark-success-pattern", "wait_for_sinks"]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    out = subprocess.run(
-        [
-            str(BIN / "airflow"),
-            "dags",
-            "test",
-            "audit_sync",
-            date,
-            "--mark-success-pattern",
-            "wait_for_sinks",
-        ],
-        env=run_env,
-        capture_output=True,
-        text=True,
-    )
+    with CpuSampler(server_pid) as server:
+        out = subprocess.run(
+            [str(BIN / "airflow"), *command], env=run_env, capture_output=True, text=True
+        )
     seconds = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = sum(getattr(after, f) - getattr(children, f) for f in ("ru_utime", "ru_stime"))
     (base / f"dag-{mode}-{i}.log").write_text(out.stdout + out.stderr)
     with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
         tasks = db.execute(
-            "SELECT task_id, state, duration FROM task_instance WHERE run_id = (SELECT run_id "
-            "FROM dag_run WHERE dag_id = 'audit_sync' ORDER BY id DESC LIMIT 1) ORDER BY 1"
-        )
-        shown = "  ".join(f"{t} {s} {d or 0:.1f}" for t, s, d in tasks.fetchall())
+            "SELECT task_id, state, duration, start_date, end_date FROM task_instance "
+            "WHERE run_id = (SELECT run_id FROM dag_run WHERE dag_id = 'audit_sync' "
+            "ORDER BY id DESC LIMIT 1) ORDER BY start_date"
+        ).fetchall()
+    shown = []
+    for task, state, duration, started, ended in tasks:
+        cpu = ""
+        if started and ended and mode == "spark-connect":
+            span = [dt.datetime.fromisoformat(x).replace(tzinfo=dt.UTC) for x in (started, ended)]
+            cpu = f" (server {server.between(*(x.timestamp() for x in span)):.1f})"
+        shown.append(f"{task} {state} {duration or 0:.1f}{cpu}")
+    total = server.samples[-1][1] - server.samples[0][1]
     print(
-        f"empty DAG run ({mode}): {seconds:.1f} s exit {out.returncode}  [{shown}] ({load()})",
+        f"empty DAG run ({mode}): {seconds:.1f} s exit {out.returncode}; CPU: airflow process "
+        f"{own:.1f} s, Spark Connect server {total:.1f} s ({load()})\n  " + "\n  ".join(shown),
         flush=True,
     )
     return seconds
@@ -533,7 +582,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--new", type=int, default=2000)
     parser.add_argument("--dag-runs", type=int, default=2)
     parser.add_argument("--skip-dag", action="store_true")
-    parser.add_argument("--dag-only", action="store_true", help="only the empty DAG runs")
+    parser.add_argument(
+        "--dag-only", action="store_true", help="only the empty DAG runs (no tlog, no history)"
+    )
+    parser.add_argument(
+        "--connect-only",
+        action="store_true",
+        help="the empty DAG runs on Spark Connect only, without the spark-submit ones",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--tlog-only",
@@ -570,10 +626,11 @@ def main(argv: list[str]) -> int:
     try:
         pg.start()
         migrate(pg.url)
-        tlog = tlog_costs(base, pg.url, args.tlog_leaves, args.tlog_rows)
+        tlog = None if args.dag_only else tlog_costs(base, pg.url, args.tlog_leaves, args.tlog_rows)
         if args.tlog_only:
             storages, args.skip_dag = [], True
-        dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n)
+        modes = ("spark-connect",) if args.connect_only else ("spark-connect", "spark-submit")
+        dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n, modes)
         if not args.tlog_only:  # every run signs its audit log, as a run with a key does
             signer = Signer.generate("bench.auditsync/pipeline")
             os.environ["AUDITSYNC_LOG_SIGNING_KEY"] = str(signer)
@@ -591,6 +648,19 @@ def main(argv: list[str]) -> int:
             store.stop()
         pg.stop()
         shutil.rmtree(base, ignore_errors=True)
+    if tlog is not None:
+        print_tlog(args, tlog)
+    if dags:
+        print_dags(dags, dag_n)
+    for storage, results in by_storage.items():
+        print_history(args, sizes, storage, results)
+    if len(by_storage) == 2:
+        file_total, s3_total = (by_storage[k][max(sizes)]["total"] for k in ("file", "s3"))
+        print(f"s3 / file over {max(sizes):,}: {s3_total / file_total:.2f}x")
+    return 0
+
+
+def print_tlog(args: argparse.Namespace, tlog: dict[str, float]) -> None:
     print(
         f"\ntlog: prove on {args.tlog_leaves:,} leaves {tlog['prove'] * 1000:.0f} ms "
         f"(target <= 200 ms); verify --from --to {tlog['verify_tenth']:.2f} s for "
@@ -599,38 +669,42 @@ def main(argv: list[str]) -> int:
         f", leaves ratio 10); a run's log work over {args.tlog_leaves:,} leaves + "
         f"{NEW_ROWS:,} new {tlog['run_log']:.2f} s (target <= 5 % of the run)"
     )
-    if dags:
-        connect, submit = (statistics.median(dags[m]) for m in ("spark-connect", "spark-submit"))
+
+
+def print_dags(dags: dict[str, list[float]], runs: int) -> None:
+    medians = {mode: statistics.median(times) for mode, times in dags.items()}
+    shown = ", ".join(f"{mode} {m:.1f} s" for mode, m in medians.items())
+    ratio = (
+        f", ratio {medians['spark-connect'] / medians['spark-submit']:.2f} (target <= 0.5)"
+        if len(medians) == 2
+        else ""
+    )
+    print(f"\nempty DAG run (median of {runs}): {shown}{ratio} (Spark Connect target <= 20 s)")
+
+
+def print_history(
+    args: argparse.Namespace, sizes: list[int], storage: str, results: dict[int, dict]
+) -> None:
+    first = results[min(sizes)]["total"]
+    print(f"\n== {storage}: per-step seconds of a run adding {args.new:,} records")
+    for size in sorted(sizes):
+        r = results[size]
         print(
-            f"\nempty DAG run (median of {dag_n}): Spark Connect {connect:.1f} s, "
-            f"spark-submit {submit:.1f} s, ratio {connect / submit:.2f} (target <= 0.5)"
-        )
-    for storage, results in by_storage.items():
-        first = results[min(sizes)]["total"]
-        print(f"\n== {storage}: per-step seconds of a run adding {args.new:,} records")
-        for size in sorted(sizes):
-            r = results[size]
-            print(
-                f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x  "
-                f"rewind checks {r.get('rewind_checks', 0) / r['total']:.1%} of the run "
-                f"(target < 5 %), signed log {r.get('log', 0) / r['total']:.1%} (target <= 5 %)"
-                + (
-                    f"  index verify {r['index_verify']:.2f} s, "
-                    f"{r['index_verify'] / r['total']:.1%} of the run (target <= 5 %)"
-                    if args.index
-                    else ""
-                )
+            f"history {size:>9,}: {fmt(r)}  ratio {r['total'] / first:.2f}x  "
+            f"rewind checks {r.get('rewind_checks', 0) / r['total']:.1%} of the run "
+            f"(target < 5 %), signed log {r.get('log', 0) / r['total']:.1%} (target <= 5 %)"
+            + (
+                f"  index verify {r['index_verify']:.2f} s, "
+                f"{r['index_verify'] / r['total']:.1%} of the run (target <= 5 %)"
+                if args.index
+                else ""
             )
-        print(f"empty in-process run: {fmt(results[-1])}")
-        biggest = results[max(sizes)]["total"] / first
-        print(
-            f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); "
-            f"{load()}"
         )
-    if len(by_storage) == 2:
-        file_total, s3_total = (by_storage[k][max(sizes)]["total"] for k in ("file", "s3"))
-        print(f"s3 / file over {max(sizes):,}: {s3_total / file_total:.2f}x")
-    return 0
+    print(f"empty in-process run: {fmt(results[-1])}")
+    biggest = results[max(sizes)]["total"] / first
+    print(
+        f"run over {max(sizes):,} / over {min(sizes):,}: {biggest:.2f}x (target <= 1.2); {load()}"
+    )
 
 
 if __name__ == "__main__":
