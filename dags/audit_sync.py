@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, AssetAlias, CronDataIntervalTimetable
 
-from auditsync_plugin import deadlines, step_args
+from auditsync_plugin import connect_session, deadlines, step_args
 from auditsync_plugin.notifications import notifiers
 from auditsync_plugin.operators.pipeline import (
     PublishOperator,
@@ -96,6 +96,7 @@ def spark_job(
         conn_id="spark_default",
         spark_binary=SPARK_SUBMIT,
         name=f"audit_sync.{task_id}",
+        connect_session=connect_session.TEMPLATE,
         driver_memory="1g",
         # WARN keeps the task log to what the jobs print (their result line, verify's verdict),
         # which is also what a failed task's message ends with.
@@ -156,7 +157,9 @@ not verified within `AUDITSYNC_VERIFY_DEADLINE_S` (default 3 × the schedule) of
 The pipeline run id is derived from the data interval, so a re-run rewrites the same outputs.
 The Spark steps run as clients of a long-running Spark Connect server when the
 `spark_connect_default` connection exists (`auditsync spark-connect start`; no JVM start per
-step), else each is a `spark-submit` through `spark_default` (e.g. a standalone cluster).
+step), else each is a `spark-submit` through `spark_default` (e.g. a standalone cluster). On
+Spark Connect the run's Spark tasks (the steps and quality) share one server session, drawn by
+`start_run` and released by `finish_run`, so the warehouse's catalog is attached once a run.
 Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_watch` (HTTP),
 `auditsync_pg`. Variables:
 `auditsync_landing`, `auditsync_warehouse`, `auditsync_gx_root`, `auditsync_consumers`.
@@ -192,6 +195,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         gx_root="{{ var.value.auditsync_gx_root }}",
         run_name=RUN_ID,
         run={"landing": PATHS.landing, "warehouse": PATHS.warehouse, "run_id": RUN_ID},
+        connect_session=connect_session.TEMPLATE,
         **failed_marks_run(),
     )
     publish = PublishOperator(
@@ -207,6 +211,7 @@ Connections: `spark_default`, `spark_connect_default` (optional), `auditsync_wat
         landing=PATHS.landing,
         warehouse=PATHS.warehouse,
         keep=KEEP_RUNS,
+        connect_session=connect_session.TEMPLATE,
     )
 
     wait >> start >> compact >> reconcile >> backfill >> verify >> quality >> publish

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import sqlite3
 
 import pytest
@@ -126,6 +127,27 @@ def test_the_spark_steps_ran_as_spark_connect_clients(fault_run, airflow_home):
     for step in ("compact", "reconcile", "backfill", "verify"):
         assert f": {step} --work " in fault_run.output, step
     assert "Spark-Submit cmd" not in fault_run.output
+
+
+def test_the_run_s_spark_tasks_share_one_session_that_finish_run_releases(fault_run, airflow_home):
+    """start_run draws the run's Spark Connect session; the Spark steps and the checkpoint join
+    it (the catalog attached once), and the teardown releases it on the server."""
+    from pyspark.sql.connect.session import SparkSession
+
+    assert fault_run.returncode == 0, fault_run.output[-3000:]
+    joined = re.findall(r"sc://127\.0\.0\.1:\d+/;session_id=([0-9a-f-]{36})", fault_run.output)
+    assert len(joined) == 6, joined  # compact, reconcile, two backfills, verify, quality
+    [session] = set(joined)
+    conn = json.loads(airflow_home.env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    spark = SparkSession.builder.remote(
+        f"sc://{conn['host']}:{conn['port']}/;session_id={session}"
+    ).create()
+    try:
+        with pytest.raises(Exception, match="SESSION_CLOSED"):
+            spark.conf.get("spark.sql.session.timeZone")
+    finally:
+        spark.release_session_on_close = False
+        spark.stop()
 
 
 def test_the_full_audit_dag_agrees_with_the_incremental_run(fault_run, airflow_home, pg_url):

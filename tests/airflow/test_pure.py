@@ -491,3 +491,30 @@ def test_airflow_env_names_the_spark_connect_server(tmp_path: Path):
         "port": 15002,
     }
     assert "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT" not in airflow_env(Settings(local_dir=tmp_path), {})
+
+
+SESSION = "0b4f3c0e-9a55-4c4e-8d3c-6a6f0e0c1d2e"
+
+
+@pytest.mark.parametrize(
+    "url, joined",
+    [
+        ("sc://127.0.0.1:15002/", f"sc://127.0.0.1:15002/;session_id={SESSION}"),
+        ("sc://127.0.0.1:15002", f"sc://127.0.0.1:15002/;session_id={SESSION}"),
+        ("sc://h:1/;token=t;use_ssl=true", f"sc://h:1/;token=t;use_ssl=true;session_id={SESSION}"),
+        # a connection that names its own session keeps it
+        ("sc://h:1/;session_id=x", "sc://h:1/;session_id=x"),
+    ],
+)
+def test_a_run_s_tasks_join_its_spark_connect_session_by_url(url, joined):
+    from auditsync_plugin.connect_session import session_url
+
+    assert session_url(url, SESSION) == joined
+    assert session_url(url, "") == url  # before start_run drew one: the task's own session
+
+
+def test_a_session_id_that_is_no_uuid_is_refused_by_name():
+    from auditsync_plugin.connect_session import session_url
+
+    with pytest.raises(ValueError, match="Spark Connect session id 'nope': a UUID is expected"):
+        session_url("sc://h:1/", "nope")

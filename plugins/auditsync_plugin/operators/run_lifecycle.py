@@ -22,6 +22,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.notifier import BaseNotifier
 
+from ..connect_session import CONN_ID as CONNECT_CONN_ID
+
 PG_CONN_ID = "auditsync_pg"
 log = logging.getLogger(__name__)
 
@@ -76,10 +78,11 @@ def with_run_failed(
 
 
 class FinishRunOperator(BaseOperator):
-    """Prune the warehouse's runs beyond the newest ``keep`` (``spark_jobs.lifecycle.prune``);
-    returns how many runs it pruned."""
+    """Prune the warehouse's runs beyond the newest ``keep`` (``spark_jobs.lifecycle.prune``)
+    and release the run's Spark Connect session ``connect_session`` ('': none); returns how
+    many runs it pruned."""
 
-    template_fields: Sequence[str] = ("run_id_value", "landing", "warehouse")
+    template_fields: Sequence[str] = ("run_id_value", "landing", "warehouse", "connect_session")
     ui_color = "#e8e8f4"
 
     def __init__(
@@ -90,6 +93,8 @@ class FinishRunOperator(BaseOperator):
         warehouse: str,
         keep: int,
         pg_conn_id: str = PG_CONN_ID,
+        connect_session: str = "",
+        connect_conn_id: str | None = CONNECT_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -98,8 +103,24 @@ class FinishRunOperator(BaseOperator):
         self.warehouse = warehouse
         self.keep = keep
         self.pg_conn_id = pg_conn_id
+        self.connect_session = connect_session
+        self.connect_conn_id = connect_conn_id
 
     def execute(self, context: Any) -> int:
+        try:
+            return self.prune()
+        finally:
+            self.release_session()
+
+    def release_session(self) -> None:
+        from .. import connect_session
+        from .spark_step import connect_url
+
+        remote = connect_url(self.connect_conn_id) if self.connect_session else None
+        if remote is not None:
+            connect_session.release(connect_session.session_url(remote, self.connect_session))
+
+    def prune(self) -> int:
         from spark_jobs import lifecycle
         from spark_jobs.warehouse.layout import Layout
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -27,9 +27,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from spark_jobs.common.cli import DATABASE_URL_ENV, PIPELINE_URL_ENV
 from spark_jobs.warehouse.layout import JOBS, step_package
 
-from .. import lineage
+from .. import connect_session, lineage
 
-CONNECT_CONN_ID = "spark_connect_default"
+CONNECT_CONN_ID = connect_session.CONN_ID
 LOG_SIGNING_KEY_ENV = "AUDITSYNC_LOG_SIGNING_KEY"
 OUTPUT_TAIL_LINES = 40
 
@@ -58,12 +58,19 @@ def failure_message(step: str, remote: str, output: str, figures: Mapping[str, A
 class SparkStepOperator(SparkSubmitOperator):
     """``step``: one of ``spark_jobs.warehouse.layout.JOBS``; ``application_args``: its
     ``main.py`` flags; ``connect_conn_id``: the Spark Connect connection to prefer (None:
-    always spark-submit)."""
+    always spark-submit); ``connect_session``: the run's Spark Connect session id to join and
+    leave open (``connect_session``; '': a session of the task's own)."""
 
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "connect_session")
     ui_color = "#fde8d7"
 
     def __init__(
-        self, *, step: str, connect_conn_id: str | None = CONNECT_CONN_ID, **kwargs: Any
+        self,
+        *,
+        step: str,
+        connect_conn_id: str | None = CONNECT_CONN_ID,
+        connect_session: str = "",
+        **kwargs: Any,
     ) -> None:
         if step not in JOBS:
             raise ValueError(f"unknown Spark step {step!r}; expected one of {JOBS}")
@@ -84,6 +91,7 @@ class SparkStepOperator(SparkSubmitOperator):
         self._driver_error = driver_error
         self.step = step
         self.connect_conn_id = connect_conn_id
+        self.connect_session = connect_session
 
     def execute(self, context) -> Any:
         remote = connect_url(self.connect_conn_id)
@@ -136,6 +144,8 @@ class SparkStepOperator(SparkSubmitOperator):
         ``module.run(spark, args)`` with the flags a spark-submit would get."""
         from spark_jobs.common.session import build_session
 
+        shared = bool(self.connect_session)
+        remote = connect_session.session_url(remote, self.connect_session)
         argv = [str(a) for a in self.application_args or []]
         self.log.info("Spark Connect %s: %s %s", remote, self.step, " ".join(argv))
         # In this process the URL is parsed like any flag: it is no process's argument here.
@@ -157,6 +167,8 @@ class SparkStepOperator(SparkSubmitOperator):
                 try:
                     figures = module.run(spark, args)
                 finally:
+                    if shared:
+                        connect_session.leave_open(spark)
                     spark.stop()
         finally:  # what the step printed reaches the task log, whatever happened
             output = out.getvalue()
