@@ -20,15 +20,19 @@ jobs' one builder (``spark_jobs.common.session``): over Spark Connect when the
 
 from __future__ import annotations
 
+import importlib
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from .. import connect_session as sessions
 from .spark_step import CONNECT_CONN_ID, connect_url
 
 HOUR_MS = 3_600_000
@@ -38,6 +42,10 @@ HOUR_MS = 3_600_000
 # 32 s a run), in pandas a few milliseconds over rows already here.
 LOCAL_ROWS = 50_000
 PG_CONN_ID = "auditsync_pg"
+# Importing Great Expectations costs seconds of CPU (4-12 s of a quality task on this two-core
+# machine, the largest part of an empty run's): it loads in a thread while the slice is fetched,
+# which waits on Spark.
+QUALITY_MODULE = "auditsync_plugin.quality"
 
 
 def check_outputs(datasets: Mapping[str, str]) -> None:
@@ -87,6 +95,24 @@ def held(df, local_rows: int = LOCAL_ROWS):
     return head.to_pandas(types_mapper=ints.get)
 
 
+def held_all(frames: Mapping[str, Any], local_rows: int = LOCAL_ROWS) -> dict[str, Any]:
+    """``held`` of every frame, fetched side by side: each is one Spark job (one round trip to a
+    Spark Connect server) that mostly waits."""
+    with ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="held") as pool:
+        futures = {name: pool.submit(held, df, local_rows) for name, df in frames.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def load_in_background(module: str) -> threading.Thread:
+    """Start importing ``module`` in a thread; a later ``import`` of it waits for that one (the
+    import lock) and raises what it raised."""
+    thread = threading.Thread(
+        target=importlib.import_module, args=(module,), name=f"import {module}", daemon=True
+    )
+    thread.start()
+    return thread
+
+
 def default_docs_url() -> str:
     from airflow.sdk.configuration import conf
 
@@ -108,9 +134,17 @@ class QualityCheckpointOperator(BaseOperator):
     """``run``: ``{"landing", "warehouse", "run_id"}`` of the pipeline run to validate, or
     ``datasets``: ``{name: parquet folder}`` with names from ``quality.suites``; ``docs_url``:
     where people open the Data Docs (default: the plugin's page under the API server's
-    ``[api] base_url``)."""
+    ``[api] base_url``); ``connect_session``: the run's Spark Connect session to join and leave
+    open (``connect_session``; '': a session of its own)."""
 
-    template_fields: Sequence[str] = ("gx_root", "datasets", "run", "run_name", "docs_url")
+    template_fields: Sequence[str] = (
+        "gx_root",
+        "datasets",
+        "run",
+        "run_name",
+        "docs_url",
+        "connect_session",
+    )
     ui_color = "#fff4e0"
 
     def __init__(
@@ -124,10 +158,12 @@ class QualityCheckpointOperator(BaseOperator):
         spark_master: str = "local[2]",
         connect_conn_id: str | None = CONNECT_CONN_ID,
         pg_conn_id: str = PG_CONN_ID,
+        connect_session: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.pg_conn_id = pg_conn_id
+        self.connect_session = connect_session
         if (datasets is None) == (run is None):
             raise ValueError("QualityCheckpointOperator: give either datasets or run")
         self.gx_root = gx_root
@@ -142,18 +178,22 @@ class QualityCheckpointOperator(BaseOperator):
         from spark_jobs.common import statuses as st
         from spark_jobs.common.session import job_session
 
-        from .. import quality
         from ..hooks.pipeline_runs import pipeline_database_url
         from ..quality_summary import summarize
 
+        load_in_background(QUALITY_MODULE)
         if self.datasets:
             check_outputs(self.datasets)
         remote = connect_url(self.connect_conn_id)
+        if remote is not None:
+            remote = sessions.session_url(remote, self.connect_session)
         self.log.info("Spark: %s", remote or self.spark_master)
         spark_conf = {"spark.ui.enabled": "false"}
         with job_session(
             "audit_sync_quality", master=self.spark_master, remote=remote, conf=spark_conf
         ) as spark:
+            if remote is not None and self.connect_session:
+                sessions.leave_open(spark)
             if self.run:
                 frames = run_slice(
                     spark,
@@ -166,7 +206,9 @@ class QualityCheckpointOperator(BaseOperator):
                 frames = {
                     name: read_dataset(spark, name, path) for name, path in self.datasets.items()
                 }
-            frames = {name: held(df) for name, df in frames.items()}
+            frames = held_all(frames)
+            from .. import quality
+
             # Nothing may be stamped later than now (plus an hour of clock skew).
             bounds = quality.Bounds(max_ts_ms=int(time.time() * 1000) + HOUR_MS)
             results = quality.run(
@@ -194,7 +236,8 @@ class StartRunOperator(BaseOperator):
     """Mark the pipeline run ``running`` in ``pipeline_runs``, forgetting what an earlier
     attempt of the same run id recorded (so a re-run starts clean, like the runner does).
     A run of ``warehouse`` that later runs built on (an operator's backfill of a past
-    interval, a cleared old run) is refused first, its record left as it was."""
+    interval, a cleared old run) is refused first, its record left as it was. Hands the
+    attempt a new Spark Connect session id (XCom ``connect_session.XCOM_KEY``)."""
 
     template_fields: Sequence[str] = ("run_id_value", "warehouse")
 
@@ -229,6 +272,9 @@ class StartRunOperator(BaseOperator):
             if later:
                 raise AirflowFailException(runs.rerun_refusal(self.run_id_value, later))
         hook.start_run(self.run_id_value, catalog)
+        ti = context.get("ti")
+        if ti is not None:
+            ti.xcom_push(key=sessions.XCOM_KEY, value=sessions.new_id())
         return self.run_id_value
 
 
