@@ -30,7 +30,10 @@ spark-submit per step (medians 35.6 vs 106.4 s, 0.34x; the full-rebuild pipeline
 was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6 / 11.6 s (the
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
-[--skip-dag] [--quick] [--tlog-only] [--tlog-leaves N] [--tlog-rows N] [--index]`` (``--quick``:
+[--skip-dag] [--dag-only] [--connect-only] [--quick] [--tlog-only] [--tlog-leaves N]
+[--tlog-rows N] [--index]`` (``--dag-only``: only the empty DAG runs; ``--connect-only``: only
+their Spark Connect runs, each printed with its tasks' seconds, the Spark Connect server's
+CPU-seconds during each task and the ``airflow dags test`` process's CPU-seconds; ``--quick``:
 sizes 0,100000, one DAG run each; ``--index``: the consumer keeps the search index, a
 document per record, and each run's index verify is timed; its histories are seeded in bulk as
 already verified (``World.seed``: ``generate_series`` in PostgreSQL, a few minutes for 5 M)
