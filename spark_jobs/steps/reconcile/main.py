@@ -202,8 +202,8 @@ def run(
     timer = progress.Timer()
     pipeline_url = store.pipeline_url(args)
     wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
-    with plan_size.sized(spark, _delivery_rows(wh, args)):
-        return _judge(spark, args, hook, wh, timer)
+    with plan_size.sized(spark, _delivery_rows(wh, args)) as small:
+        return _judge(spark, args, hook, wh, timer, small)
 
 
 def _delivery_rows(wh: Warehouse, args) -> int | None:
@@ -221,7 +221,11 @@ def _judge(
     hook: Callable[[str], None] | None,
     wh: Warehouse,
     timer: progress.Timer,
+    small: bool = False,
 ) -> dict:
+    """``small``: the run's delivery rows are few (``plan_size``), so they are cached once
+    instead of scanned by each of the four jobs that read them (the scope, the told ranges,
+    the late copies' runs and the judging write each planned an Iceberg scan of their own)."""
     pipeline_url = store.pipeline_url(args)
     layout = wh.layout
     house = layout.catalog
@@ -250,6 +254,8 @@ def _judge(
     )
     every = conform(wh.read("deliveries"), DELIVERIES_BATCH)
     deliveries = conform(every.filter(F.col("batch").between(first, through)), DELIVERIES)
+    if small:
+        deliveries = step_cache.cache(deliveries)
 
     def heads_of(topics: list[str]) -> dict[str, int]:
         with store.connect(args.database_url) as conn:
