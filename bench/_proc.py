@@ -1,6 +1,6 @@
-"""What the benchmarks read of a process from ``/proc``: CPU seconds and resident memory, of a
-process alone or with its children (a supervisor's workers, a postmaster's backends). CPU time
-rather than wall time: robust to a busy machine."""
+"""What the benchmarks read of a process from ``/proc``: CPU seconds, wake-ups and resident
+memory, of a process alone or with its children (a supervisor's workers, a postmaster's
+backends). CPU time rather than wall time: robust to a busy machine."""
 
 from __future__ import annotations
 
@@ -37,6 +37,26 @@ def tree(pid: int) -> list[int]:
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and its live children."""
     return sum(cpu_s(p) for p in tree(pid))
+
+
+def wakeups(pid: int) -> int:
+    """Times ``pid`` (every thread) went to sleep and was woken: its voluntary context
+    switches. An event loop sleeps when it has nothing to do, so each one is a wake-up; 0 when
+    the process is gone."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    except OSError:
+        pass
+    return total
+
+
+def tree_wakeups(pid: int) -> int:
+    """Wake-ups of ``pid`` and its live children."""
+    return sum(wakeups(p) for p in tree(pid))
 
 
 def tree_rss_mib(pid: int) -> float:

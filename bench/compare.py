@@ -47,7 +47,7 @@ BENCHES: dict[str, tuple[list[str], float]] = {
     "pipeline": (["pipeline.py", "--sizes", "0", "--skip-dag", "--storages", "file"], 900),
 }
 # Figures the watch benchmark's --json gives that the comparison shows (lower is better).
-WATCH_FIGURES = ("p50", "p99", "us_per_delivery", "us_per_append", "cpu_pct")
+WATCH_FIGURES = ("p50", "p99", "us_per_delivery", "us_per_append", "wakeups_per_append", "cpu_pct")
 PIPELINE_RUN = re.compile(r"^\+[\d,]+ over\s+([\d,]+): (.*?)\s*\(load", re.M)
 STEP = re.compile(r"(\w+)\s+([\d.]+)")
 DAG_RUN = re.compile(r"^empty DAG run \(([\w-]+)\): ([\d.]+) s", re.M)
@@ -56,7 +56,8 @@ DAG_RUN = re.compile(r"^empty DAG run \(([\w-]+)\): ([\d.]+) s", re.M)
 # -- pure: figures and the table ---------------------------------------------------------------
 def watch_figures(doc: Mapping[str, float]) -> dict[str, float]:
     """The figures of one ``bench/watch.py --json`` document: the service's, and its ratio to
-    the floor of the same run (``svc/floor``) for p50, p99 and CPU per delivered record."""
+    the floor of the same run (``svc/floor``) for p50, p99, CPU per delivered record and
+    wake-ups per appended record."""
     out: dict[str, float] = {}
     for key, value in doc.items():
         parts = key.split()
@@ -65,7 +66,7 @@ def watch_figures(doc: Mapping[str, float]) -> dict[str, float]:
         _, n, figure = parts
         out[f"watch {n} {figure}"] = value
         floor = doc.get(f"floor {n} {figure}")
-        if figure in ("p50", "p99", "us_per_delivery") and floor:
+        if figure in ("p50", "p99", "us_per_delivery", "wakeups_per_append") and floor:
             out[f"watch {n} {figure} svc/floor"] = value / floor
     return out
 

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _http import RawClient  # noqa: E402 (bench/)
-from _proc import tree_cpu_s, tree_rss_mib  # noqa: E402 (bench/)
+from _proc import tree_cpu_s, tree_rss_mib, tree_wakeups  # noqa: E402 (bench/)
 
 from watch_service.tools.local import ServiceProcess, free_port  # noqa: E402
 
@@ -413,18 +413,19 @@ def pct(sorted_ns: list[int], q: float) -> float:
 
 async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
     """Repeats at the level's rate: medians of p50/p99/max (ms), the rate achieved, the CPU of
-    the relaying process (``pid``) per delivered record, and loss over all repeats."""
+    the relaying process (``pid``) per delivered record, its wake-ups per appended record, and
+    loss over all repeats."""
     runs, lost, gaps_total = [], 0, 0
     for _ in range(REPEATS[n]):
         await watchers.ask("reset")
-        cpu0, t0 = tree_cpu_s(pid), time.monotonic()
+        cpu0, wake0, t0 = tree_cpu_s(pid), tree_wakeups(pid), time.monotonic()
         sent = await produce(send, RATE[n], MEASURE_S[n])
         elapsed = time.monotonic() - t0
         deadline = time.monotonic() + 5
         # the counts live in the watcher processes: nothing to wait on but their reports
         while await watchers.total() < sent * n and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        cpu = tree_cpu_s(pid) - cpu0
+        cpu, woken = tree_cpu_s(pid) - cpu0, tree_wakeups(pid) - wake0
         lats, counts, gaps = await watchers.report()
         lats.sort()
         lost += sum(max(0, sent - c) for c in counts)
@@ -438,6 +439,7 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
                 "cpu_pct": 100 * cpu / (time.monotonic() - t0),
                 "us_per_delivery": 1e6 * cpu / max(1, sum(counts)),
                 "us_per_append": 1e6 * cpu / max(1, sent),
+                "wakeups_per_append": woken / max(1, sent),
             }
         )
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -600,7 +602,8 @@ def fmt(r: dict) -> str:
         f"p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms  max {r['max']:.1f} ms  "
         f"({r['rate']:.0f} rec/s achieved; relay CPU {r['cpu_pct']:.0f}%, "
         f"{r['us_per_delivery']:.1f} µs per delivered record, "
-        f"{r['us_per_append']:.0f} µs per appended record)  lost {r['lost']}  "
+        f"{r['us_per_append']:.0f} µs per appended record, "
+        f"{r['wakeups_per_append']:.2f} wake-ups per appended record)  lost {r['lost']}  "
         f"gaps {r['gaps']}  (median of {r['repeats']})"
     )
 
@@ -610,7 +613,7 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
     print(
         f"{'watchers':>8} {'rate':>5} | {'floor p50':>9} {'p99':>7} {'max':>7} | "
         f"{'service p50':>11} {'p99':>7} {'max':>7} | {'×p50':>5} {'×p99':>5} | "
-        f"{'svc CPU':>7} {'µs/dlv':>6} {'µs/app':>6} | lost"
+        f"{'svc CPU':>7} {'µs/dlv':>6} {'µs/app':>6} {'wake/app':>8} | lost"
     )
     for n in RATE:
         f, s = results[f"floor {n}"], results[f"service {n}"]
@@ -618,7 +621,8 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
             f"{n:>8} {RATE[n]:>5} | {f['p50']:>9.2f} {f['p99']:>7.2f} {f['max']:>7.1f} | "
             f"{s['p50']:>11.2f} {s['p99']:>7.2f} {s['max']:>7.1f} | "
             f"{s['p50'] / f['p50']:>5.1f} {s['p99'] / f['p99']:>5.1f} | "
-            f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} {s['us_per_append']:>6.0f} | "
+            f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} {s['us_per_append']:>6.0f} "
+            f"{s['wakeups_per_append']:>4.2f}/{f['wakeups_per_append']:<3.2f} | "
             f"{s['lost'] + s['gaps']}"
         )
     if EXTRAS:

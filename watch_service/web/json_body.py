@@ -38,9 +38,14 @@ async def read_json_body(request: web.Request) -> bytes:
         raise PayloadTooLarge(
             f"body of {request.content_length} bytes is over the limit of {limit} bytes"
         )
+    if request.content.is_eof():
+        # It came with the header: take what is buffered, without ``read``'s awaits (two
+        # reads of the stream, the second for its end; 9 % of an append request's Python).
+        body = request.content.read_nowait()
+        if len(body) > limit:  # a chunked body says its size only now
+            raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
+        return body
     try:
-        if request.content.is_eof():  # it came with the header: nothing to wait for
-            return await request.read()
         async with asyncio.timeout(settings.body_timeout_s):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
