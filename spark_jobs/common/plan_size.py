@@ -32,6 +32,13 @@ def interpreted(rows: int | None) -> bool:
     return rows is not None and rows < SMALL_ROWS
 
 
+def partitions(rows: int | None, wanted: int) -> int:
+    """How many partitions a read of ``rows`` rows gets: one below ``SMALL_ROWS`` (each more is
+    a task, and for a JDBC read a connection and a query, for a few hundred rows), else
+    ``wanted`` (pure)."""
+    return 1 if interpreted(rows) else wanted
+
+
 @contextlib.contextmanager
 def sized(spark: Any, rows: int | None) -> Iterator[bool]:
     """Inside: the session interprets its plans when ``interpreted(rows)``; yields which."""

@@ -49,10 +49,16 @@ EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # run brought, so a run of 2,000 new records paid for 200-task stages that did almost nothing
 # (bench/pipeline.py: backfill 13.6 s, with this 2.8 s). AQE coalesces them to what the data
 # needs, so a run's cost follows its records; a large run still gets its partitions.
+#
+# Every SQL execution (and every re-plan adaptive execution makes) renders its physical plan
+# for the status store, UI or not; Spark's default ``formatted`` mode details each node, which
+# for reconcile's plans was about 5 % of a cold run's driver samples (JFR). ``simple`` is one line
+# a node.
 BASE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+    "spark.sql.ui.explainMode": "simple",
 }
 # Static settings a JVM must start with (a Spark Connect server too). A long-lived JVM (the
 # Spark Connect server, the runner's session) keeps the status of its last SQL executions, jobs

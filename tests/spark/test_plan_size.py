@@ -18,6 +18,14 @@ def test_only_a_known_small_count_runs_interpreted():
     assert plan_size.interpreted(None) is False
 
 
+@pytest.mark.unit
+def test_a_known_small_read_gets_one_partition():
+    assert plan_size.partitions(0, 4) == 1
+    assert plan_size.partitions(plan_size.SMALL_ROWS - 1, 4) == 1
+    assert plan_size.partitions(plan_size.SMALL_ROWS, 4) == 4
+    assert plan_size.partitions(None, 4) == 4
+
+
 @pytest.mark.spark
 def test_sized_interprets_inside_and_puts_the_settings_back(spark):
     keys = sorted(plan_size.INTERPRETED)

@@ -14,7 +14,7 @@ from spark_jobs.steps.compact.transforms import compact
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 from spark_jobs.warehouse.schemas import GAPS, LANDING, SOURCE_RECORDS
 
-from .builders import Stream, payload
+from .builders import Stream, payload, sha
 
 pytestmark = pytest.mark.spark
 
@@ -204,3 +204,24 @@ def test_exactly_one_status_per_seq_and_summary_adds_up(world):
         per_status[(c, t, status)] = per_status.get((c, t, status), 0) + 1
     assert {k: v for k, v in summary.items() if k[2] != st.DUPLICATE} == per_status
     assert summary[("faulty", "orders", st.DELIVERED)] == 6
+
+
+def test_no_gaps_leaves_the_gap_side_out_with_the_same_verdicts(spark):
+    """``gaps=None`` (the caller read the windows' gaps rows and found none) judges exactly as
+    an empty ``gaps`` frame does, and the hashes come back as lower-case hex digests."""
+    chosen = {"perfect", "faulty", "late"}
+    rows = [r for s in streams() if s.consumer in chosen for r in s.rows]
+    deliveries = compact(spark.createDataFrame(rows, LANDING)).cache()
+    records = spark.createDataFrame(
+        [(t, s, 1_000 + s, None, n, None, payload(s, t)) for t, s, n in SOURCE if t == "orders"],
+        SOURCE_RECORDS,
+    )
+    empty = spark.createDataFrame([], GAPS)
+    with_gaps = sorted(reconcile(deliveries, records, empty).collect())
+    without = sorted(reconcile(deliveries, records, None).collect())
+    assert without == with_gaps
+    corrupt = [r for r in without if r.consumer == "faulty" and r.seq == 7]
+    assert [(r.status, r.source_hash, r.delivered_hash) for r in corrupt] == [
+        (st.MISMATCH, sha(payload(7, "orders")), sha('{"n":"corrupt"}'))
+    ]
+    deliveries.unpersist()

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from spark_jobs.common import statuses as st
 from spark_jobs.common import step_cache
 from spark_jobs.steps.reconcile.scope import SCOPE
-from spark_jobs.steps.reconcile.transforms import copy_hashes
+from spark_jobs.steps.reconcile.transforms import copy_hashes, hex_text
 from spark_jobs.warehouse.schemas import (
     DETAIL,
     GAPS,
@@ -186,8 +186,8 @@ def rejudge(
             "seq",
             F.col("seq").alias("seq_to"),
             "status",
-            F.lower(F.hex("source_hash")).alias("source_hash"),
-            F.when(differs, F.lower(F.hex("some_hash"))).alias("delivered_hash"),
+            hex_text("source_hash").alias("source_hash"),
+            F.when(differs, hex_text("some_hash")).alias("delivered_hash"),
             "copies",
         ),
         DETAIL,

@@ -56,7 +56,15 @@ from spark_jobs.steps.reconcile.scope import (
 from spark_jobs.steps.reconcile.transforms import reconcile, summarize
 from spark_jobs.warehouse import tables
 from spark_jobs.warehouse.layout import Layout
-from spark_jobs.warehouse.schemas import DELIVERIES, DETAIL, LEDGER, SUMMARY, conform, struct
+from spark_jobs.warehouse.schemas import (
+    DELIVERIES,
+    DETAIL,
+    GAPS,
+    LEDGER,
+    SUMMARY,
+    conform,
+    struct,
+)
 from spark_jobs.warehouse.warehouse import Warehouse
 from watch_service.store import runs, session_marks
 
@@ -133,6 +141,11 @@ def windows_of(scope_rows: list) -> list[jdbc.Window]:
     return [(t, lo, hi) for t, (lo, hi) in out.items()]
 
 
+def window_seqs(windows: list[jdbc.Window]) -> int:
+    """How many seqs the windows span (an upper bound of the source rows they hold)."""
+    return sum(hi - lo for _, lo, hi in windows)
+
+
 def _ledger(warehouse: Warehouse, committed: set[str], pin: bool = False) -> DataFrame:
     """Committed runs' ledger rows and the pruned runs' (``tables.PRUNED_LEDGER``; a crashed
     run's rows, never committed, are ignored); ``pin``: as the table is now
@@ -189,8 +202,8 @@ def run(
     timer = progress.Timer()
     pipeline_url = store.pipeline_url(args)
     wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
-    with plan_size.sized(spark, _delivery_rows(wh, args)):
-        return _judge(spark, args, hook, wh, timer)
+    with plan_size.sized(spark, _delivery_rows(wh, args)) as small:
+        return _judge(spark, args, hook, wh, timer, small)
 
 
 def _delivery_rows(wh: Warehouse, args) -> int | None:
@@ -208,7 +221,11 @@ def _judge(
     hook: Callable[[str], None] | None,
     wh: Warehouse,
     timer: progress.Timer,
+    small: bool = False,
 ) -> dict:
+    """``small``: the run's delivery rows are few (``plan_size``), so they are cached once
+    instead of scanned by each of the four jobs that read them (the scope, the told ranges,
+    the late copies' runs and the judging write each planned an Iceberg scan of their own)."""
     pipeline_url = store.pipeline_url(args)
     layout = wh.layout
     house = layout.catalog
@@ -237,6 +254,8 @@ def _judge(
     )
     every = conform(wh.read("deliveries"), DELIVERIES_BATCH)
     deliveries = conform(every.filter(F.col("batch").between(first, through)), DELIVERIES)
+    if small:
+        deliveries = step_cache.cache(deliveries)
 
     def heads_of(topics: list[str]) -> dict[str, int]:
         with store.connect(args.database_url) as conn:
@@ -288,8 +307,16 @@ def _judge(
             conform(earlier_copies(history, due), DELIVERIES)
         )
     windows = windows_of(scope_rows)
-    records = step_cache.cache(jdbc.read_records_in(spark, target, windows, args.num_partitions))
-    gaps = jdbc.read_gaps_in(spark, target, windows)
+    records = step_cache.cache(
+        jdbc.read_records_in(
+            spark, target, windows, plan_size.partitions(window_seqs(windows), args.num_partitions)
+        )
+    )
+    # The gaps rows are ranges (retention extends a topic's row while it stays contiguous):
+    # read once, held on the driver, and the judging plan leaves out its gap side when the
+    # windows meet none (the usual run), instead of reading them at each of their three uses.
+    gap_rows = jdbc.read_gaps_in(spark, target, windows).collect()
+    gaps = local_rows.frame(spark, gap_rows, GAPS)
     kept = (
         remembered(evidence.earlier_verdicts(spark, wh, run_order), gaps, scope)
         if args.full
@@ -298,7 +325,7 @@ def _judge(
     wh.replace_run(
         detail_table,
         args.run_id,
-        reconcile(judged_deliveries, records, gaps, scope, signalled, kept),
+        reconcile(judged_deliveries, records, gaps if gap_rows else None, scope, signalled, kept),
     )
     # Pinned: the late copies' rows are appended to the same partition below.
     judged = wh.snapshot(detail_table)
