@@ -192,12 +192,16 @@ async def test_kill_9_of_the_service(pg_url, tmp_path):
 
 
 async def open_backlog(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
-    """A stream from seq 0 of a topic with a backlog (2,000 records of 2 KB), of which only
-    the first chunk is read: the service is still paging it when PostgreSQL stops."""
+    """A stream from seq 0 of a topic with a backlog (6,000 records of 2 KB), of which only
+    the first chunk is read: the service is still paging it when PostgreSQL stops. The backlog
+    is larger than what the kernel and both sides can buffer on loopback (the sender's socket
+    buffer grows to 4 MiB here, ``tcp_wmem``; the stream's own high water is 256 KiB): with 4 MB
+    the whole backlog could be written before the stop, leaving a live stream on a quiet topic
+    that PostgreSQL's stop never reaches (seen once in a loaded suite)."""
     topic = unique("backlog")
     async with http.put(f"{url}/v0/topics/{topic}", json={}) as r:
         assert r.status == 201
-    for _ in range(2):
+    for _ in range(6):
         body = {"records": [{"data": "x" * 2048} for _ in range(1000)]}
         async with http.post(f"{url}/v0/topics/{topic}/records", json=body) as r:
             assert r.status == 200
