@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from _proc import cpu_s  # noqa: E402 (bench/)
 
 from spark_jobs.warehouse.layout import STEPS, Layout  # noqa: E402
 from watch_service.protocol.tlog.note import Signer  # noqa: E402
@@ -494,12 +495,6 @@ def dag_runs(base: Path, url: str, runs: int, modes: tuple[str, ...]) -> dict[st
     return times
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU-seconds of process ``pid`` so far (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class CpuSampler:
     """A process's CPU-seconds read every ``period`` seconds in a thread, so the CPU it spent
     between two wall-clock times (an Airflow task's start and end) can be read afterwards."""
@@ -520,9 +515,9 @@ class CpuSampler:
 
     def _sample(self) -> None:
         while True:
-            self.samples.append((time.time(), cpu_seconds(self.pid)))
+            self.samples.append((time.time(), cpu_s(self.pid)))
             if self.stopped.wait(self.period):
-                self.samples.append((time.time(), cpu_seconds(self.pid)))
+                self.samples.append((time.time(), cpu_s(self.pid)))
                 return
 
     def at(self, when: float) -> float:
