@@ -22,7 +22,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.notifier import BaseNotifier
 
-from ..connect_session import CONN_ID as CONNECT_CONN_ID
+from .. import connect_session as sessions
 
 PG_CONN_ID = "auditsync_pg"
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class FinishRunOperator(BaseOperator):
         keep: int,
         pg_conn_id: str = PG_CONN_ID,
         connect_session: str = "",
-        connect_conn_id: str | None = CONNECT_CONN_ID,
+        connect_conn_id: str | None = sessions.CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -113,12 +113,11 @@ class FinishRunOperator(BaseOperator):
             self.release_session()
 
     def release_session(self) -> None:
-        from .. import connect_session
         from .spark_step import connect_url
 
         remote = connect_url(self.connect_conn_id) if self.connect_session else None
         if remote is not None:
-            connect_session.release(connect_session.session_url(remote, self.connect_session))
+            sessions.release(sessions.session_url(remote, self.connect_session))
 
     def prune(self) -> int:
         from spark_jobs import lifecycle
