@@ -22,7 +22,8 @@ from watch_service.tools.local import use_port_block
 
 from .support import InProcessService, free_port, unique
 
-pytest_plugins = ("tests.browser",)  # the headless Chromium every browser test launches
+# The headless Chromium every browser test launches; what each work unit cost, printed at the end.
+pytest_plugins = ("tests.browser", "tests.unit_cost")
 
 
 def pytest_configure(config) -> None:
