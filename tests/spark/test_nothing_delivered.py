@@ -173,4 +173,8 @@ def test_a_rewind_with_nothing_delivered_is_judged_by_spark(world, spark):
                 (run_id,),
             ).fetchall()
         }
-    print("SUMMARY", summary, rec)
+    # The consumer holds content A of 6..10, the source B: mismatches now (the head, read for
+    # the held seqs' topic, is 10), repaired from the source.
+    assert summary == {st.DELIVERED: (0, 5), st.MISMATCH: (5, 0)}
+    assert figures["backfill"]["repair_keys"] == 5
+    assert (figures["verify"]["found"], figures["verify"]["remaining"]) == (5, 0)

@@ -428,6 +428,9 @@ def _judge(
     if held:
         judged_late = held_copies(local_rows.frame(spark, held, HELD), late)
         spans = late_runs + [(t, a - 1, b) for _, t, a, b in held]
+        # A topic only the held seqs bring (no delivery to it in this run) has no head read
+        # yet: without one its held copies would count as above the head (phantom).
+        heads = {**heads_of(sorted({t for _, t, _, _ in held} - set(heads))), **heads}
     has_late = bool(held or late_runs)
     if has_late:
         late_detail, late_ledger, late_deltas = _late(
