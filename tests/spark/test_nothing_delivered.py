@@ -3,11 +3,11 @@ and the Iceberg metadata, with no Spark job, and write what judging would have w
 
 One topic ``T`` (source 1..10), one consumer that landed 1..10 but 5 (a silent gap, repaired)
 and a phantom 17 above the head (its verdict stands), one watch session at cursor 10 (its mark
-is kept). Run 1 judges that. Run 2 lands nothing: its reconcile and backfill, quick, then the
-same run again through the Spark path, write the same rows and figures. Then the source is
-restored with its session (seqs 6..10 written again with other content, the cursor back to 5)
-and run 3, again with nothing landed, is judged by the Spark path: the rewound seqs that run 1
-judged are judged again.
+is kept). Run 1 judges that. Run 2 lands nothing: its reconcile, backfill and verify, quick,
+then the same steps again through the Spark path, write the same rows and figures. Then the
+source is restored with its session (seqs 6..10 written again with other content, the cursor
+back to 5) and run 3, again with nothing landed, is judged by the Spark path: the rewound seqs
+that run 1 judged are judged again.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from spark_jobs.common import statuses as st
 from spark_jobs.steps.backfill import main as backfill
 from spark_jobs.steps.compact import main as compact
 from spark_jobs.steps.reconcile import main as reconcile
+from spark_jobs.steps.verify import main as verify
 from spark_jobs.warehouse.layout import Layout
 from spark_jobs.warehouse.warehouse import Warehouse
 
@@ -31,7 +32,7 @@ from . import places
 from .builders import Stream, make_source, write_segment
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
-TIMED = {"seconds", "digests_seconds"}
+TIMED = {"seconds", "digests_seconds", "log_seconds"}
 
 
 def untimed(figures: Any) -> Any:
@@ -49,8 +50,10 @@ def written(url: str, house: str, run_id: str, step: str) -> dict[str, Any]:
         def rows(sql: str, *params: object) -> list[tuple]:
             return sorted(conn.execute(sql, params).fetchall())
 
-        steps = conn.execute(
-            "SELECT steps FROM pipeline_runs WHERE run_id = %s", (run_id,)
+        steps, *outcome = conn.execute(
+            "SELECT steps, status, defects_found, defects_remaining FROM pipeline_runs "
+            "WHERE run_id = %s",
+            (run_id,),
         ).fetchone()
         return {
             "run": rows(
@@ -63,7 +66,8 @@ def written(url: str, house: str, run_id: str, step: str) -> dict[str, Any]:
                 run_id,
             ),
             "summary": rows(
-                "SELECT consumer, topic, status, count, revised FROM reconcile_summary "
+                "SELECT consumer, topic, status, count, revised, remaining, example_seqs "
+                "FROM reconcile_summary "
                 "WHERE run_id = %s",
                 run_id,
             ),
@@ -77,7 +81,8 @@ def written(url: str, house: str, run_id: str, step: str) -> dict[str, Any]:
                 "WHERE warehouse = %s",
                 house,
             ),
-            "figures": untimed((steps[0] or {}).get(step)),
+            "outcome": outcome,
+            "figures": untimed((steps or {}).get(step)),
         }
 
 
@@ -151,6 +156,15 @@ def test_an_empty_run_writes_what_judging_writes(world, spark):
     assert untimed(quick_fill) == untimed(slow_fill)
     assert quick_rows == written(url, house, run_id, "backfill")
     assert wh.snapshot("audit_log") == log
+
+    remaining = wh.snapshot("remaining")
+    quick_check = verify.run(spark, layout.namespace("verify", url, 2), warehouse=wh)
+    assert wh.snapshot("remaining") == remaining
+    quick_rows = written(url, house, run_id, "verify")
+    slow_check = verify.run(spark, layout.namespace("verify", url, 2), warehouse=wh, quick=False)
+    assert untimed(quick_check) == untimed(slow_check)
+    assert quick_rows == written(url, house, run_id, "verify")
+    assert quick_rows["outcome"] == ["passed", 0, 0]
 
 
 def test_a_rewind_with_nothing_delivered_is_judged_by_spark(world, spark):
