@@ -31,7 +31,9 @@ was 130.5 s at load 4); +2,000 records over 0 / 1 M / 5 M of history 31.3 / 19.6
 first run pays the JVM's warm-up), 5 M / 0 = 0.37x.
 ``python bench/pipeline.py [--sizes 0,1000000,5000000] [--new 2000] [--dag-runs 2]
 [--skip-dag] [--dag-only] [--connect-only] [--quick] [--tlog-only] [--tlog-leaves N]
-[--tlog-rows N] [--index]`` (``--dag-only``: only the empty DAG runs; ``--connect-only``: only
+[--tlog-rows N] [--index] [--baseline CHECKOUT]`` (``--dag-only``: only the empty DAG runs;
+``--baseline``: another set-up checkout's empty DAG runs interleaved with these, the before of a
+before/after; ``--connect-only``: only
 their Spark Connect runs, each printed with its tasks' seconds, the Spark Connect server's
 CPU-seconds during each task and the ``airflow dags test`` process's CPU-seconds; ``--quick``:
 sizes 0,100000, one DAG run each; ``--index``: the consumer keeps the search index, a
@@ -89,6 +91,7 @@ NEW_ROWS = 2_000  # a run's new records, as the issue's cost target counts them
 # records land in that day too.
 TS_STEP_MS = 1
 BIN = Path(sys.executable).parent
+BASELINE = "baseline"
 BUCKET = DIGEST_BUCKET  # a digest's range lies in one block of seqs
 # A seeded history (``World.seed``): one committed run that read no batch ...
 SEED_RUN = [
@@ -465,9 +468,12 @@ def fmt(seconds: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:6.1f}" for k, v in seconds.items())
 
 
-def dag_runs(base: Path, url: str, runs: int, modes: tuple[str, ...]) -> dict[str, list[float]]:
+def dag_runs(
+    base: Path, url: str, runs: int, modes: tuple[str, ...], baseline: Path | None = None
+) -> dict[str, list[float]]:
     """Empty ``airflow dags test audit_sync`` runs, one of each of ``modes`` (``spark-connect``,
-    ``spark-submit``) in turn."""
+    ``spark-submit``, ``baseline``: another checkout's DAG and code, set up with its own venv,
+    on the same Spark Connect server) in turn."""
     settings = Settings(local_dir=base / "dag", database_url=url)
     server = spark_connect.start(settings, port=free_port(), driver_memory="1g")
     env = airflow_env(
@@ -483,16 +489,42 @@ def dag_runs(base: Path, url: str, runs: int, modes: tuple[str, ...]) -> dict[st
     subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"], env=full, check=True, capture_output=True
     )
+    envs = dict.fromkeys(modes, full)
+    if baseline is not None:
+        envs[BASELINE] = other = baseline_env(full, base, baseline)
+        Path(other["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [other["AUDITSYNC_AIRFLOW"], "db", "migrate"],
+            env=other,
+            check=True,
+            capture_output=True,
+        )
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     first = dt.datetime(2025, 6, 1, 12, 5, tzinfo=dt.UTC)
     try:
         for i in range(runs):
             for k, mode in enumerate(times):
                 date = (first + dt.timedelta(minutes=15 * (len(modes) * i + k))).isoformat()
-                times[mode].append(_dag_run(base, full, mode, date, i, server.pid))
+                times[mode].append(_dag_run(base, envs[mode], mode, date, i, server.pid))
     finally:
         spark_connect.stop(settings)
     return times
+
+
+def baseline_env(env: dict, base: Path, checkout: Path) -> dict:
+    """``env`` for ``checkout``'s Airflow: its DAG files, its venv (so its steps and plugin),
+    an Airflow home of its own; the same databases, landing and Spark Connect server."""
+    bin_dir = checkout / ".venv" / "bin"
+    return {
+        **env,
+        "AIRFLOW_HOME": str(base / "dag-baseline-airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(checkout / "dags"),
+        "AUDITSYNC_AIRFLOW": str(bin_dir / "airflow"),
+        "AUDITSYNC_SPARK_SUBMIT": str(bin_dir / "spark-submit"),
+        "PYSPARK_PYTHON": str(bin_dir / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(bin_dir / "python"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 class CpuSampler:
@@ -546,7 +578,10 @@ def _dag_run(base: Path, env: dict, mode: str, date: str, i: int, server_pid: in
     t0 = time.monotonic()
     with CpuSampler(server_pid) as server:
         out = subprocess.run(
-            [str(BIN / "airflow"), *command], env=run_env, capture_output=True, text=True
+            [env.get("AUDITSYNC_AIRFLOW", str(BIN / "airflow")), *command],
+            env=run_env,
+            capture_output=True,
+            text=True,
         )
     seconds = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -561,7 +596,7 @@ def _dag_run(base: Path, env: dict, mode: str, date: str, i: int, server_pid: in
     shown = []
     for task, state, duration, started, ended in tasks:
         cpu = ""
-        if started and ended and mode == "spark-connect":
+        if started and ended and mode != "spark-submit":
             span = [dt.datetime.fromisoformat(x).replace(tzinfo=dt.UTC) for x in (started, ended)]
             cpu = f" (server {server.between(*(x.timestamp() for x in span)):.1f})"
         shown.append(f"{task} {state} {duration or 0:.1f}{cpu}")
@@ -587,6 +622,12 @@ def main(argv: list[str]) -> int:
         "--connect-only",
         action="store_true",
         help="the empty DAG runs on Spark Connect only, without the spark-submit ones",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (set up: its .venv) whose empty DAG runs interleave with this "
+        "one's on the same Spark Connect server, printed as mode 'baseline'",
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
@@ -627,8 +668,10 @@ def main(argv: list[str]) -> int:
         tlog = None if args.dag_only else tlog_costs(base, pg.url, args.tlog_leaves, args.tlog_rows)
         if args.tlog_only:
             storages, args.skip_dag = [], True
-        modes = ("spark-connect",) if args.connect_only else ("spark-connect", "spark-submit")
-        dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n, modes)
+        modes: tuple[str, ...] = ("spark-connect",)
+        modes += () if args.connect_only else ("spark-submit",)
+        modes += (BASELINE,) if args.baseline else ()
+        dags = {} if args.skip_dag else dag_runs(base, pg.url, dag_n, modes, args.baseline)
         if not args.tlog_only:  # every run signs its audit log, as a run with a key does
             signer = Signer.generate("bench.auditsync/pipeline")
             os.environ["AUDITSYNC_LOG_SIGNING_KEY"] = str(signer)
@@ -674,9 +717,11 @@ def print_dags(dags: dict[str, list[float]], runs: int) -> None:
     shown = ", ".join(f"{mode} {m:.1f} s" for mode, m in medians.items())
     ratio = (
         f", ratio {medians['spark-connect'] / medians['spark-submit']:.2f} (target <= 0.5)"
-        if len(medians) == 2
+        if "spark-submit" in medians
         else ""
     )
+    if BASELINE in medians:
+        ratio += f", this / baseline {medians['spark-connect'] / medians[BASELINE]:.2f}"
     print(f"\nempty DAG run (median of {runs}): {shown}{ratio} (Spark Connect target <= 20 s)")
 
 

@@ -190,6 +190,16 @@ class Warehouse:
         off)."""
         return self.catalog().load_table(f"{NAMESPACE}.{name}").metadata
 
+    def holds_run(self, name: str, run_id: str) -> bool:
+        """Whether the run's partition of a run-partitioned table holds a data file (its
+        manifests planned through pyiceberg: no data file is read, no Spark job)."""
+        from pyiceberg.expressions import EqualTo
+
+        table = self.catalog().load_table(f"{NAMESPACE}.{name}")
+        equal: Any = EqualTo
+        files = table.scan(row_filter=equal(tables.run_column(name), run_id)).plan_files()
+        return any(True for _ in files)
+
     def snapshot(self, name: str) -> int | None:
         """The table's current snapshot id (None: it has none)."""
         return self.metadata(name).current_snapshot_id
