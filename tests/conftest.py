@@ -20,7 +20,7 @@ from watch_service.store.cluster import EmbeddedPostgres
 from watch_service.store.migrate import migrate
 from watch_service.tools.local import use_port_block
 
-from .support import InProcessService, free_port, unique
+from .support import TEST_JVM_OPTIONS, InProcessService, free_port, unique
 
 # The headless Chromium every browser test launches; what each work unit cost, printed at the end.
 pytest_plugins = ("tests.browser", "tests.unit_cost")
@@ -167,7 +167,12 @@ def object_store(tmp_path_factory):
     every client (pyarrow, Spark's s3a, pyiceberg) finds it as a user's would."""
     from watch_service.tools.objectstore import ObjectStore
 
-    store = ObjectStore(tmp_path_factory.mktemp("s3")).start(buckets=(TEST_BUCKET,))
+    # The test JVMs' options (C1-only JIT, serial collector) halve the server's CPU: 0.8-0.9
+    # against 1.6-1.7 CPU-s to start, 3.4-4.1 against 7.4-8.3 for 600 rounds of small writes,
+    # reads and listings.
+    store = ObjectStore(
+        tmp_path_factory.mktemp("s3"), jvm_options=tuple(TEST_JVM_OPTIONS.split())
+    ).start(buckets=(TEST_BUCKET,))
     saved = {k: os.environ.get(k) for k in store.config.environ()}
     os.environ.update(store.config.environ())
     try:

@@ -1,8 +1,9 @@
 """``auditsync pipeline run`` end to end as a command: a synthetic landing zone written with
 pyarrow, a source in the test PostgreSQL, the four steps in one Spark session of their own,
-exact summary counts, and a rerun of the same run id that changes nothing. The warehouse
-starts as one the full-rebuild pipeline (layout 1) left behind: it is migrated once, with a
-message.
+exact summary counts, and a rerun of the same run id that changes nothing (the runner's
+``execute`` in the layer's shared session: the command itself is proven by the first run).
+The warehouse starts as one the full-rebuild pipeline (layout 1) left behind: it is migrated
+once, with a message.
 
 Source: topic A has seqs 1..10 (4 from node web-1, 3 tagged); topic B was capped at 5 after 8
 appends, so 1..3 are a ``cap`` gap. Consumers:
@@ -241,8 +242,8 @@ def _pipeline(argv: list[str]) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.timeout(900)  # two cold Spark sessions; generous for a loaded 2-core machine
-def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsys):
+@pytest.mark.timeout(900)  # a cold Spark session; generous for a loaded 2-core machine
+def test_pipeline_end_to_end_and_idempotent(spark, pg_url, tmp_path, monkeypatch, capsys):
     a, b = unique("pa"), unique("pb")
     data = asyncio.run(_make_source(pg_url, a, b))
     _landing(tmp_path / "landing", a, b, data)
@@ -314,10 +315,16 @@ def test_pipeline_end_to_end_and_idempotent(pg_url, tmp_path, monkeypatch, capsy
 
     # The same run id again, now with a signing key: same rows everywhere, no second migration,
     # and each topic's audit log signed by verify (A's 4 was owed to no consumer: an uncopied leaf).
+    # The command's own path (arguments, session, exit status) is the first run's; this one is
+    # the runner's `execute` of the same arguments in the layer's shared session, not a second
+    # cold JVM.
     signer = note.Signer.generate("auditsync.test/pipeline")
     monkeypatch.setenv("AUDITSYNC_LOG_SIGNING_KEY", str(signer))
-    again_run = _pipeline(argv)
-    assert again_run.returncode == runner.EXIT_FAILED_GATE, again_run.stderr[-3000:]
+    again_args = runner.build_parser().parse_args(argv)
+    assert runner.execute(spark, again_args, pg_url) == runner.EXIT_FAILED_GATE
+    again_out = capsys.readouterr().out
+    assert all(f"[pipeline] {step}" in again_out for step in STEPS)
+    assert "FAILED quality gate" in again_out and "e.g. seq 11" in again_out
     assert _summary(pg_url, run_id) == first
     again = readers.audit_log(house, pg_url).to_pandas()
     cols = ["topic", "seq", "ts", "tag", "data", "data_sha256", "origin"]

@@ -49,9 +49,12 @@ def _accepts(port: int) -> bool:
 class ObjectStore:
     """One S3Proxy process serving the buckets under ``root/data`` on ``127.0.0.1:port``."""
 
-    def __init__(self, root: Path, port: int | None = None) -> None:
+    def __init__(
+        self, root: Path, port: int | None = None, jvm_options: tuple[str, ...] = ()
+    ) -> None:
         self.root = Path(root)
         self.port = port or free_port()
+        self.jvm_options = jvm_options  # given before the server's own -Xmx
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,7 +93,7 @@ class ObjectStore:
         java = shutil.which("java") or "java"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [java, "-Xmx256m", "-jar", str(jar), "--properties", str(conf)],
+                [java, *self.jvm_options, "-Xmx256m", "-jar", str(jar), "--properties", str(conf)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
