@@ -21,7 +21,7 @@ from watch_service.protocol.stream_state import Delivered, SharedFrame, record_b
 Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
 TURN_S = 0.0003  # seconds a push runs before the loop's other work gets a turn
-CHECK_EVERY = 16  # streams pushed to between two looks at the clock
+CHECK_EVERY = 32  # streams pushed to in one ``push_each``: one look at the clock after each
 
 
 class Item(Sequenced, Delivered, Protocol):
@@ -41,12 +41,20 @@ class LiveSink(Protocol):
         """The stream's subscription to the tailer: woken when it pages, not while live."""
         ...
 
-    def push(
-        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
-    ) -> bool:
-        """Write the frames for the records after ``after`` (the record frames are counted by
-        the caller, any other frame by the stream); False: the stream cannot take them and
-        pages on its own from here (it has left the live set)."""
+    @staticmethod
+    def push_each(
+        sinks: Sequence[LiveSink],
+        topic: str,
+        after: int,
+        shared: Sequence[SharedFrame],
+        upto: int,
+        head: int,
+    ) -> list[LiveSink]:
+        """Write to each of ``sinks`` (all of this class) the frames for the records after
+        ``after`` (the record frames are counted by the caller, any other frame by the
+        stream); returns the sinks that could not take them and page on their own from here
+        (they have left the live set). One call a slice of sinks, not one a sink: the
+        per-socket part of a push is the fan-out's cost."""
         ...
 
     def left(self, topic: str) -> None:
@@ -126,24 +134,30 @@ class LiveSet:
         run (an append must not wait for a push to ten thousand streams; it needs several
         turns of the loop, each of which may come behind a slice of a push); a stream that
         left meanwhile is skipped."""
-        done = written = 0
+        written = 0
         turn_ends = time.perf_counter() + TURN_S
         for group, sinks in list(self.groups.items()):
             shared = shared_frames(topic, items, after, upto, head, group, encoder)  # type: ignore[arg-type]
             if not shared:
                 continue
             per_sink = sum(1 for frame in shared if frame.body is not None)
-            for sink in list(sinks):
-                if sink in sinks:
-                    if sink.push(topic, after, shared, upto, head):
-                        written += per_sink
-                    else:
-                        sinks.discard(sink)
-                        if self._on_leave is not None:
-                            self._on_leave(sink)
-                done += 1
-                if done % CHECK_EVERY == 0 and time.perf_counter() >= turn_ends:
+            todo = list(sinks)
+            yielded = False
+            for start in range(0, len(todo), CHECK_EVERY):
+                chunk = todo[start : start + CHECK_EVERY]
+                if yielded:  # streams may have left while other work ran
+                    chunk = [sink for sink in chunk if sink in sinks]
+                    if not chunk:
+                        continue
+                refused = type(chunk[0]).push_each(chunk, topic, after, shared, upto, head)
+                written += per_sink * (len(chunk) - len(refused))
+                for sink in refused:
+                    sinks.discard(sink)
+                    if self._on_leave is not None:
+                        self._on_leave(sink)
+                if time.perf_counter() >= turn_ends:
                     await asyncio.sleep(0)
+                    yielded = True
                     turn_ends = time.perf_counter() + TURN_S
                     if self.groups.get(group) is not sinks:
                         break  # every stream was dropped meanwhile (a tombstone is due)

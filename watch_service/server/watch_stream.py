@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 from aiohttp import web
 
-from watch_service.engine.fanout import Group
+from watch_service.engine.fanout import Group, LiveSink
 from watch_service.engine.hub import Hub
 from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
@@ -108,11 +109,49 @@ class WatchStream:
         self.dirty.add(topic)
         self.wake_event.set()
 
+    @staticmethod
+    def push_each(
+        sinks: Sequence[LiveSink],
+        topic: str,
+        after: int,
+        shared: Sequence[SharedFrame],
+        upto: int,
+        head: int,
+    ) -> list[LiveSink]:
+        """Frames from the tailer, written now to each stream in one transport write (see
+        ``engine.fanout``, which counts the record frames); returns the streams that left the
+        live set. The fan-out's hot path, one call for a slice of streams: the common case
+        (one shared frame, one-topic chunked streams: ``pushed_solo``) writes the same wire
+        bytes to each with no other call per stream; any other case is ``push``."""
+        streams = cast("Sequence[WatchStream]", sinks)  # a live set's sinks are of one class
+        refused: list[LiveSink] = []
+        one = shared[0] if len(shared) == 1 else None
+        wire = one.solo_wire(http_chunk) if one is not None and one.body is not None else None
+        size = len(wire) if wire is not None else 0
+        now = streams[0]._clock() if streams else 0.0
+        for s in streams:
+            t = s.transport
+            if (
+                wire is not None
+                and s.chunked
+                and s.ending is None
+                and t is not None
+                and not t.is_closing()
+                and t.get_write_buffer_size() <= HIGH_WATER
+                and s.state.pushed_solo(topic, after, one, upto)  # type: ignore[arg-type]
+            ):
+                t.write(wire)
+                s.sent += size
+                s.last_write = now
+            elif not s.push(topic, after, shared, upto, head):
+                refused.append(s)
+        return refused
+
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
-        """Frames from the tailer, written now in one transport write (see ``engine.fanout``,
-        which counts the record frames). The fan-out's hot path: kept to the checks it needs."""
+        """Frames from the tailer, written now in one transport write; False: the stream
+        cannot take them and pages on its own from here."""
         t = self.transport
         out = None
         if self.ending is None and t is not None and not t.is_closing() and not self._full():
