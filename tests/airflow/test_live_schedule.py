@@ -20,7 +20,9 @@ it streams. One Airflow serves every assertion, in this order:
 4. a landing segment that is no Parquet file fails a scheduled run's compact for good:
    ``pipeline_runs`` and the Reconciliation page say ``failed``, in ``compact``, and why; the
    segment moved away, the operator clears the run's compact (and what follows): the run turns
-   ``running`` again, then ``passed``.
+   ``running`` again, then ``passed``. The segment is written as the backfill of 3 starts, so
+   the scheduled run that goes on beside the backfill is the one that fails: this section waits
+   for no run of its own before the clear.
 
 No assertion depends on timing: every step waits for the event it needs (a run's state, a
 task's log line, a row), with deadlines sized for a loaded two-core machine.
@@ -38,6 +40,7 @@ import re
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -433,7 +436,7 @@ def run_tables_facts(live: Live, pg_url: str, pipeline_run_id: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def backfill(live, scheduled, outage, pg_url) -> Backfill:
+def backfill(live, scheduled, outage, broken_landing, pg_url) -> Backfill:
     target = scheduled.runs[-1]  # the run after the outage built on its windows
     before = run_tables_facts(live, pg_url, target.pipeline_run_id)
     day = target.start.isoformat() + "+00:00"
@@ -515,6 +518,27 @@ FAILED_RUN_SQL = "SELECT status, failed_step, failure_reason FROM pipeline_runs 
 
 
 @dataclasses.dataclass
+class BrokenLanding:
+    known: set[str]  # the Airflow runs there were before the segment was written
+    segment: Path
+
+
+@pytest.fixture(scope="module")
+def broken_landing(live) -> Iterator[BrokenLanding]:
+    """A landing segment that is no Parquet file (a real fault: compact cannot read it, and no
+    retry would), so the next scheduled run to compact fails for good. The backfill (section 3)
+    asks for it first: a scheduled run goes on beside the backfill anyway, and it is the one
+    that fails. Alone (``-k compact_failed``) the first scheduled run is the one."""
+    known = {r.run_id for r in live.meta.runs()}
+    store = Landing(Storage.at(live.home.landing), CONSUMER)
+    after = store.segments()[-1].last_frame_no + 1_000_000  # no name the sink will write
+    bad = live.home.landing / CONSUMER / f"part-{after:012d}-{after:012d}.parquet"
+    bad.write_bytes(b"not a parquet file\n")
+    yield BrokenLanding(known, bad)
+    bad.unlink(missing_ok=True)
+
+
+@dataclasses.dataclass
 class Cleared:
     run: DagRun  # the first run whose compact failed, as it failed
     failed_row: list[tuple]  # its pipeline_runs row then
@@ -523,7 +547,7 @@ class Cleared:
     statuses: list[str]  # its pipeline_runs status, each change seen while it re-ran
     passed_row: list[tuple]
     passed_page: str
-    seconds: float  # what this section adds to the module
+    seconds: float  # what this section adds to the module after the backfill
 
 
 def reconciliation_page(live: Live) -> str:
@@ -538,23 +562,16 @@ def reconciliation_page(live: Live) -> str:
 
 
 @pytest.fixture(scope="module")
-def cleared(live, pg_url) -> Cleared:
-    """A landing segment that is no Parquet file (a real fault: compact cannot read it, and
-    no retry would) fails the next scheduled run's compact for good; once it is moved away,
-    the operator clears that run's compact and what follows, and the run passes. Last in the
-    module (its test is the file's last), or alone (``-k compact_failed``: the first scheduled
-    run is the one that fails)."""
+def cleared(live, broken_landing, pg_url) -> Cleared:
+    """The broken segment fails the next scheduled run's compact for good; once it is moved
+    away, the operator clears that run's compact and what follows, and the run passes. Last in
+    the module (its test is the file's last), or alone (``-k compact_failed``)."""
     started = time.monotonic()
-    known = {r.run_id for r in live.meta.runs()}
-    store = Landing(Storage.at(live.home.landing), CONSUMER)
-    after = store.segments()[-1].last_frame_no + 1_000_000  # no name the sink will write
-    bad = live.home.landing / CONSUMER / f"part-{after:012d}-{after:012d}.parquet"
-    bad.write_bytes(b"not a parquet file\n")
 
     def compact_failed() -> DagRun | None:
         for run in live.meta.runs():
             if (
-                run.run_id not in known
+                run.run_id not in broken_landing.known
                 and live.meta.tasks(run.run_id).get("compact", ("",))[0] == "failed"
             ):
                 return run
@@ -563,7 +580,7 @@ def cleared(live, pg_url) -> Cleared:
     try:
         failed = wait_until(compact_failed, RUNS_TIMEOUT_S, "a run's compact to fail")
     finally:
-        bad.unlink()
+        broken_landing.segment.unlink()
     wait_until(lambda: live.meta.run(failed.run_id).state == "failed", 300, "the run to fail")
     failed_row = pg_rows(pg_url, FAILED_RUN_SQL, failed.pipeline_run_id)
     failed_page = reconciliation_page(live)
