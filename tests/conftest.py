@@ -55,9 +55,10 @@ def pytest_configure(config) -> None:
 
 # Modules that share the Airflow home, the landing zone and the Spark Connect server of
 # tests/airflow/conftest.py, and the fault run (`airflow dags test`): under pytest-xdist they run
-# on one worker, so those are built and that run is made once. The phantom runs (test_phantom.py)
-# need all but the fault run; as a unit of their own they built the home, the landing (with its
-# retention DAG run) and a server again on another worker: CPU the suite's two cores lack.
+# on one worker, so those are built and that run is made once. Every module that asks for the
+# fault run or the phantom runs belongs here (tests/tools/test_suite_units.py checks it): one
+# left out builds the home, the landing (with its retention DAG run), a server and the run again
+# on another worker, CPU the suite's two cores lack.
 # Every other module is a unit of its own; a worker's session fixtures (PostgreSQL, the Spark
 # session, the S3 server) serve every unit it runs.
 SHARED_UNITS = {
@@ -67,6 +68,7 @@ SHARED_UNITS = {
         "tests/airflow/test_ui_browser.py",
         "tests/airflow/test_phantom.py",
         "tests/airflow/test_failed_run.py",
+        "tests/airflow/test_lineage.py",
     ),
 }
 # Modules whose module-scoped world is built once per storage (``places.STORAGES``): each

@@ -20,7 +20,10 @@ it streams. One Airflow serves every assertion, in this order:
 4. a landing segment that is no Parquet file fails a scheduled run's compact for good:
    ``pipeline_runs`` and the Reconciliation page say ``failed``, in ``compact``, and why; the
    segment moved away, the operator clears the run's compact (and what follows): the run turns
-   ``running`` again, then ``passed``.
+   ``running`` again, then ``passed``. The segment goes in once the run after the outage has
+   compacted, so the scheduled run that goes on beside the backfill of 3 is the one that fails,
+   and it is moved away as soon as one failed on it: this section waits for no run of its own
+   before the clear.
 
 No assertion depends on timing: every step waits for the event it needs (a run's state, a
 task's log line, a row), with deadlines sized for a loaded two-core machine.
@@ -38,6 +41,7 @@ import re
 import signal
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -125,6 +129,10 @@ def live(pg_url, watch_service, tmp_path_factory):
             },
         )
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = airflow_database(pg_url)
+        # The DAG files do not change while the module runs: the DAG processor parses them as it
+        # starts (and for a callback), not again every 30 s (airflow_env's interval for a
+        # deployment, where they do change), which cost a share of the two cores the runs need.
+        env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = "3600"
         home = AirflowHome(
             local, {**os.environ, **env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         )
@@ -322,7 +330,7 @@ class Outage:
 
 
 @pytest.fixture(scope="module")
-def outage(live, scheduled, pg_url) -> Outage:
+def outage(live, scheduled, broken_landing, pg_url) -> Outage:
     runs_at_stop = stop_scheduler_between_runs(live)
     stopped, stopped_mono = time.time(), time.monotonic()
     # Down while two interval ends pass, so at least one interval's run is never created.
@@ -349,6 +357,8 @@ def outage(live, scheduled, pg_url) -> Outage:
         return rows[0][0] if rows else None
 
     pipeline_run_id = wait_until(next_reconciled, RUNS_TIMEOUT_S, "a run to reconcile")
+    # Section 4's fault goes in behind this run's compact: the next run fails on it.
+    broken_landing.write()
     [next_run] = [r for r in live.meta.runs() if r.pipeline_run_id == pipeline_run_id]
 
     def passed() -> bool:
@@ -433,7 +443,7 @@ def run_tables_facts(live: Live, pg_url: str, pipeline_run_id: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def backfill(live, scheduled, outage, pg_url) -> Backfill:
+def backfill(live, scheduled, outage, broken_landing, pg_url) -> Backfill:
     target = scheduled.runs[-1]  # the run after the outage built on its windows
     before = run_tables_facts(live, pg_url, target.pipeline_run_id)
     day = target.start.isoformat() + "+00:00"
@@ -453,6 +463,7 @@ def backfill(live, scheduled, outage, pg_url) -> Backfill:
     )
 
     def finished() -> DagRun | None:
+        broken_landing.failed_run()  # section 4's fault moved away once a run failed on it
         run = live.meta.run(target.run_id)
         if run.backfill_id is None or run.state not in ("success", "failed"):
             return None
@@ -515,6 +526,55 @@ FAILED_RUN_SQL = "SELECT status, failed_step, failure_reason FROM pipeline_runs 
 
 
 @dataclasses.dataclass
+class BrokenLanding:
+    """A landing segment that is no Parquet file (a real fault: compact cannot read it, and no
+    retry would). Written once, it fails the next run to compact for good; it is moved away as
+    soon as a run failed on it, so no later run does."""
+
+    live: Live
+    known: set[str] = dataclasses.field(default_factory=set)  # the runs before it was written
+    segment: Path | None = None
+    failed: DagRun | None = None
+
+    def write(self) -> None:
+        if self.segment is not None:
+            return
+        self.known = {r.run_id for r in self.live.meta.runs()}
+        landing = self.live.home.landing
+        after = Landing(Storage.at(landing), CONSUMER).segments()[-1].last_frame_no + 1_000_000
+        self.segment = landing / CONSUMER / f"part-{after:012d}-{after:012d}.parquet"  # no name
+        self.segment.write_bytes(b"not a parquet file\n")  # the sink will write
+
+    def failed_run(self) -> DagRun | None:
+        """The first run whose compact failed since the segment was written (then moved away)."""
+        if self.failed is None and self.segment is not None:
+            meta = self.live.meta
+            self.failed = next(
+                (
+                    run
+                    for run in meta.runs()
+                    if run.run_id not in self.known
+                    and meta.tasks(run.run_id).get("compact", ("",))[0] == "failed"
+                ),
+                None,
+            )
+            if self.failed is not None:
+                self.remove()
+        return self.failed
+
+    def remove(self) -> None:
+        if self.segment is not None:
+            self.segment.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def broken_landing(live) -> Iterator[BrokenLanding]:
+    broken = BrokenLanding(live)
+    yield broken
+    broken.remove()
+
+
+@dataclasses.dataclass
 class Cleared:
     run: DagRun  # the first run whose compact failed, as it failed
     failed_row: list[tuple]  # its pipeline_runs row then
@@ -523,7 +583,7 @@ class Cleared:
     statuses: list[str]  # its pipeline_runs status, each change seen while it re-ran
     passed_row: list[tuple]
     passed_page: str
-    seconds: float  # what this section adds to the module
+    seconds: float  # what this section adds to the module after the backfill
 
 
 def reconciliation_page(live: Live) -> str:
@@ -538,32 +598,13 @@ def reconciliation_page(live: Live) -> str:
 
 
 @pytest.fixture(scope="module")
-def cleared(live, pg_url) -> Cleared:
-    """A landing segment that is no Parquet file (a real fault: compact cannot read it, and
-    no retry would) fails the next scheduled run's compact for good; once it is moved away,
-    the operator clears that run's compact and what follows, and the run passes. Last in the
-    module (its test is the file's last), or alone (``-k compact_failed``: the first scheduled
-    run is the one that fails)."""
+def cleared(live, broken_landing, pg_url) -> Cleared:
+    """The broken segment fails the next scheduled run's compact for good; once it is moved
+    away, the operator clears that run's compact and what follows, and the run passes. Last in
+    the module (its test is the file's last), or alone (``-k compact_failed``)."""
     started = time.monotonic()
-    known = {r.run_id for r in live.meta.runs()}
-    store = Landing(Storage.at(live.home.landing), CONSUMER)
-    after = store.segments()[-1].last_frame_no + 1_000_000  # no name the sink will write
-    bad = live.home.landing / CONSUMER / f"part-{after:012d}-{after:012d}.parquet"
-    bad.write_bytes(b"not a parquet file\n")
-
-    def compact_failed() -> DagRun | None:
-        for run in live.meta.runs():
-            if (
-                run.run_id not in known
-                and live.meta.tasks(run.run_id).get("compact", ("",))[0] == "failed"
-            ):
-                return run
-        return None
-
-    try:
-        failed = wait_until(compact_failed, RUNS_TIMEOUT_S, "a run's compact to fail")
-    finally:
-        bad.unlink()
+    broken_landing.write()  # written by the outage; alone, now: the first scheduled run fails
+    failed = wait_until(broken_landing.failed_run, RUNS_TIMEOUT_S, "a run's compact to fail")
     wait_until(lambda: live.meta.run(failed.run_id).state == "failed", 300, "the run to fail")
     failed_row = pg_rows(pg_url, FAILED_RUN_SQL, failed.pipeline_run_id)
     failed_page = reconciliation_page(live)

@@ -3,6 +3,7 @@ they are handed out in. A module that moves must take its place in these tables 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,22 @@ def test_every_module_the_tables_name_exists():
     long_modules = [u.split("[", 1)[0] for u in LONG_UNITS if u not in SHARED_UNITS]
     missing = [m for m in (*shared, *BY_STORAGE, *long_modules) if not (ROOT / m).is_file()]
     assert missing == []
+
+
+# The session fixtures of tests/airflow/conftest.py that are made once per worker by a run of
+# ``airflow dags test`` (after the home, the landing and the Spark Connect server are built).
+FAULT_UNIT_RUNS = {"fault_run", "phantom_run", "phantom_connect_run"}
+
+
+def test_every_module_that_asks_for_the_fault_unit_s_runs_is_in_its_unit():
+    asking = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and FAULT_UNIT_RUNS & {
+                a.arg for a in node.args.args
+            }:
+                asking.add(path.relative_to(ROOT).as_posix())
+    assert asking and asking <= set(SHARED_UNITS["airflow fault run"])
 
 
 def test_a_test_belongs_to_its_shared_unit_its_storage_or_its_module():
