@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import re
 import resource
 import shutil
 import signal
@@ -43,6 +44,9 @@ from watch_service.protocol.tlog.note import Signer  # noqa: E402
 from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
+
+
+STEP_LINE = re.compile(r"^\[pipeline\] (\w+)\s+([\d.]+) s", re.MULTILINE)  # a step's seconds
 
 
 class Runs:
@@ -80,6 +84,8 @@ class Runs:
             sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
             raise SystemExit(f"pipeline run {run_id} exited {done.returncode}")
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        steps = STEP_LINE.findall(done.stdout)
+        print(f"  {run_id}: " + ", ".join(f"{step} {seconds} s" for step, seconds in steps))
         return wall, cpu
 
 
