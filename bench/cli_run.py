@@ -45,7 +45,6 @@ from watch_service.store.cluster import EmbeddedPostgres  # noqa: E402
 from watch_service.store.migrate import migrate  # noqa: E402
 from watch_service.tools.local import free_port  # noqa: E402
 
-
 STEP_LINE = re.compile(r"^\[pipeline\] (\w+)\s+([\d.]+) s", re.MULTILINE)  # a step's seconds
 
 
