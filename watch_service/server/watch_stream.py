@@ -150,18 +150,12 @@ class WatchStream:
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
-        """Frames from the tailer, written now in one transport write; False: the stream
-        cannot take them and pages on its own from here."""
+        """Frames from the tailer, built for this stream and written now in one transport
+        write, where ``push_each``'s common case (the same bytes for every stream) does not
+        apply; False: the stream cannot take them and pages on its own from here."""
         t = self.transport
         out = None
         if self.ending is None and t is not None and not t.is_closing() and not self._full():
-            if (
-                self.chunked
-                and len(shared) == 1
-                and self.state.pushed_solo(topic, after, shared[0], upto)
-            ):
-                self._write(t, shared[0].solo_wire(http_chunk))  # the same bytes for every stream
-                return True
             out = self.state.pushed(topic, after, shared, upto, head)
         if out is None:
             self.left(topic)
