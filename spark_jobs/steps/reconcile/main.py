@@ -255,34 +255,8 @@ def _nothing_delivered(
         )
     if rewind.held(progress_rows, found.ranges):
         return None
-    rewind_seconds = rewind_timer.seconds
-    first = last + 1
-    if hook:
-        hook("reconcile.committing")
-    with store.connect(pipeline_url, transaction=True) as conn:
-        runs.commit_reconcile(conn, house, args.run_id, (first, through), False, [], [])
-        runs.store_digests(conn, house, args.run_id, found.digests)
-        session_marks.replace(conn, house, args.run_id, found.sessions)
-    figures = {
-        "seconds": timer.seconds,
-        "batches": [first, through],
-        "scopes": 0,
-        "seqs": 0,
-        "defects": 0,
-        "late": False,
-        "rewound": {t: [list(r) for r in rs] for t, rs in found.reported.items()},
-        "rewind_checks": {
-            "ranges": found.checked,
-            "seconds": round(rewind_seconds, 3),
-            "digests_seconds": 0.0,
-            "sessions": len({s.wid for s in found.sessions}),
-        },
-        "cursors_went_back": [list(b) for b in found.went_back],
-        "runs_unknown_to_postgres": [],
-    }
-    store.record_step(args, "reconcile", figures)
-    store.record_snapshots(args, wh, RUN_TABLES)
-    return figures
+    counts = {"batches": [last + 1, through], "scopes": 0, "seqs": 0, "defects": 0}
+    return _commit(args, hook, wh, timer, found, Judged(counts, rewind_timer.seconds))
 
 
 def _delivery_rows(wh: Warehouse, args) -> int | None:
@@ -493,38 +467,76 @@ def _judge(
         if windows
         else []
     )
-    digest_seconds = digest_timer.seconds
     records.unpersist()
+    outcome = Judged(
+        counts,
+        rewind_seconds,
+        digest_timer.seconds,
+        has_late,
+        repairs_open,
+        windows_rows,
+        [(r["consumer"], r["topic"], r["status"], r["count"], r["revised"]) for r in summary_rows],
+        digests,
+        unknown,
+    )
+    return _commit(args, hook, wh, timer, found, outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """What a run judged, for ``_commit``: its counts and timings, and the rows it commits to
+    PostgreSQL beside what the rewind evidence found (none for a run with no delivery)."""
+
+    counts: dict
+    rewind_seconds: float
+    digest_seconds: float = 0.0
+    late: bool = False
+    repairs_open: bool = False
+    windows: list = dataclasses.field(default_factory=list)
+    summary: list = dataclasses.field(default_factory=list)
+    digests: list = dataclasses.field(default_factory=list)
+    unknown: list = dataclasses.field(default_factory=list)
+
+
+def _commit(
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+    found,
+    judged: Judged,
+) -> dict:
+    """The run's reconcile state committed to PostgreSQL in one transaction (its batches,
+    windows, summary, digests and session marks), then its figures and snapshots recorded:
+    the same for a run judged through Spark and for one with no delivery."""
+    house = wh.layout.catalog
     if hook:
         hook("reconcile.committing")
-    with store.connect(pipeline_url, transaction=True) as conn:
+    with store.connect(store.pipeline_url(args), transaction=True) as conn:
         runs.commit_reconcile(
             conn,
             house,
             args.run_id,
-            (first, through),
-            repairs_open,
-            windows_rows,
-            [
-                (r["consumer"], r["topic"], r["status"], r["count"], r["revised"])
-                for r in summary_rows
-            ],
+            tuple(judged.counts["batches"]),
+            judged.repairs_open,
+            judged.windows,
+            judged.summary,
         )
-        runs.store_digests(conn, house, args.run_id, found.digests + digests)
+        runs.store_digests(conn, house, args.run_id, found.digests + judged.digests)
         session_marks.replace(conn, house, args.run_id, found.sessions)
     figures = {
         "seconds": timer.seconds,
-        **counts,
-        "late": has_late,
+        **judged.counts,
+        "late": judged.late,
         "rewound": {t: [list(r) for r in rs] for t, rs in found.reported.items()},
         "rewind_checks": {
             "ranges": found.checked,
-            "seconds": round(rewind_seconds + digest_seconds, 3),
-            "digests_seconds": digest_seconds,
+            "seconds": round(judged.rewind_seconds + judged.digest_seconds, 3),
+            "digests_seconds": judged.digest_seconds,
             "sessions": len({s.wid for s in found.sessions}),
         },
         "cursors_went_back": [list(b) for b in found.went_back],
-        "runs_unknown_to_postgres": unknown,
+        "runs_unknown_to_postgres": judged.unknown,
     }
     store.record_step(args, "reconcile", figures)
     store.record_snapshots(args, wh, RUN_TABLES)
