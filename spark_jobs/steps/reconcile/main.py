@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -206,83 +207,34 @@ def run(
     timer = progress.Timer()
     pipeline_url = store.pipeline_url(args)
     wh = warehouse or Warehouse.attach(spark, Layout("", args.work, args.run_id), pipeline_url)
+    prior = _prior(wh, args)
     if quick and not args.full:
-        figures = _nothing_delivered(spark, args, hook, wh, timer)
+        figures = _nothing_delivered(spark, args, hook, wh, timer, prior)
         if figures is not None:
             return figures
-    with plan_size.sized(spark, _delivery_rows(wh, args)) as small:
-        return _judge(spark, args, hook, wh, timer, small)
+    with plan_size.sized(spark, wh.batch_rows(*prior.batches)) as small:
+        return _judge(spark, args, hook, wh, timer, prior, small)
 
 
-def _nothing_delivered(
-    spark: SparkSession,
-    args,
-    hook: Callable[[str], None] | None,
-    wh: Warehouse,
-    timer: progress.Timer,
-) -> dict | None:
-    """The run when no delivery batch came since the last reconciled one, without a Spark job;
-    None where ``_judge`` must run. With no delivery there is no scope (every window, its
-    head, its late copies and its phantom revisits come from the run's deliveries), so what is
-    left to judge is the evidence of a rewind that needs none: the session cursors below their
-    marks and the stored digests those point at (``evidence.find``, in PostgreSQL). Where that
-    finds rewound seqs earlier windows judged (``rewind.held``: late copies to judge again),
-    or an earlier attempt of the run left rows in its partitions, ``_judge`` runs. Otherwise
-    ``_judge`` would only overwrite the run's empty partitions with no rows (a commit that
-    changes no row): this writes what it writes to PostgreSQL and the same figures."""
-    pipeline_url = store.pipeline_url(args)
+@dataclasses.dataclass(frozen=True)
+class Prior:
+    """What a run starts from, read once (PostgreSQL's run tables, compact's newest commit):
+    the last delivery batch reconciled and the newest one compact committed, the consumers'
+    progress rows, the committed runs, their order, and the (consumer, topic)s with phantoms
+    (none for ``--full``)."""
+
+    last: int
+    latest: int
+    progress: list[tuple]
+    committed: set[str]
+    run_order: dict[str, tuple[int, Any]]
+    phantoms: set[tuple[str, str]]
+    batches: tuple[int, int]  # the delivery batches the run judges (every one, for --full)
+
+
+def _prior(wh: Warehouse, args) -> Prior:
     house = wh.layout.catalog
-    with store.connect(pipeline_url) as conn:
-        last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
-        run_order = runs.run_order(conn, house)
-    through = wh.compact_state()["batch"]
-    if through != last or any(wh.holds_run(name, args.run_id) for name in RUN_TABLES):
-        return None
-    rewind_timer = progress.Timer()
-    with store.connect(pipeline_url) as conn, store.connect(args.database_url) as source:
-        found = evidence.find(
-            spark,
-            conn,
-            source,
-            wh,
-            jdbc.jdbc_target(args.database_url),
-            {},
-            [],
-            [],
-            run_order,
-            [],
-            {r[1] for r in progress_rows},
-        )
-    if rewind.held(progress_rows, found.ranges):
-        return None
-    counts = {"batches": [last + 1, through], "scopes": 0, "seqs": 0, "defects": 0}
-    return _commit(args, hook, wh, timer, found, Judged(counts, rewind_timer.seconds))
-
-
-def _delivery_rows(wh: Warehouse, args) -> int | None:
-    """The delivery rows the run judges: the batches after the last one reconciled (every
-    batch a run consumed, for ``--full``), as compact's commits counted them."""
     with store.connect(store.pipeline_url(args)) as conn:
-        last, _ = runs.reconcile_state(conn, wh.layout.catalog, args.run_id)
-    first, through = (1, last) if args.full else (last + 1, wh.compact_state()["batch"])
-    return wh.batch_rows(first, through)
-
-
-def _judge(
-    spark: SparkSession,
-    args,
-    hook: Callable[[str], None] | None,
-    wh: Warehouse,
-    timer: progress.Timer,
-    small: bool = False,
-) -> dict:
-    """``small``: the run's delivery rows are few (``plan_size``), so they are cached once
-    instead of scanned by each of the four jobs that read them (the scope, the told ranges,
-    the late copies' runs and the judging write each planned an Iceberg scan of their own)."""
-    pipeline_url = store.pipeline_url(args)
-    layout = wh.layout
-    house = layout.catalog
-    with store.connect(pipeline_url) as conn:
         last, progress_rows = runs.reconcile_state(conn, house, args.run_id)
         committed = runs.committed_runs(conn, house)
         run_order = runs.run_order(conn, house)
@@ -298,10 +250,79 @@ def _judge(
     latest = wh.compact_state()["batch"]
     if latest < last:
         raise errors.WarehouseError(
-            f"PostgreSQL says delivery batches up to {last} were reconciled, but {layout.work} "
-            f"holds batches up to {latest} only: this is not the warehouse those runs used"
+            f"PostgreSQL says delivery batches up to {last} were reconciled, but "
+            f"{wh.layout.work} holds batches up to {latest} only: this is not the warehouse "
+            "those runs used"
         )
-    first, through = (1, last) if args.full else (last + 1, latest)
+    batches = (1, last) if args.full else (last + 1, latest)
+    return Prior(last, latest, progress_rows, committed, run_order, phantoms, batches)
+
+
+def _nothing_delivered(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+    prior: Prior,
+) -> dict | None:
+    """The run when no delivery batch came since the last reconciled one, without a Spark job;
+    None where ``_judge`` must run. With no delivery there is no scope (every window, its
+    head, its late copies and its phantom revisits come from the run's deliveries), so what is
+    left to judge is the evidence of a rewind that needs none: the session cursors below their
+    marks and the stored digests those point at (``evidence.find``, in PostgreSQL). Where that
+    finds rewound seqs earlier windows judged (``rewind.held``: late copies to judge again),
+    or an earlier attempt of the run left rows in its partitions, ``_judge`` runs. Otherwise
+    ``_judge`` would only overwrite the run's empty partitions with no rows (a commit that
+    changes no row): this writes what it writes to PostgreSQL and the same figures."""
+    if prior.latest != prior.last or any(wh.holds_run(n, args.run_id) for n in RUN_TABLES):
+        return None
+    rewind_timer = progress.Timer()
+    with (
+        store.connect(store.pipeline_url(args)) as conn,
+        store.connect(args.database_url) as source,
+    ):
+        found = evidence.find(
+            spark,
+            conn,
+            source,
+            wh,
+            jdbc.jdbc_target(args.database_url),
+            {},
+            [],
+            [],
+            prior.run_order,
+            [],
+            {r[1] for r in prior.progress},
+        )
+    if rewind.held(prior.progress, found.ranges):
+        return None
+    counts = {"batches": list(prior.batches), "scopes": 0, "seqs": 0, "defects": 0}
+    return _commit(args, hook, wh, timer, found, Judged(counts, rewind_timer.seconds))
+
+
+def _judge(
+    spark: SparkSession,
+    args,
+    hook: Callable[[str], None] | None,
+    wh: Warehouse,
+    timer: progress.Timer,
+    prior: Prior,
+    small: bool = False,
+) -> dict:
+    """``small``: the run's delivery rows are few (``plan_size``), so they are cached once
+    instead of scanned by each of the four jobs that read them (the scope, the told ranges,
+    the late copies' runs and the judging write each planned an Iceberg scan of their own)."""
+    pipeline_url = store.pipeline_url(args)
+    layout = wh.layout
+    house = layout.catalog
+    progress_rows, committed, run_order, phantoms = (
+        prior.progress,
+        prior.committed,
+        prior.run_order,
+        prior.phantoms,
+    )
+    first, through = prior.batches
     detail_table, summary_table = (
         ("audit_detail", "audit_summary") if args.full else ("detail", "summary")
     )
@@ -345,7 +366,9 @@ def _judge(
                 driver.rewound_rows,
                 set(heads) | {r[1] for r in progress_rows},
             )
-        if latest > last + 1:  # batches no committed run read: did PostgreSQL forget runs?
+        if (
+            prior.latest > prior.last + 1
+        ):  # batches no committed run read: did PostgreSQL forget runs?
             unknown = evidence.unknown_runs(wh, committed)
     # The ledger is read for a phantom revisit only where a phantom verdict stands.
     due_rows = []
