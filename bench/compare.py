@@ -3,7 +3,8 @@
 Run it before landing a change to the engine, the web layer, the serving code or the pipeline
 steps (docs/benchmarks.md). It is a benchmark, not a test: it prints, it does not assert.
 
-``python bench/compare.py BASE [HEAD] [--benches watch,pipeline] [--repeats 3] [--budget-min 90]``
+``python bench/compare.py BASE [HEAD] [--benches watch,pipeline] [--repeats 3] [--budget-min 90]
+[--keep-logs DIR]``
 
 * Each commit is checked out with ``git worktree add --detach`` into one temp folder, sharing
   this checkout's ``.venv`` (this interpreter) and ``.local`` (the pinned jars).
@@ -18,7 +19,8 @@ steps (docs/benchmarks.md). It is a benchmark, not a test: it prints, it does no
 * Printed: each run's load average before and after, then per figure the median of each
   commit's runs and head / base. The watch benchmark's own ratio to its relay floor, measured
   in the same run, is the figure to trust on a busy machine (the floor feels the same load).
-* On exit (also on Ctrl-C or SIGTERM) the worktrees and the temp folder are removed.
+* On exit (also on Ctrl-C or SIGTERM) the worktrees and the temp folder are removed; each
+  run's log (per-step lines, load) is copied first into ``--keep-logs`` when given.
 """
 
 from __future__ import annotations
@@ -190,6 +192,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per commit (medians)")
     parser.add_argument("--budget-min", type=float, default=90, help="no run starts after this")
     parser.add_argument("--harness", choices=("this", "own"), default="this")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        help="a folder to copy each run's log (and the watch runs' JSON) into before the "
+        "checkouts are removed",
+    )
     parser.add_argument("--watch-levels", help="bench/watch.py --levels (default: all rows)")
     parser.add_argument(
         "--pipeline-args",
@@ -248,6 +256,11 @@ def main(argv: list[str]) -> int:
         )
         print(ratio_table(figures["base"], figures["head"]))
     finally:
+        if args.keep_logs is not None:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for kept in [*tmp.glob("*.log"), *tmp.glob("*.json")]:
+                shutil.copy2(kept, args.keep_logs / kept.name)
+            print(f"logs kept in {args.keep_logs}", flush=True)
         for tree in trees.values():
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
