@@ -122,11 +122,14 @@ async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner
     await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
     created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
     passed = "auditsync_connections_passed_total"
-    before = await series_total(two_workers.url, passed)
+    gets = 'auditsync_http_requests_total{method="GET",route="/v0/watch/{wid}",status="200"}'
+    before, got_before = [await series_total(two_workers.url, n) for n in (passed, gets)]
 
     stream = await w1.stream(created["wid"], served_by="0")
     try:
         assert await series_total(two_workers.url, passed) - before == 1
+        # worker 1 does not count the request it passed on: worker 0 counts it, once it ends
+        assert await series_total(two_workers.url, gets) == got_before
         recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
         assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
         assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
@@ -136,6 +139,11 @@ async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner
         assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
     finally:
         stream.close()
+
+    async def counted_once() -> bool:
+        return await series_total(two_workers.url, gets) == got_before + 1
+
+    await wait_for(counted_once, timeout=10, what="the ended stream's request counted once")
 
 
 async def test_a_session_created_on_one_worker_streams_from_the_other(clients):

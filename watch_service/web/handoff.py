@@ -38,6 +38,8 @@ log = logging.getLogger("auditsync.handoff")
 
 # The owner a request's connection should go to, set by the append route.
 HANDOFF_TO = web.RequestKey("handoff_to", int)
+# Set on a request passed to another worker unanswered: that worker answers and counts it.
+PASSED = web.RequestKey("passed", bool)
 MAX_REPLAY = 64 * 1024  # request bytes a passed connection may carry (a header's bound)
 
 

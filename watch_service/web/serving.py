@@ -32,7 +32,7 @@ from watch_service.settings import Settings
 from watch_service.web.app_keys import GC_PACER, HANDOFF
 from watch_service.web.errors import error_response
 from watch_service.web.gc_pacing import GcPacer
-from watch_service.web.handoff import HANDOFF_TO, ConnectionHandoff
+from watch_service.web.handoff import HANDOFF_TO, PASSED, ConnectionHandoff
 from watch_service.web.logs import AccessLogger
 
 log = logging.getLogger("auditsync.server")
@@ -249,11 +249,14 @@ def pass_request(request: web.Request, owner: int) -> bool:
     cannot be passed: then this worker answers it."""
     handoff = request.app.get(HANDOFF)
     protocol = request.protocol
-    return (
-        handoff is not None
-        and isinstance(protocol, ContractRequestHandler)
-        and protocol.pass_request(handoff, owner)
-    )
+    if (
+        handoff is None
+        or not isinstance(protocol, ContractRequestHandler)
+        or not protocol.pass_request(handoff, owner)
+    ):
+        return False
+    request[PASSED] = True
+    return True
 
 
 class ContractServer(web_server.Server):
