@@ -49,7 +49,16 @@ BENCHES: dict[str, tuple[list[str], float]] = {
     "pipeline": (["pipeline.py", "--sizes", "0", "--skip-dag", "--storages", "file"], 900),
 }
 # Figures the watch benchmark's --json gives that the comparison shows (lower is better).
-WATCH_FIGURES = ("p50", "p99", "us_per_delivery", "us_per_append", "wakeups_per_append", "cpu_pct")
+WATCH_FIGURES = (
+    "p50",
+    "p99",
+    "us_per_delivery",
+    "us_per_append",
+    "wakeups_per_append",
+    "cpu_pct",
+    "client_us_per_delivery",
+    "pg_us_per_append",
+)
 PIPELINE_RUN = re.compile(r"^\+[\d,]+ over\s+([\d,]+): (.*?)\s*\(load", re.M)
 STEP = re.compile(r"(\w+)\s+([\d.]+)")
 DAG_RUN = re.compile(r"^empty DAG run \(([\w-]+)\): ([\d.]+) s", re.M)

@@ -13,6 +13,9 @@ Latency is append → client receive: the producer puts ``{"t": time.time_ns()}`
 just before sending it (same machine clock), the watcher subtracts at ``data_received``.
 Figures: p50 / p99 / max per watcher count (medians of repeats), the ratio to the floor,
 records lost, delivered records/s at saturation, and the service's RSS with 5,000 idle streams.
+Beside each row's relaying CPU, the watcher processes' CPU per delivered record and
+PostgreSQL's per appended record, measured alike in both halves: all share the two cores, so a
+row whose clients or database take most of them says so.
 """
 
 from __future__ import annotations
@@ -163,7 +166,8 @@ class Watchers:
     """The watcher processes, driven over pipes."""
 
     def __init__(self, ctx) -> None:
-        self.pipes, self.procs = [], []
+        self.pipes: list = []
+        self.procs: list = []
         for _ in range(CLIENT_PROCS):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=watcher_proc, args=(child,), daemon=True)
@@ -195,6 +199,10 @@ class Watchers:
             counts += c
             gaps += g
         return lats, counts, gaps
+
+    def cpu_s(self) -> float:
+        """The watcher processes' CPU-seconds so far."""
+        return sum(tree_cpu_s(proc.pid) for proc in self.procs)
 
     def stop(self) -> None:
         for p in self.pipes:
@@ -411,13 +419,15 @@ def pct(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e6
 
 
-async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
+async def run_level(watchers: Watchers, send, n: int, pid: int, pg_pid: int) -> dict:
     """Repeats at the level's rate: medians of p50/p99/max (ms), the rate achieved, the CPU of
-    the relaying process (``pid``) per delivered record, its wake-ups per appended record, and
+    the relaying process (``pid``) per delivered record, its wake-ups per appended record, the
+    watchers' CPU per delivered record and PostgreSQL's (``pg_pid``) per appended record, and
     loss over all repeats."""
     runs, lost, gaps_total = [], 0, 0
     for _ in range(REPEATS[n]):
         await watchers.ask("reset")
+        client0, pg0 = watchers.cpu_s(), tree_cpu_s(pg_pid)
         cpu0, wake0, t0 = tree_cpu_s(pid), tree_wakeups(pid), time.monotonic()
         sent = await produce(send, RATE[n], MEASURE_S[n])
         elapsed = time.monotonic() - t0
@@ -426,6 +436,7 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
         while await watchers.total() < sent * n and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         cpu, woken = tree_cpu_s(pid) - cpu0, tree_wakeups(pid) - wake0
+        client, pg_cpu = watchers.cpu_s() - client0, tree_cpu_s(pg_pid) - pg0
         lats, counts, gaps = await watchers.report()
         lats.sort()
         lost += sum(max(0, sent - c) for c in counts)
@@ -440,6 +451,8 @@ async def run_level(watchers: Watchers, send, n: int, pid: int) -> dict:
                 "us_per_delivery": 1e6 * cpu / max(1, sum(counts)),
                 "us_per_append": 1e6 * cpu / max(1, sent),
                 "wakeups_per_append": woken / max(1, sent),
+                "client_us_per_delivery": 1e6 * client / max(1, sum(counts)),
+                "pg_us_per_append": 1e6 * pg_cpu / max(1, sent),
             }
         )
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -527,6 +540,8 @@ async def bench() -> None:
         migrate(db_url)
         import psycopg
 
+        pg_pid = pg.pid
+        assert pg_pid is not None  # it runs
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data json NOT NULL)")
         load = os.getloadavg()[0]
@@ -546,7 +561,7 @@ async def bench() -> None:
             await asyncio.sleep(0.5)  # let the relay LISTEN before the first watcher
             for n in RATE:
                 await watchers.connect(relay_port, ["/floor"] * n, b"retry:")
-                results[f"floor {n}"] = await run_level(watchers, floor.send, n, relay.pid)
+                results[f"floor {n}"] = await run_level(watchers, floor.send, n, relay.pid, pg_pid)
                 log(f"floor   {n:5d} watchers @ {RATE[n]}/s: {fmt(results[f'floor {n}'])}")
                 await watchers.ask("close")
 
@@ -565,7 +580,7 @@ async def bench() -> None:
                 await watchers.connect(svc_port, await sessions(http, url, topic, n), b"caught-up")
                 async with producer:
                     results[f"service {n}"] = await run_level(
-                        watchers, producer.send, n, service.pid
+                        watchers, producer.send, n, service.pid, pg_pid
                     )
                 rtts.sort()
                 log(
@@ -603,7 +618,9 @@ def fmt(r: dict) -> str:
         f"({r['rate']:.0f} rec/s achieved; relay CPU {r['cpu_pct']:.0f}%, "
         f"{r['us_per_delivery']:.1f} µs per delivered record, "
         f"{r['us_per_append']:.0f} µs per appended record, "
-        f"{r['wakeups_per_append']:.2f} wake-ups per appended record)  lost {r['lost']}  "
+        f"{r['wakeups_per_append']:.2f} wake-ups per appended record; watchers "
+        f"{r['client_us_per_delivery']:.1f} µs per delivered record, PostgreSQL "
+        f"{r['pg_us_per_append']:.0f} µs per appended record)  lost {r['lost']}  "
         f"gaps {r['gaps']}  (median of {r['repeats']})"
     )
 
@@ -613,7 +630,8 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
     print(
         f"{'watchers':>8} {'rate':>5} | {'floor p50':>9} {'p99':>7} {'max':>7} | "
         f"{'service p50':>11} {'p99':>7} {'max':>7} | {'×p50':>5} {'×p99':>5} | "
-        f"{'svc CPU':>7} {'µs/dlv':>6} {'µs/app':>6} {'wake/app':>8} | lost"
+        f"{'svc CPU':>7} {'µs/dlv':>6} {'µs/app':>6} {'wake/app':>8} | "
+        f"{'client µs/dlv':>13} {'pg µs/app':>11} | lost"
     )
     for n in RATE:
         f, s = results[f"floor {n}"], results[f"service {n}"]
@@ -623,6 +641,8 @@ def summary(results: dict, appended: float, delivered: float, rss: float) -> Non
             f"{s['p50'] / f['p50']:>5.1f} {s['p99'] / f['p99']:>5.1f} | "
             f"{s['cpu_pct']:>6.0f}% {s['us_per_delivery']:>6.1f} {s['us_per_append']:>6.0f} "
             f"{s['wakeups_per_append']:>4.2f}/{f['wakeups_per_append']:<3.2f} | "
+            f"{s['client_us_per_delivery']:>6.1f}/{f['client_us_per_delivery']:<6.1f} "
+            f"{s['pg_us_per_append']:>5.0f}/{f['pg_us_per_append']:<5.0f} | "
             f"{s['lost'] + s['gaps']}"
         )
     if EXTRAS:

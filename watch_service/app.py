@@ -50,6 +50,7 @@ from watch_service.web.app_keys import (
 from watch_service.web.auth import KeyRing
 from watch_service.web.auth_gate import authenticate_first
 from watch_service.web.errors import MAX_BODY, error_middleware
+from watch_service.web.handoff import PASSED
 from watch_service.web.metrics import Metrics
 from watch_service.web.nul_gate import refuse_nul
 from watch_service.web.stream_slots import StreamSlots
@@ -63,6 +64,8 @@ async def count_requests(request: web.Request, handler) -> web.StreamResponse:
     Errors are counted with the status the error middleware inside this one rendered."""
     started = time.perf_counter()
     response = await handler(request)
+    if request.get(PASSED):
+        return response  # another worker answers it, and counts it
     route = request.match_info.route.resource
     name = route.canonical if route is not None else "unmatched"
     request.app[METRICS].request_done(

@@ -42,9 +42,10 @@ class Pinned:
             assert r.status in (200, 201), (method, path, r.status, body)
             return body
 
-    async def stream(self, wid: str) -> wire.Stream:
+    async def stream(self, wid: str, served_by: str | None = None) -> wire.Stream:
+        """The stream of ``wid``, answered by ``served_by`` (default: this client's worker)."""
         stream = await wire.open_stream(self.session, self.url, wid)
-        assert stream.resp.headers[WORKER_HEADER] == self.worker
+        assert stream.resp.headers[WORKER_HEADER] == (served_by or self.worker)
         return stream
 
     async def close(self) -> None:
@@ -109,15 +110,26 @@ def owned_by(worker: str, prefix: str = "w.t") -> str:
     return topic
 
 
-async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
+async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(
+    two_workers, clients
+):
+    """A stream whose topics one other worker owns goes to that worker with its request,
+    unanswered (web/handoff.py): the same TCP connection, answered and streamed by the owner,
+    the frames' bytes exact."""
     w0, w1 = await clients("0"), await clients("1")
     topic = owned_by("0")
     await w0.call("PUT", f"/v0/topics/{topic}", json={})
     await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
     created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
+    passed = "auditsync_connections_passed_total"
+    gets = 'auditsync_http_requests_total{method="GET",route="/v0/watch/{wid}",status="200"}'
+    before, got_before = [await series_total(two_workers.url, n) for n in (passed, gets)]
 
-    stream = await w1.stream(created["wid"])
+    stream = await w1.stream(created["wid"], served_by="0")
     try:
+        assert await series_total(two_workers.url, passed) - before == 1
+        # worker 1 does not count the request it passed on: worker 0 counts it, once it ends
+        assert await series_total(two_workers.url, gets) == got_before
         recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
         assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
         assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
@@ -128,15 +140,55 @@ async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
     finally:
         stream.close()
 
+    async def counted_once() -> bool:
+        return await series_total(two_workers.url, gets) == got_before + 1
+
+    await wait_for(counted_once, timeout=10, what="the ended stream's request counted once")
+
+
+async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
+    """A stream over topics of both workers stays where it was opened, whichever worker
+    created its session."""
+    w0, w1 = await clients("0"), await clients("1")
+    topic, side = owned_by("0"), owned_by("1")
+    for name in (topic, side):
+        await w0.call("PUT", f"/v0/topics/{name}", json={})
+    await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
+    created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}, side: {}}})
+
+    stream = await w1.stream(created["wid"])
+    try:
+        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
+        rec = wire.record_frame(topic, recs, 0, 1, {topic: 0, side: 0})
+        done = wire.caught_up_frame(topic, 1, {topic: 1, side: 0})
+        assert await stream.frames(3) in (  # the topics are drained in either order
+            [rec, done, wire.caught_up_frame(side, 0, {topic: 1, side: 0})],
+            [wire.caught_up_frame(side, 0, {topic: 0, side: 0}), rec, done],
+        )
+        body = {"records": [{"data": {"live": i}} for i in range(2)]}
+        await w0.call("POST", f"/v0/topics/{topic}/records", json=body)
+        live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
+        assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1, side: 0})
+    finally:
+        stream.close()
+
 
 async def open_live_streams(clients: list[Pinned]) -> tuple[str, list[wire.Stream]]:
+    """Live streams, one on each client's worker: each watches ``topic`` (owned by the first
+    client's worker) and a quiet topic of the other worker, so none is passed to an owner."""
     topic = owned_by(clients[0].worker)
-    await clients[0].call("PUT", f"/v0/topics/{topic}", json={})
+    side = owned_by(str(1 - int(clients[0].worker)))
+    for name in (topic, side):
+        await clients[0].call("PUT", f"/v0/topics/{name}", json={})
     streams = []
     for client in clients:
-        created = await client.call("POST", "/v0/watch", json={"topics": {topic: {}}})
+        created = await client.call("POST", "/v0/watch", json={"topics": {topic: {}, side: {}}})
         streams.append(await client.stream(created["wid"]))
-        assert await streams[-1].frame() == wire.caught_up_frame(topic, 0, {topic: 0})
+        opening = await streams[-1].frames(2)
+        cursors = {topic: 0, side: 0}
+        assert sorted(opening) == sorted(
+            [wire.caught_up_frame(topic, 0, cursors), wire.caught_up_frame(side, 0, cursors)]
+        )
     return topic, streams
 
 
@@ -440,10 +492,11 @@ async def test_the_stream_cap_counts_every_workers_streams(pg_url, tmp_path):
         for worker in ("0", "0", "1", "0", "1"):
             made.append(await pinned(svc.url, worker))
         a0, b0, a1, c0, c1 = made
-        topic = owned_by("0")
-        await a0.call("PUT", f"/v0/topics/{topic}", json={})
+        topic, side = owned_by("0"), owned_by("1")  # topics of both: no stream is passed
+        for name in (topic, side):
+            await a0.call("PUT", f"/v0/topics/{name}", json={})
         wids = [
-            (await a0.call("POST", "/v0/watch", json={"topics": {topic: {}}}))["wid"]
+            (await a0.call("POST", "/v0/watch", json={"topics": {topic: {}, side: {}}}))["wid"]
             for _ in range(5)
         ]
         for client, wid in zip((a0, b0, a1), wids, strict=False):

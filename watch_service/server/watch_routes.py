@@ -30,6 +30,7 @@ from watch_service.server.topic_routes import json_response
 from watch_service.server.watch_stream import WatchStream
 from watch_service.store import sessions
 from watch_service.web.app_keys import (
+    APPENDER,
     HUB,
     KEYS,
     METRICS,
@@ -42,6 +43,7 @@ from watch_service.web.app_keys import (
 from watch_service.web.auth import Key, authorize
 from watch_service.web.errors import as_api_error
 from watch_service.web.json_body import read_json_body
+from watch_service.web.serving import pass_request
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
@@ -139,21 +141,37 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
     _check_stream_auth(key, row)
     if "text/event-stream" not in request.headers.get("Accept", ""):
         raise NotAcceptable("Accept must be text/event-stream")
+    definition = WatchDefinition.from_json(row.definition)
+    owner = _owner_elsewhere(app, definition)
+    if owner is not None and pass_request(request, owner):
+        return web.StreamResponse()  # never sent: the owner answers on the same connection
     slots = app[STREAM_SLOTS]
     if not slots.try_take():
         raise Throttled(
             f"stream cap of {slots.cap} open streams (service-wide) reached; retry later"
         )
     try:
-        return await _stream(request, wid, row)
+        return await _stream(request, wid, definition)
     finally:
         slots.give_back()
 
 
-async def _stream(request: web.Request, wid: str, row: sessions.SessionRow) -> web.StreamResponse:
+def _owner_elsewhere(app: web.Application, definition: WatchDefinition) -> int | None:
+    """The other worker that owns every topic of the stream (``engine.relay``), if one does:
+    the stream goes there (``web.handoff``), so the process that commits the topic's appends
+    pushes them, and no other is woken by them."""
+    relay = app[APPENDER].relay
+    if relay is None:
+        return None
+    owners = {relay.elsewhere(topic) for topic in definition.topics}
+    return owners.pop() if len(owners) == 1 else None
+
+
+async def _stream(
+    request: web.Request, wid: str, definition: WatchDefinition
+) -> web.StreamResponse:
     """The stream of ``open_watch``, once it holds a stream slot."""
     app = request.app
-    definition = WatchDefinition.from_json(row.definition)
     client = cursor_codec.parse_last_event_id(
         request.headers.get("Last-Event-ID"), list(definition.topics)
     )

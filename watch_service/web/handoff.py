@@ -13,6 +13,12 @@ written out, no byte of a next request received (``ContractRequestHandler`` keep
 keep-alive on. A connection is passed at most once, so one that writes topics of several owners
 settles where it lands second. A connection that cannot be passed (or an owner that cannot be
 reached) stays, and its appends keep going through the relay.
+
+A watch stream whose topics one other worker owns is passed too, before it starts: with its
+request, whose bytes go in the same datagram and which the owner then serves as if it had read
+them itself. The owner's tailer is the one its appends reach first (``Tailer.offer``), so the
+stream's records are pushed by the process that committed them, and a worker with no stream of
+a topic is not woken by its appends at all.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ log = logging.getLogger("auditsync.handoff")
 
 # The owner a request's connection should go to, set by the append route.
 HANDOFF_TO = web.RequestKey("handoff_to", int)
+# Set on a request passed to another worker unanswered: that worker answers and counts it.
+PASSED = web.RequestKey("passed", bool)
+MAX_REPLAY = 64 * 1024  # request bytes a passed connection may carry (a header's bound)
 
 
 def socket_path(folder: str, index: int) -> str:
@@ -58,15 +67,16 @@ class ConnectionHandoff:
         self.outbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.outbox.setblocking(False)
 
-    def send(self, sock: Any, owner: int) -> bool:
-        """Pass the connection ``sock`` to worker ``owner``; False if it cannot take it (then
-        the connection stays here, untouched)."""
-        if self.outbox is None:
+    def send(self, sock: Any, owner: int, replay: bytes = b"") -> bool:
+        """Pass the connection ``sock`` to worker ``owner``, with ``replay``: bytes read from
+        it that the owner serves as the connection's first (a request this worker did not
+        answer); False if it cannot take it (then the connection stays here, untouched)."""
+        if self.outbox is None or len(replay) > MAX_REPLAY:
             return False
         try:
             # (socket.send_fds of Python 3.11 drops its address argument)
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno()]))]
-            self.outbox.sendmsg([b"c"], rights, 0, socket_path(self.folder, owner))
+            self.outbox.sendmsg([b"c" + replay], rights, 0, socket_path(self.folder, owner))
         except OSError as exc:  # not there (yet, or any more), or its queue is full
             log.debug("connection not passed to worker %d: %s", owner, exc)
             return False
@@ -78,13 +88,13 @@ class ConnectionHandoff:
         assert self.inbox is not None
         while True:
             try:
-                _, fds, _, _ = socket.recv_fds(self.inbox, 16, 16)
+                message, fds, _, _ = socket.recv_fds(self.inbox, 1 + MAX_REPLAY, 16)
             except (BlockingIOError, InterruptedError):
                 return
-            for fd in fds:
-                self._adopt(socket.socket(fileno=fd))
+            for fd in fds:  # one a message
+                self._adopt(socket.socket(fileno=fd), message[1:])
 
-    def _adopt(self, sock: socket.socket) -> None:
+    def _adopt(self, sock: socket.socket, replay: bytes) -> None:
         factory = self.handler_factory
         if factory is None:  # not serving (yet, or any more): the client reconnects
             sock.close()
@@ -93,7 +103,7 @@ class ConnectionHandoff:
 
         def handler() -> Any:
             protocol = factory()
-            protocol.keep_here()  # passed once: never again
+            protocol.keep_here(replay)  # passed once: never again
             return protocol
 
         loop = asyncio.get_running_loop()

@@ -32,7 +32,7 @@ from watch_service.settings import Settings
 from watch_service.web.app_keys import GC_PACER, HANDOFF
 from watch_service.web.errors import error_response
 from watch_service.web.gc_pacing import GcPacer
-from watch_service.web.handoff import HANDOFF_TO, ConnectionHandoff
+from watch_service.web.handoff import HANDOFF_TO, PASSED, ConnectionHandoff
 from watch_service.web.logs import AccessLogger
 
 log = logging.getLogger("auditsync.server")
@@ -96,10 +96,23 @@ class ContractRequestHandler(web_protocol.RequestHandler):
         # a connection another worker passed here (``keep_here``), makes it False for good.
         self._whole = passable
         self._body_left = 0  # bytes of the current request's body still to come
+        # The current request's bytes, while they are all it sent (a header read in one
+        # piece, no body): what goes with the connection when the request is passed unanswered.
+        self._request_bytes: bytes | None = None
+        self._replay = b""  # a request another worker passed with the connection, unread
+        self._passed = False  # the current request went to another worker with its connection
 
-    def keep_here(self) -> None:
-        """This connection is never passed on (another worker passed it here)."""
+    def keep_here(self, replay: bytes = b"") -> None:
+        """This connection is never passed on (another worker passed it here, with ``replay``:
+        the request it did not answer, served here as the connection's first)."""
         self._whole = False
+        self._replay = replay
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self._replay:  # before anything the socket brings: it was read first
+            replay, self._replay = self._replay, b""
+            self.data_received(replay)
 
     def data_received(self, data: bytes) -> None:
         # Idle: no request being handled and none queued (private state of RequestHandler),
@@ -115,6 +128,7 @@ class ContractRequestHandler(web_protocol.RequestHandler):
             self._header_timer = self._loop.call_later(self._header_timeout, self._timed_out)
 
     def _account(self, data: bytes, messages: int) -> None:
+        self._request_bytes = None
         if self._body_left:  # more of a body
             if messages or len(data) > self._body_left:
                 self._whole = False
@@ -132,10 +146,39 @@ class ContractRequestHandler(web_protocol.RequestHandler):
             self._whole = False
         else:
             self._body_left = int(length) - body
+            if not body and not self._body_left:
+                self._request_bytes = data
+
+    def pass_request(self, handoff: ConnectionHandoff, owner: int) -> bool:
+        """Pass the connection to worker ``owner`` with the request being handled, unanswered,
+        if that request is all the connection sent (a header in one read, no body) and
+        nothing is half-done here; the handler then returns without answering."""
+        transport = self.transport
+        if (
+            not self._whole
+            or self._request_bytes is None
+            or self._messages
+            or self._header_timer is not None
+            or self._force_close
+            or self._close
+            or transport is None
+            or transport.get_write_buffer_size()
+        ):
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None or not handoff.send(sock, owner, self._request_bytes):
+            return False
+        transport.pause_reading()  # the owner reads it from now on
+        self._passed = True
+        return True
 
     async def finish_response(
         self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
+        if self._passed:  # the owner answers it: nothing is written here
+            request._finish()
+            self.force_close()  # closes this process's descriptor; the owner holds its own
+            return resp, True
         done = await super().finish_response(request, resp, start_time)
         owner = request.get(HANDOFF_TO)
         if (
@@ -198,6 +241,22 @@ class ContractRequestHandler(web_protocol.RequestHandler):
         resp = error_response(parser_error(status, exc))
         resp.force_close()
         return resp
+
+
+def pass_request(request: web.Request, owner: int) -> bool:
+    """Pass ``request``'s connection, with the request unanswered, to worker ``owner``
+    (``ContractRequestHandler.pass_request``); False where there is no other worker or it
+    cannot be passed: then this worker answers it."""
+    handoff = request.app.get(HANDOFF)
+    protocol = request.protocol
+    if (
+        handoff is None
+        or not isinstance(protocol, ContractRequestHandler)
+        or not protocol.pass_request(handoff, owner)
+    ):
+        return False
+    request[PASSED] = True
+    return True
 
 
 class ContractServer(web_server.Server):
