@@ -70,7 +70,7 @@ async def flush(app: web.Application, renew: bool, rows: int) -> None:
         try:
             async with app[POOL].connection() as conn:
                 written = await sessions.save_cursors(
-                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in batch], LEASE_S
+                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in batch], LEASE_S, renew
                 )
         except Exception:
             for stream in batch:
