@@ -117,7 +117,7 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 # C1-only JIT sizes the code cache at 48 MB, and a long-lived session with generated code fills
 # it (55 MB after one minute of test_incremental.py): below 10 % free the JVM's sweeper flushes
 # and the compiler compiles again, on every allocation of compiled code. 256 MB, the tiered
-# JIT's size, is address space until used (docs/testing.md, "What it costs").
+# JIT's size, is address space until used (docs/testing.md).
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 # What every Spark JVM the tests start (their sessions, the Spark Connect servers, the steps)
 # runs with: on tiny tables compiling is the cost, not running (C1-only stays cheaper even for
