@@ -114,7 +114,11 @@ async def run_cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 
 # A test JVM: C1-only JIT (about half the CPU of a short one), and the serial collector (heaps
 # of 1 GB at most on two cores: 166 against 174 CPU-s with G1 for the modules named below).
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# C1-only JIT sizes the code cache at 48 MB, and a long-lived session with generated code fills
+# it (55 MB after one minute of test_incremental.py): below 10 % free the JVM's sweeper flushes
+# and the compiler compiles again, on every allocation of compiled code. 256 MB, the tiered
+# JIT's size, is address space until used (docs/testing.md).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
 # What every Spark JVM the tests start (their sessions, the Spark Connect servers, the steps)
 # runs with: on tiny tables compiling is the cost, not running (C1-only stays cheaper even for
 # the long-lived sessions: 175 CPU-s against 224 with tiered JIT for the rewind, pipeline and
