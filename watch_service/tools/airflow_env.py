@@ -44,12 +44,12 @@ DEFAULT_SCHEDULE = "*/15 * * * *"
 DEFAULT_AIRFLOW_HOST = "127.0.0.1"
 DEFAULT_AIRFLOW_PORT = 8080
 # What a task of the pipeline's DAGs imports: the task runner, the operators its DAG file
-# builds, the Spark Connect client and Great Expectations its steps use. The scheduler's
-# LocalExecutor workers come from a fork server that imports these once (``[scheduler]
-# mp_start_method`` forkserver, ``[core] mp_forkserver_preload``; the other components keep
-# fork and preload nothing), and each task process is forked from a worker, so no task
-# imports them again. The fork server skips a module that cannot be imported (an extra not
-# installed).
+# builds, the Spark Connect client, pyiceberg and Great Expectations its steps use. The
+# scheduler's LocalExecutor workers come from a fork server that imports these once
+# (``[scheduler] mp_start_method`` forkserver, ``[core] mp_forkserver_preload``; the other
+# components keep fork and preload nothing), and each task process is forked from a worker, so
+# no task imports them again. The fork server skips a module that cannot be imported (an extra
+# not installed).
 TASK_PRELOAD = (
     "airflow.executors.local_executor",
     "airflow.sdk.execution_time.supervisor",
@@ -63,6 +63,7 @@ TASK_PRELOAD = (
     "auditsync_plugin.notifications.notifiers",
     "pyspark.sql.connect.session",
     "spark_jobs.common.session",
+    "pyiceberg.catalog.sql",
     "great_expectations",
 )
 
