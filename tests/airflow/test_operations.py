@@ -32,6 +32,14 @@ from .receivers import WebhookReceiver
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.timeout(600)]
 HERE = Path(__file__).resolve().parent
 LEDGER = "SELECT kind, channel FROM alerts_sent WHERE dag_id = 'ops_probe' AND run_id = %s"
+PROBE_PRELOAD = (
+    "airflow.executors.local_executor",
+    "airflow.sdk.execution_time.supervisor",
+    "airflow.sdk.execution_time.task_runner",
+    "airflow.providers.standard.operators.python",
+    "auditsync_plugin.deadlines",
+    "auditsync_plugin.notifications.notifiers",
+)
 
 
 def dag_run(db: Path) -> tuple[str, str] | None:
@@ -75,6 +83,10 @@ def ops_run(pg_url, watch_service, tmp_path_factory):
                 **env,
                 "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "ops_dags"),
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+                # The workers' fork server imports what the probe's tasks import, not the
+                # pipeline's Spark client and Great Expectations (airflow_env's TASK_PRELOAD),
+                # which no task here uses: about 5 CPU-s of imports for nothing.
+                "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(PROBE_PRELOAD),
                 "OPS_CLOSED_PORT": str(free_port()),
                 "OPS_RELEASE_FILE": str(release),
                 "OPS_LANDING": str(landing),

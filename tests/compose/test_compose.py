@@ -179,12 +179,24 @@ def test_airflow_is_configured_like_the_local_setup(services, tmp_path):
         k
         for k in local
         if k.startswith(
-            ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AUDITSYNC_", "AIRFLOW__CORE__", "PYSPARK_")
+            (
+                "AIRFLOW_CONN_",
+                "AIRFLOW_VAR_",
+                "AUDITSYNC_",
+                "AIRFLOW__CORE__",
+                "AIRFLOW__SCHEDULER__",
+                "PYSPARK_",
+            )
         )
     }
     for name in ("airflow-init", *AIRFLOW_SERVICES):
         env = services[name]["environment"]
         assert wanted - set(env) == set(), name
+        for key in (
+            "AIRFLOW__SCHEDULER__MP_START_METHOD",
+            "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD",
+        ):
+            assert env[key] == local[key], (name, key)
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
         assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(
             "http://airflow-api-server:8080/"

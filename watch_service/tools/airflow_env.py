@@ -43,6 +43,29 @@ DEFAULT_USERS = "admin:admin"
 DEFAULT_SCHEDULE = "*/15 * * * *"
 DEFAULT_AIRFLOW_HOST = "127.0.0.1"
 DEFAULT_AIRFLOW_PORT = 8080
+# What a task of the pipeline's DAGs imports: the task runner, the operators its DAG file
+# builds, the Spark Connect client, pyiceberg and Great Expectations its steps use. The
+# scheduler's LocalExecutor workers come from a fork server that imports these once
+# (``[scheduler] mp_start_method`` forkserver, ``[core] mp_forkserver_preload``; the other
+# components keep fork and preload nothing), and each task process is forked from a worker, so
+# no task imports them again. The fork server skips a module that cannot be imported (an extra
+# not installed).
+TASK_PRELOAD = (
+    "airflow.executors.local_executor",
+    "airflow.sdk.execution_time.supervisor",
+    "airflow.sdk.execution_time.task_runner",
+    "airflow.providers.apache.spark.operators.spark_submit",
+    "auditsync_plugin.operators.spark_step",
+    "auditsync_plugin.operators.pipeline",
+    "auditsync_plugin.operators.run_lifecycle",
+    "auditsync_plugin.operators.landing_retention",
+    "auditsync_plugin.sensors.sink_cursors",
+    "auditsync_plugin.notifications.notifiers",
+    "pyspark.sql.connect.session",
+    "spark_jobs.common.session",
+    "pyiceberg.catalog.sql",
+    "great_expectations",
+)
 
 # Overrides this module honours (all optional), with what they set.
 OVERRIDES = {
@@ -219,6 +242,8 @@ def airflow_env(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+        "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(TASK_PRELOAD),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": over.get(
             "AUDITSYNC_AIRFLOW_USERS", DEFAULT_USERS
         ),
