@@ -52,6 +52,12 @@ class Settings:
     max_streams: int = 10_000
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
+    # Under `serve --workers N`: a watch stream whose topics one other worker owns is passed to
+    # that worker (web/handoff), so only the committing process is woken by an append. Less CPU
+    # and fewer wake-ups per record, but one process then commits and writes every stream of a
+    # hot topic: a higher p50 at moderate fan-out on few cores (docs/benchmarks.md). Off: a
+    # stream stays on the worker that accepted it.
+    streams_to_owner: bool = False
     # Service-wide (counted in PostgreSQL): live watch sessions one key may hold (429 above).
     max_sessions_per_key: int = 1_000
     session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
@@ -113,6 +119,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
+    "AUDITSYNC_STREAMS_TO_OWNER": ("streams_to_owner", bool),
     "AUDITSYNC_MAX_SESSIONS_PER_KEY": ("max_sessions_per_key", int),
     "AUDITSYNC_SESSION_GC_INTERVAL_S": ("session_gc_interval_s", float),
     "AUDITSYNC_TAIL_CACHE_BYTES": ("tail_cache_bytes", int),

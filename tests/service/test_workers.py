@@ -76,8 +76,10 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def start(pg_url: str, log_path: Path) -> ServiceProcess:
-    svc = ServiceProcess(pg_url, workers=2, log_path=log_path)
+async def start(
+    pg_url: str, log_path: Path, env: dict[str, str | None] | None = None
+) -> ServiceProcess:
+    svc = ServiceProcess(pg_url, workers=2, log_path=log_path, env=env)
     await asyncio.to_thread(svc.start, 60)  # both workers listen once it returns
     return svc
 
@@ -110,26 +112,34 @@ def owned_by(worker: str, prefix: str = "w.t") -> str:
     return topic
 
 
-async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(
-    two_workers, clients
-):
-    """A stream whose topics one other worker owns goes to that worker with its request,
-    unanswered (web/handoff.py): the same TCP connection, answered and streamed by the owner,
-    the frames' bytes exact."""
-    w0, w1 = await clients("0"), await clients("1")
+async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(pg_url, tmp_path):
+    """With AUDITSYNC_STREAMS_TO_OWNER, a stream whose topics one other worker owns goes to
+    that worker with its request, unanswered (web/handoff.py): the same TCP connection,
+    answered and streamed by the owner, the frames' bytes exact."""
+    svc = await start(pg_url, tmp_path / "service.log", {"AUDITSYNC_STREAMS_TO_OWNER": "true"})
+    w0, w1 = await pinned(svc.url, "0"), await pinned(svc.url, "1")
+    try:
+        await passed_to_owner(svc, w0, w1)
+    finally:
+        for client in (w0, w1):
+            await client.close()
+        await asyncio.to_thread(svc.stop)
+
+
+async def passed_to_owner(svc: ServiceProcess, w0: Pinned, w1: Pinned) -> None:
     topic = owned_by("0")
     await w0.call("PUT", f"/v0/topics/{topic}", json={})
     await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
     created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
     passed = "auditsync_connections_passed_total"
     gets = 'auditsync_http_requests_total{method="GET",route="/v0/watch/{wid}",status="200"}'
-    before, got_before = [await series_total(two_workers.url, n) for n in (passed, gets)]
+    before, got_before = [await series_total(svc.url, n) for n in (passed, gets)]
 
     stream = await w1.stream(created["wid"], served_by="0")
     try:
-        assert await series_total(two_workers.url, passed) - before == 1
+        assert await series_total(svc.url, passed) - before == 1
         # worker 1 does not count the request it passed on: worker 0 counts it, once it ends
-        assert await series_total(two_workers.url, gets) == got_before
+        assert await series_total(svc.url, gets) == got_before
         recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
         assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
         assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
@@ -141,12 +151,34 @@ async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner
         stream.close()
 
     async def counted_once() -> bool:
-        return await series_total(two_workers.url, gets) == got_before + 1
+        return await series_total(svc.url, gets) == got_before + 1
 
     await wait_for(counted_once, timeout=10, what="the ended stream's request counted once")
 
 
 async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
+    """By default a stream stays on the worker that accepted it, whichever worker created its
+    session and whichever owns its topic: the appends reach it through the NOTIFY."""
+    w0, w1 = await clients("0"), await clients("1")
+    topic = owned_by("0")
+    await w0.call("PUT", f"/v0/topics/{topic}", json={})
+    await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
+    created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
+
+    stream = await w1.stream(created["wid"])
+    try:
+        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
+        assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
+        assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
+        body = {"records": [{"data": {"live": i}} for i in range(2)]}
+        await w0.call("POST", f"/v0/topics/{topic}/records", json=body)
+        live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
+        assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+    finally:
+        stream.close()
+
+
+async def test_a_stream_over_topics_of_both_workers_stays_where_it_was_opened(clients):
     """A stream over topics of both workers stays where it was opened, whichever worker
     created its session."""
     w0, w1 = await clients("0"), await clients("1")

@@ -157,11 +157,11 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
 
 def _owner_elsewhere(app: web.Application, definition: WatchDefinition) -> int | None:
-    """The other worker that owns every topic of the stream (``engine.relay``), if one does:
-    the stream goes there (``web.handoff``), so the process that commits the topic's appends
-    pushes them, and no other is woken by them."""
+    """The other worker that owns every topic of the stream (``engine.relay``), if one does
+    and ``streams_to_owner`` is on: the stream goes there (``web.handoff``), so the process
+    that commits the topic's appends pushes them, and no other is woken by them."""
     relay = app[APPENDER].relay
-    if relay is None:
+    if relay is None or not app[SETTINGS].streams_to_owner:
         return None
     owners = {relay.elsewhere(topic) for topic in definition.topics}
     return owners.pop() if len(owners) == 1 else None
