@@ -75,8 +75,9 @@ spicedb-native: venv
 ui-assets: venv
 	@$(PY) plugins/auditsync_plugin/ui/assets.py
 
-# Static checks, configured in pyproject.toml; a few seconds, so they run before the suite.
-lint: setup
+# Static checks, configured in pyproject.toml; a few seconds, so they run before the suite. They
+# need only the venv's tools, so `make test` runs them beside the rest of the set-up.
+lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -86,11 +87,14 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Three workers (pytest-xdist) on the suite's units (tests/conftest.py); `-p no:xdist` or
-# `-n 0` runs it serially. The last line printed is the suite's wall time and the CPU-seconds
-# pytest and its children used (watch_service/tools/cpu_time.py).
-test: setup lint
-	$(PY) -m watch_service.tools.cpu_time -- $(PY) -m pytest -n 3 --durations=25
+# The set-up and the static checks side by side (the class archive's JVM and mypy take a core
+# each; output grouped per target), then four workers (pytest-xdist) on the suite's units
+# (tests/conftest.py): a fourth fills the cores while others wait on a scheduler or a server.
+# `-p no:xdist` or `-n 0` runs it serially. The last line printed is the suite's wall time and
+# the CPU-seconds pytest and its children used (watch_service/tools/cpu_time.py).
+test: venv
+	@$(MAKE) --no-print-directory -j3 --output-sync=target setup lint
+	$(PY) -m watch_service.tools.cpu_time -- $(PY) -m pytest -n 4 --durations=25
 
 # Python 3.12: a second venv from the same uv.lock in $(LOCAL)/venv312, its own class archive
 # (the archive names the pyspark folder it fits), then the whole suite on it, as `make test` runs
