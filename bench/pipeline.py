@@ -269,7 +269,7 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
     from watch_service.store import runs
 
     jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-    cpu0 = time.process_time() + jvm_cpu(jvm)
+    cpu0 = time.process_time() + cpu_s(jvm)
 
     layout = Layout(world.landing, work, run_id)
     with psycopg.connect(world.url, autocommit=True) as conn:
@@ -289,7 +289,7 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
         log += figures.get(step, {}).get("log_seconds", 0.0)
         index += (figures.get(step, {}).get("index") or {}).get("seconds", 0.0)
     seconds["total"] = sum(seconds.values())
-    seconds["cpu"] = time.process_time() + jvm_cpu(jvm) - cpu0
+    seconds["cpu"] = time.process_time() + cpu_s(jvm) - cpu0
     # Inside reconcile: the head cap, the phantom revisit, the rewind evidence, the digests.
     seconds["rewind_checks"] = checks
     seconds["log"] = log  # inside verify: the signed log's check, growth and signature
@@ -304,13 +304,6 @@ def pipeline_run(spark, world: World, work: str, run_id: str) -> dict[str, float
         flush=True,
     )
     return seconds
-
-
-def jvm_cpu(pid: int) -> float:
-    """CPU-seconds (user + system) of process ``pid`` so far, from ``/proc``."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def last_execution(spark) -> int:
