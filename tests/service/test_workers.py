@@ -112,6 +112,18 @@ def owned_by(worker: str, prefix: str = "w.t") -> str:
     return topic
 
 
+async def catches_up_then_goes_live(writer: Pinned, stream: wire.Stream, topic: str) -> None:
+    """``stream`` of ``topic`` (one record, seq 1) from cursor 0: the record and caught-up
+    frames, then two records ``writer`` appends live, each frame's bytes exact."""
+    recs = (await writer.call("GET", f"/v0/topics/{topic}/records"))["records"]
+    assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
+    assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
+    body = {"records": [{"data": {"live": i}} for i in range(2)]}
+    await writer.call("POST", f"/v0/topics/{topic}/records", json=body)
+    live = (await writer.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
+    assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+
+
 async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(pg_url, tmp_path):
     """With AUDITSYNC_STREAMS_TO_OWNER, a stream whose topics one other worker owns goes to
     that worker with its request, unanswered (web/handoff.py): the same TCP connection,
@@ -140,13 +152,7 @@ async def passed_to_owner(svc: ServiceProcess, w0: Pinned, w1: Pinned) -> None:
         assert await series_total(svc.url, passed) - before == 1
         # worker 1 does not count the request it passed on: worker 0 counts it, once it ends
         assert await series_total(svc.url, gets) == got_before
-        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
-        assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
-        assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
-        body = {"records": [{"data": {"live": i}} for i in range(2)]}
-        await w0.call("POST", f"/v0/topics/{topic}/records", json=body)
-        live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
-        assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+        await catches_up_then_goes_live(w0, stream, topic)
     finally:
         stream.close()
 
@@ -167,13 +173,7 @@ async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
 
     stream = await w1.stream(created["wid"])
     try:
-        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
-        assert await stream.frame() == wire.record_frame(topic, recs, 0, 1, {topic: 0})
-        assert await stream.frame() == wire.caught_up_frame(topic, 1, {topic: 1})
-        body = {"records": [{"data": {"live": i}} for i in range(2)]}
-        await w0.call("POST", f"/v0/topics/{topic}/records", json=body)
-        live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
-        assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+        await catches_up_then_goes_live(w0, stream, topic)
     finally:
         stream.close()
 

@@ -153,22 +153,15 @@ class ContractRequestHandler(web_protocol.RequestHandler):
         """Pass the connection to worker ``owner`` with the request being handled, unanswered,
         if that request is all the connection sent (a header in one read, no body) and
         nothing is half-done here; the handler then returns without answering."""
-        transport = self.transport
+        replay = self._request_bytes
         if (
-            not self._whole
-            or self._request_bytes is None
-            or self._messages
-            or self._header_timer is not None
-            or self._force_close
-            or self._close
-            or transport is None
-            or transport.get_write_buffer_size()
+            replay is None
+            or (sock := self._passable_socket()) is None
+            or not handoff.send(sock, owner, replay)
         ):
             return False
-        sock = transport.get_extra_info("socket")
-        if sock is None or not handoff.send(sock, owner, self._request_bytes):
-            return False
-        transport.pause_reading()  # the owner reads it from now on
+        assert self.transport is not None  # _passable_socket checked it
+        self.transport.pause_reading()  # the owner reads it from now on
         self._passed = True
         return True
 
@@ -192,10 +185,17 @@ class ContractRequestHandler(web_protocol.RequestHandler):
 
     def _hand_off(self, handoff: ConnectionHandoff, owner: int) -> None:
         """Pass the connection to worker ``owner`` if nothing of it is half-done here."""
+        sock = None if self._body_left else self._passable_socket()
+        if sock is not None and handoff.send(sock, owner):
+            self.force_close()  # closes this process's descriptor; the owner holds its own
+
+    def _passable_socket(self) -> Any:
+        """The connection's socket if it may go to another worker: every byte it sent was read
+        in whole requests (no pipelined one queued, no header half-read), it is not closing,
+        and nothing written is still buffered; else None."""
         transport = self.transport
         if (
             not self._whole
-            or self._body_left
             or self._messages
             or self._header_timer is not None
             or self._force_close
@@ -203,10 +203,8 @@ class ContractRequestHandler(web_protocol.RequestHandler):
             or transport is None
             or transport.get_write_buffer_size()
         ):
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None and handoff.send(sock, owner):
-            self.force_close()  # closes this process's descriptor; the owner holds its own
+            return None
+        return transport.get_extra_info("socket")
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
