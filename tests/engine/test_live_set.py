@@ -1,7 +1,9 @@
 """Unit tests for the live set's push: every live sink gets the shared frames, a slice of
 ``CHECK_EVERY`` sinks a call; a sink that cannot take them leaves the set; a turn of the loop
-may come between two slices, and a sink that left during it is not pushed to. No sockets: the
-sinks record what they were handed."""
+may come between two slices, and a sink that left during it is not pushed to. A run (one-topic
+streams at one cursor) hands each member the same bytes and moves one cursor, and a member
+leaving keeps exactly what it was written. No sockets: the sinks record what they were
+handed."""
 
 from __future__ import annotations
 
@@ -11,8 +13,16 @@ from collections.abc import Sequence
 import pytest
 
 from watch_service.engine import fanout
-from watch_service.engine.fanout import CHECK_EVERY, Flags, Group, LiveSet, LiveSink
-from watch_service.protocol.stream_state import SharedFrame
+from watch_service.engine.fanout import (
+    CHECK_EVERY,
+    HIGH_WATER,
+    Flags,
+    Group,
+    LiveSet,
+    LiveSink,
+    SoloRun,
+)
+from watch_service.protocol.stream_state import SharedFrame, StreamState
 
 pytestmark = pytest.mark.unit
 GROUP: Group = ((False, False, True), 100, 1 << 20, None)
@@ -42,6 +52,22 @@ class Sink:
     def left(self, topic: str) -> None:
         pass
 
+    def solo_transport(self, topic: str) -> None:
+        return None  # a sink of its own: never in a run
+
+    def entered(self, run: SoloRun) -> None:
+        raise AssertionError("never in a run")
+
+    def exited(self, run: SoloRun, cursor: int, sent: int) -> None:
+        raise AssertionError("never in a run")
+
+    @staticmethod
+    def run_wire(frames: Sequence[bytes]) -> bytes:
+        raise AssertionError("never in a run")
+
+    def counted(self, event: str, n: int) -> None:
+        raise AssertionError("never in a run")
+
     @staticmethod
     def push_each(
         sinks: Sequence[LiveSink],
@@ -68,7 +94,7 @@ async def test_a_push_reaches_every_live_sink_slice_by_slice(monkeypatch):
     sinks = [Sink() for _ in range(2 * CHECK_EVERY + 5)]
     refusing = Sink(refuse=True)
     for sink in [*sinks, refusing]:
-        live.join(sink)
+        live.join(sink, "t", 0)
     left_meanwhile: list[Sink] = []
 
     def leave_the_rest() -> None:  # runs in the first turn the push gives the loop
@@ -91,3 +117,175 @@ async def test_a_push_reaches_every_live_sink_slice_by_slice(monkeypatch):
     assert written == len(pushed)  # one record frame each
     assert dropped == [refusing] and not refusing.got
     assert len(live) == len(pushed)
+
+
+# -- runs: one-topic streams that take the same bytes ------------------------------------------
+class Transport:
+    """The part of an asyncio transport a run writes to: what it was handed, in order."""
+
+    def __init__(self, buffered: int = 0, closing: bool = False) -> None:
+        self.writes: list[bytes] = []
+        self.buffered, self.closing = buffered, closing
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+class RunSink:
+    """A one-topic stream's state (the real ``StreamState``) behind a transport: what the
+    server's stream does with a run, without the socket."""
+
+    def __init__(self, cursor: int, transport: Transport | None = None) -> None:
+        self.group = GROUP
+        self.state = StreamState({"t": cursor}, {"t": 0})
+        self.state.live["t"] = True
+        self.transport = transport or Transport()
+        self.left_at: list[int] = []  # the cursor it had each time the live set dropped it
+        self.run_sent = 0  # the bytes ``exited`` said a run handed it
+        self.events: dict[str, int] = {}
+
+    def wake(self, topic: str) -> None:
+        pass
+
+    def left(self, topic: str) -> None:
+        self.left_at.append(self.state.cursors[topic])
+
+    def solo_transport(self, topic: str) -> Transport:
+        return self.transport
+
+    def entered(self, run: SoloRun) -> None:
+        self.base = run.sent
+        self.state.joined_run(run)
+
+    def exited(self, run: SoloRun, cursor: int, sent: int) -> None:
+        self.state.left_run(cursor)
+        self.run_sent += run.sent - self.base + sent
+
+    @staticmethod
+    def run_wire(frames: Sequence[bytes]) -> bytes:
+        return b"|".join(frames)
+
+    def counted(self, event: str, n: int) -> None:
+        self.events[event] = self.events.get(event, 0) + n
+
+    @staticmethod
+    def push_each(
+        sinks: Sequence[LiveSink],
+        topic: str,
+        after: int,
+        shared: Sequence[SharedFrame],
+        upto: int,
+        head: int,
+    ) -> list[LiveSink]:
+        raise AssertionError("a run's members are not pushed one by one")
+
+
+def frame_of(cursor: int, records: list[int], after: int, head: int) -> bytes:
+    """The record frame every one-topic stream at ``after`` gets (its id: the cursor map)."""
+    state = StreamState({"t": after}, {"t": after})
+    state.live["t"] = True
+    shared = fanout.shared_frames(
+        "t", [Item(s) for s in records], after, head, head, GROUP, encoder
+    )
+    out = state.pushed("t", after, shared, head, head)
+    assert out is not None and state.cursors["t"] == cursor
+    return out[0].data
+
+
+async def test_a_run_hands_every_member_the_same_bytes_and_moves_one_cursor():
+    live = LiveSet()
+    members = [RunSink(2) for _ in range(3 * CHECK_EVERY)]
+    for sink in members:
+        live.join(sink, "t", 2)
+    assert len(live) == len(members) and not live.groups and list(live.runs) == [GROUP]
+    written = await live.push("t", [Item(3), Item(4)], 2, 4, 4, encoder)
+
+    assert written == len(members)  # one record frame each
+    frame = frame_of(4, [3, 4], 2, 4)
+    assert frame.startswith(b"id: ") and b'"from_seq":2,"to_seq":4,"head_seq":4' in frame
+    for sink in members:
+        assert sink.transport.writes == [frame]  # one write: the frame, id included
+        assert sink.state.cursors == {"t": 4} and sink.state.dirty
+    assert live.runs[GROUP].cursor == 4
+
+
+async def test_a_member_that_cannot_take_a_push_leaves_at_its_start():
+    dropped: list[LiveSink] = []
+    live = LiveSet(dropped.append)
+    full = RunSink(2, Transport(buffered=HIGH_WATER + 1))
+    closing = RunSink(2, Transport(closing=True))
+    ok = RunSink(2)
+    for sink in (full, ok, closing):
+        live.join(sink, "t", 2)
+    assert await live.push("t", [Item(3)], 2, 3, 3, encoder) == 1
+
+    assert dropped == [full, closing] or dropped == [closing, full]
+    for sink in (full, closing):
+        assert sink.transport.writes == [] and sink.left_at == [2]
+        assert sink.state.run is None and sink.state.cursors == {"t": 2}
+    assert ok.state.cursors == {"t": 3} and len(live) == 1
+
+
+async def test_a_member_leaving_during_a_push_keeps_exactly_what_it_was_written(monkeypatch):
+    monkeypatch.setattr(fanout, "TURN_S", 0.0)  # the loop gets a turn after every slice
+    live = LiveSet()
+    members = [RunSink(5) for _ in range(2 * CHECK_EVERY)]
+    for sink in members:
+        live.join(sink, "t", 5)
+    seen: dict[int, tuple[bool, int | None]] = {}
+
+    def leave_two() -> None:  # the first turn the push gives: one slice written, one not
+        written, waiting = members[0], members[-1]
+        for sink in (written, waiting):
+            seen[id(sink)] = (bool(sink.transport.writes), None)
+            live.leave(sink)
+        # meanwhile what the flusher reads of a member is only what all of them have for sure
+        seen[0] = (False, members[1].state.cursors["t"])
+
+    asyncio.get_running_loop().call_soon(leave_two)
+    await live.push("t", [Item(6)], 5, 6, 6, encoder)
+
+    written, waiting = members[0], members[-1]
+    assert seen[id(written)][0] and not seen[id(waiting)][0]
+    assert written.state.cursors == {"t": 6} and written.run_sent == len(
+        written.transport.writes[0]
+    )
+    assert waiting.state.cursors == {"t": 5} and waiting.transport.writes == []
+    assert waiting.run_sent == 0
+    assert seen[0] == (False, 5)
+    for sink in members[1:-1]:
+        assert sink.state.cursors == {"t": 6} and len(sink.transport.writes) == 1
+
+
+async def test_a_sink_off_the_runs_cursor_waits_in_the_group_set():
+    live = LiveSet()
+    at, behind = RunSink(7), RunSink(6)
+    live.join(at, "t", 7)
+    live.join(behind, "t", 6)
+    assert list(live.runs[GROUP].members) == [at] and live.groups[GROUP] == {behind}
+
+
+async def test_a_run_push_of_several_pages_is_one_write_ending_with_caught_up():
+    group: Group = ((False, False, True), 1, 1 << 20, None)  # one record a page
+    live = LiveSet()
+    sinks = [RunSink(0) for _ in range(2)]
+    for sink in sinks:
+        sink.group = group
+        live.join(sink, "t", 0)
+    assert await live.push("t", [Item(1), Item(2)], 0, 2, 2, encoder) == 4  # 2 record frames each
+    for sink in sinks:
+        [wire] = sink.transport.writes
+        frames = wire.split(b"|")
+        assert [f.split(b"\n")[1] for f in frames] == [
+            b"event: record",
+            b"event: record",
+            b"event: caught-up",
+        ]
+        assert sink.state.cursors == {"t": 2} and sink.state.live["t"]
+    assert sinks[0].events == {"caught-up": 2}  # counted once for all members

@@ -190,9 +190,10 @@ class Tailer:
 
     def join(self, sink: LiveSink) -> bool:
         """Push to ``sink`` from now on if it is at the cache's end (else False: it pages)."""
-        if self.deleted or self.cache_after is None:
+        end = self.cache_end
+        if self.deleted or end is None:
             return False
-        self.live.join(sink)
+        self.live.join(sink, self.topic, end)
         self.asleep.discard(sink.wake)
         return True
 
@@ -367,7 +368,7 @@ class Tailer:
 
     async def _deliver(self, fresh: list[CachedRecord], after: int) -> None:
         """Push ``fresh`` (the records after ``after``, now cached) to the live streams."""
-        if fresh and self.live.groups:
+        if fresh and self.live:
             frames = await self.live.push(
                 self.topic, fresh, after, self.head, self.head, self.encoder
             )

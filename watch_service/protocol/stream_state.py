@@ -127,8 +127,19 @@ class Settled:
     caught_up: Outgoing | None = None
 
 
+class RunCursor(Protocol):
+    """The cursor of a one-topic stream that a run of such streams moves for all of them
+    (``engine.fanout.SoloRun``)."""
+
+    @property
+    def cursor(self) -> int: ...
+
+
 class StreamState:
-    """Cursors, live flags and frame building for one open stream over its session's topics."""
+    """Cursors, live flags and frame building for one open stream over its session's topics.
+
+    While a one-topic stream is in a run (``run``), its cursor is the run's: ``cursors`` and
+    ``dirty`` read it there, and ``left_run`` puts back the one it leaves at."""
 
     def __init__(
         self,
@@ -139,14 +150,49 @@ class StreamState:
         strong: bool = False,
         claimed: dict[str, int] | None = None,
     ) -> None:
-        self.cursors = dict(cursors)  # session topic order: the order of every frame id
+        self._cursors = dict(cursors)  # session topic order: the order of every frame id
+        self.run: RunCursor | None = None
         self.initial = dict(initial)  # the session's requested from_seq, per topic
         # Cursors the client presented above the ones the stream starts from (a Last-Event-ID
         # ahead of the session's): checked against the head before the topic's first page.
-        self.claimed = {t: c for t, c in (claimed or {}).items() if c > self.cursors.get(t, c)}
+        self.claimed = {t: c for t, c in (claimed or {}).items() if c > self._cursors.get(t, c)}
         self.node, self.strong = node, strong
         self.live = dict.fromkeys(cursors, False)
-        self.dirty = False  # cursors moved since the shell last persisted them
+        self._dirty = False  # cursors moved since the shell last persisted them
+
+    @property
+    def cursors(self) -> dict[str, int]:
+        """The cursor map (the run's cursor for the one topic of a stream in a run)."""
+        if self.run is not None:
+            self._sync(self.run.cursor)
+        return self._cursors
+
+    @property
+    def dirty(self) -> bool:
+        """Cursors moved since the shell last persisted them."""
+        if self.run is not None:
+            self._sync(self.run.cursor)
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+
+    def _sync(self, cursor: int) -> None:
+        for topic, mine in self._cursors.items():  # the one topic
+            if mine != cursor:
+                self._cursors[topic] = cursor
+                self._dirty = True
+
+    def joined_run(self, run: RunCursor) -> None:
+        """The one topic's cursor is ``run``'s from now on (it is there now)."""
+        self._sync(run.cursor)
+        self.run = run
+
+    def left_run(self, cursor: int) -> None:
+        """Out of the run at ``cursor``: the stream's own again."""
+        self.run = None
+        self._sync(cursor)
 
     # -- cursors -------------------------------------------------------------------------
     def frame_id(self, topic: str, cursor: int) -> str:

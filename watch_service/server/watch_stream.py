@@ -22,7 +22,7 @@ from typing import cast
 
 from aiohttp import web
 
-from watch_service.engine.fanout import Group, LiveSink
+from watch_service.engine.fanout import HIGH_WATER, Group, LiveSink, SoloRun
 from watch_service.engine.hub import Hub
 from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
@@ -37,7 +37,6 @@ from watch_service.web.metrics import Metrics
 
 log = logging.getLogger("auditsync.watch")
 FAIRNESS_PAGES = 4  # pages one topic may send before the others get a turn
-HIGH_WATER = 256 * 1024  # socket buffer bytes above which a stream is not pushed to
 DRAIN_AT = 64 * 1024  # the paging task waits for the buffer to drain above this
 SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (disconnects noticed within this)
 Page = Sequence[tuple[Delivered, str]]
@@ -87,15 +86,29 @@ class WatchStream:
         # The loop's clock (uvloop: its time as of this turn, no clock read per write; the
         # heartbeat's timeout runs on it too).
         self._clock = asyncio.get_running_loop().time
-        self.last_write = self._clock()
+        self._last_write = self._clock()
         self.ending: str | None = None  # why the stream ends, once it must
         self.closed = False
-        self.sent = 0  # bytes handed to the transport
+        self._sent = 0  # bytes handed to the transport, but a run's (``sent``)
+        self.solo_run: SoloRun | None = None  # the tailer's run this stream is in, if any
+        self._run_base = 0  # the run's ``sent`` when this stream joined it
         self.chunked = True  # Transfer-Encoding: chunked (HTTP/1.1)
         self._swept = (0, 0)  # (sent, buffered) at the last sweep
         self._stalled_since: float | None = None
         self._draining = False
         self.flushed_at = 0.0  # when the cursor flusher last wrote this stream's cursors
+
+    @property
+    def sent(self) -> int:
+        """Bytes handed to the transport (a run's pushes counted once they are all written)."""
+        run = self.solo_run
+        return self._sent if run is None else self._sent + run.sent - self._run_base
+
+    @property
+    def last_write(self) -> float:
+        """The loop's time of the last write to the transport."""
+        run = self.solo_run
+        return self._last_write if run is None else max(self._last_write, run.last_write)
 
     # -- wiring ----------------------------------------------------------------------------
     def wake(self, topic: str) -> None:
@@ -141,11 +154,44 @@ class WatchStream:
                 and s.state.pushed_solo(topic, after, one, upto)  # type: ignore[arg-type]
             ):
                 t.write(wire)
-                s.sent += size
-                s.last_write = now
+                s._sent += size
+                s._last_write = now
             elif not s.push(topic, after, shared, upto, head):
                 refused.append(s)
         return refused
+
+    def solo_transport(self, topic: str) -> asyncio.Transport | None:
+        """The transport, if this stream takes a run's bytes as they are: one topic, live,
+        chunked HTTP/1.1, open, its buffer under the high-water mark."""
+        t = self.transport
+        if (
+            self.chunked
+            and self.ending is None
+            and len(self.state.live) == 1
+            and self.state.live.get(topic)
+            and t is not None
+            and not t.is_closing()
+            and t.get_write_buffer_size() <= HIGH_WATER
+        ):
+            return t
+        return None
+
+    def entered(self, run: SoloRun) -> None:
+        self.solo_run, self._run_base = run, run.sent
+        self.state.joined_run(run)
+
+    def exited(self, run: SoloRun, cursor: int, sent: int) -> None:
+        self.state.left_run(cursor)
+        self._sent += run.sent - self._run_base + sent
+        self._last_write = max(self._last_write, run.last_write)
+        self.solo_run = None
+
+    @staticmethod
+    def run_wire(frames: Sequence[bytes]) -> bytes:
+        return b"".join([http_chunk(frame) for frame in frames])
+
+    def counted(self, event: str, n: int) -> None:
+        self.metrics.frame_sent(event, n)
 
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
@@ -202,7 +248,7 @@ class WatchStream:
     async def run(self) -> None:
         await self.resp.write(frames.retry(frames.RETRY_MS))  # sends the headers too
         self.chunked = bool(getattr(self.writer, "chunked", True))
-        self.sent += len(frames.retry(frames.RETRY_MS))
+        self._sent += len(frames.retry(frames.RETRY_MS))
         for topic in self.state.cursors:
             self.active[topic] = tailer = self.hub.subscribe(topic, self.wake, self.strong)
             self.rewinds[topic] = len(tailer.rewound_to)
@@ -356,8 +402,8 @@ class WatchStream:
     def _write(self, t: asyncio.Transport, data: bytes) -> None:
         """``data``, framed for the wire, to ``t`` (checked open by the caller)."""
         t.write(data)
-        self.sent += len(data)
-        self.last_write = self._clock()
+        self._sent += len(data)
+        self._last_write = self._clock()
 
     def _full(self) -> bool:
         return self.transport is not None and self.transport.get_write_buffer_size() > HIGH_WATER
