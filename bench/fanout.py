@@ -52,7 +52,8 @@ def live_stream(transport: asyncio.Transport, clock) -> WatchStream:
     stream.transport, stream.chunked, stream.ending = transport, True, None
     stream.state = StreamState({TOPIC: 0}, {TOPIC: 0})
     stream.state.live[TOPIC] = True
-    stream.group, stream.sent, stream._clock, stream.last_write = GROUP, 0, clock, 0.0
+    stream.group, stream._sent, stream._clock, stream._last_write = GROUP, 0, clock, 0.0
+    stream.solo_run, stream._run_base = None, 0
     stream.pushed, stream.active, stream.dirty = {TOPIC}, {}, set()
     return stream
 
@@ -68,7 +69,7 @@ async def main(n: int, rounds: int) -> None:
         server_end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport, _ = await loop.create_connection(asyncio.Protocol, sock=server_end)
         streams.append(live_stream(transport, loop.time))
-        live.join(streams[-1])
+        live.join(streams[-1], TOPIC, 0)
         transports.append(transport)
         clients.append(client)
 

@@ -170,7 +170,7 @@ class StreamState:
     @property
     def dirty(self) -> bool:
         """Cursors moved since the shell last persisted them."""
-        if self.run is not None:
+        if self.run is not None and not self._dirty:
             self._sync(self.run.cursor)
         return self._dirty
 

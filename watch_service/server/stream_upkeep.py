@@ -35,6 +35,11 @@ log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
 TAKEOVER_WAIT_S = 0.5  # how long a takeover waits for the stream it replaces to release
 FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
+# Streams a flush round and a sweep look at, a second at most: each looks at every open stream,
+# so with many streams their rounds come less often (10,000 streams in a worker: a flush round
+# a second, a sweep every half second), and their CPU does not grow with the streams.
+FLUSH_SCAN_PER_S = 10_000
+SWEEP_SCAN_PER_S = 20_000
 BATCH_ROWS = 500  # rows a statement writes; the loop runs other work between two
 SWEEP_SLICE = 1000  # streams the sweep looks at between two turns of the loop
 
@@ -81,18 +86,27 @@ async def flush(app: web.Application, renew: bool, rows: int) -> None:
                 stream.end("taken over")  # by a stream elsewhere, or the session is gone
 
 
+def round_interval(base_s: float, streams: int, scan_per_s: int) -> float:
+    """Seconds between two rounds that each look at every one of ``streams``: ``base_s``, or
+    longer when that would look at more than ``scan_per_s`` streams a second."""
+    return max(base_s, streams / scan_per_s)
+
+
 def _batches(streams: list[WatchStream]) -> list[list[WatchStream]]:
     return [streams[i : i + BATCH_ROWS] for i in range(0, len(streams), BATCH_ROWS)]
 
 
 async def cursor_flusher(app: web.Application) -> None:
-    """Flush every ``cursor_flush_ms``; renew leases every third of ``LEASE_S``. Cancelled
-    (on shutdown), it makes the final writes of the streams that ended."""
-    interval = app[SETTINGS].cursor_flush_ms / 1000
-    rows = max(1, int(FLUSH_ROWS_PER_S * interval))
+    """Flush every ``cursor_flush_ms`` (less often with more than ``FLUSH_SCAN_PER_S`` times
+    that many streams); renew leases every third of ``LEASE_S``. Cancelled (on shutdown), it
+    makes the final writes of the streams that ended."""
+    base = app[SETTINGS].cursor_flush_ms / 1000
+    rows = max(1, int(FLUSH_ROWS_PER_S * base))
     last_lease = 0.0
     try:
         while True:
+            interval = round_interval(base, len(app[STREAMS]), FLUSH_SCAN_PER_S)
+            rows = max(1, int(FLUSH_ROWS_PER_S * interval))
             await asyncio.sleep(interval)
             renew = time.monotonic() - last_lease > LEASE_S / 3
             try:
@@ -118,10 +132,12 @@ async def sweep(streams: set[WatchStream], write_timeout_s: float) -> None:
 
 
 async def sweeper(app: web.Application) -> None:
-    """Look at every open stream each ``SWEEP_S`` (or a quarter of the write timeout)."""
+    """Look at every open stream each ``SWEEP_S`` (less often with more than
+    ``SWEEP_SCAN_PER_S`` times that many streams), or each quarter of the write timeout if
+    that is sooner."""
     timeout = app[SETTINGS].write_timeout_s
-    interval = min(SWEEP_S, timeout / 4)
     while True:
+        interval = min(round_interval(SWEEP_S, len(app[STREAMS]), SWEEP_SCAN_PER_S), timeout / 4)
         await asyncio.sleep(interval)
         await sweep(app[STREAMS], timeout)
         app[METRICS].flush_frames()  # other workers' scrapes see this worker's frames

@@ -38,7 +38,7 @@ from watch_service.web.metrics import Metrics
 log = logging.getLogger("auditsync.watch")
 FAIRNESS_PAGES = 4  # pages one topic may send before the others get a turn
 DRAIN_AT = 64 * 1024  # the paging task waits for the buffer to drain above this
-SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (disconnects noticed within this)
+SWEEP_S = 0.25  # how often ``sweep`` looks at every stream (more streams: stream_upkeep)
 Page = Sequence[tuple[Delivered, str]]
 
 
