@@ -18,7 +18,7 @@ from watch_service.protocol.requests import NewRecord
 from watch_service.store import topics as store
 from watch_service.web.app_keys import HUB, POOL
 
-from .conftest import Api
+from .conftest import Api, stream_closed_with
 from .test_backpressure import RawSseClient
 from .wire import RETRY, caught_up_frame, expect_per_topic, fields, record_frame
 
@@ -276,3 +276,43 @@ async def a_read_waiting(app, tailer):
     finally:
         for conn in held:
             await pool.putconn(conn)
+
+
+async def test_one_topic_streams_share_a_run_and_leave_it_with_exactly_what_they_got(
+    api, db, service
+):
+    """The one-topic streams of one option group form the tailer's run: the same bytes to
+    each, one cursor for all. One whose client goes away leaves it with its own cursor at
+    what it was written, so its session resumes after exactly that, while the others go on."""
+    topic = await api.topic()
+    streams, wids = [], []
+    for _ in range(4):
+        wid = (await api.watch({"topics": {topic: {}}, "heartbeat_ms": 60000}))["wid"]
+        stream = await api.stream(wid)
+        assert await stream.frame() == caught_up_frame(topic, 0, {topic: 0})
+        streams.append(stream)
+        wids.append(wid)
+    tailer = service.app[HUB].tailers[topic]
+    await wait_for(lambda: len(tailer.live) == 4, what="every stream to join the live set")
+    [run] = tailer.live.runs.values()
+    assert len(run.members) == 4 and not tailer.live.groups
+
+    await api.append(topic, 1, 2)
+    first = record_frame(topic, await api.records(topic), 0, 2, {topic: 0})
+    for stream in streams:
+        assert await stream.frame() == first
+    gone = streams.pop()
+    gone.close()
+    await wait_for(stream_closed_with(db, wids[-1], {topic: 2}), what="the gone stream's cursors")
+    assert len(run.members) == 3
+
+    await api.append(topic, 3)
+    recs = await api.records(topic, 2)
+    for stream in streams:
+        assert await stream.frame() == record_frame(topic, recs, 2, 3, {topic: 2})
+    assert run.cursor == 3
+    resumed = await api.stream(wids[-1])  # no Last-Event-ID: the session's own cursor
+    assert await resumed.frame() == record_frame(topic, recs, 2, 3, {topic: 2})
+    assert await resumed.frame() == caught_up_frame(topic, 3, {topic: 3})
+    for stream in [*streams, resumed]:
+        stream.close()
