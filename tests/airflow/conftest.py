@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ from watch_service.tools import spark_connect as spark_connect_server
 from watch_service.tools.airflow_env import airflow_env
 
 from ..support import ServiceProcess, free_port, unique
+from .cli_server import CliServer
 from .receivers import SmtpReceiver, WebhookReceiver
 from .spark_cluster import standalone_cluster
 
@@ -113,6 +114,9 @@ def http_json(method: str, url: str, body: dict | None = None) -> dict:
 class AirflowHome:
     local: Path
     env: dict[str, str]
+    # The home's commands forked from a server that imported Airflow once (``cli_server``);
+    # None: each command is a process of its own.
+    cli: CliServer | None = None
 
     def run(
         self,
@@ -123,14 +127,17 @@ class AirflowHome:
         unset: tuple[str, ...] = (),
     ) -> subprocess.CompletedProcess:
         env = {k: v for k, v in {**self.env, **(extra_env or {})}.items() if k not in unset}
-        out = subprocess.run(
-            [str(BIN / "airflow"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.local,
-        )
+        if self.cli is not None and self.cli.serves(env):
+            out = self.cli.run(list(args), env, self.local, timeout)
+        else:
+            out = subprocess.run(
+                [str(BIN / "airflow"), *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=self.local,
+            )
         if check and out.returncode != 0:
             raise AssertionError(
                 f"airflow {' '.join(args)} exited {out.returncode}:\n"
@@ -184,7 +191,7 @@ def alert_receivers():
 @pytest.fixture(scope="session")
 def airflow_home(
     pg_url, watch_service, spark_connect, alert_receivers, tmp_path_factory
-) -> AirflowHome:
+) -> Iterator[AirflowHome]:
     local = tmp_path_factory.mktemp("airflow-local")
     connect_settings, connect = spark_connect
     env = airflow_env(
@@ -213,12 +220,17 @@ def airflow_home(
             {"type": "file", "log_file_path": str(local / OL_EVENTS), "append": True}
         ),
     }
-    home = AirflowHome(local, full)
-    # a bound against a hang, not a target: about 3 s alone, over 180 s at load 24-30 (three
-    # workers' homes migrating at once on a machine shared with other suites)
-    home.run("db", "migrate", check=True, timeout=900)
-    spark_connect_server.wait_ready(connect_settings, connect)
-    return home
+    # Its imports go on while the Spark Connect server starts and the landing fills.
+    home = AirflowHome(local, full, CliServer(full, local))
+    try:
+        # a bound against a hang, not a target: about 3 s alone, over 180 s at load 24-30
+        # (three workers' homes migrating at once on a machine shared with other suites)
+        home.run("db", "migrate", check=True, timeout=900)
+        spark_connect_server.wait_ready(connect_settings, connect)
+        yield home
+    finally:
+        assert home.cli is not None
+        home.cli.stop()
 
 
 @dataclasses.dataclass
