@@ -5,7 +5,8 @@
   the DAG's Spark steps and the quality checkpoint use as clients;
 * ``airflow_home``: an Airflow home with the environment ``airflow_env`` computes for this
   project (embedded defaults: SQLite metadata, Spark ``local[2]``, the ``spark_connect_default``
-  connection to that server), migrated once;
+  connection to that server), migrated once; its CLI commands fork from a server that imported
+  Airflow once (``cli_server``);
 * ``landing``: the real watch service (its own process) with three topics — one capped and
   trimmed by the ``retention`` DAG, so the sink sees a tombstone — and the real sink (its own
   process, with fault injection: dropped and corrupted records) writing a landing zone until
