@@ -34,7 +34,7 @@ from watch_service.web.app_keys import GC_PACER, METRICS, POOL, SETTINGS, STREAM
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
 TAKEOVER_WAIT_S = 0.5  # how long a takeover waits for the stream it replaces to release
-FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all of them)
+FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all that are due)
 # Streams a flush round and a sweep look at, a second at most: each looks at every open stream,
 # so with many streams their rounds come less often (5,000 streams in a worker: a flush round
 # a second, a sweep every half second), and their CPU does not grow with the streams. (At 5,000
@@ -47,18 +47,23 @@ BATCH_ROWS = 200  # rows a statement writes; the loop runs other work between tw
 SCAN_SLICE = 100
 
 
-async def flush(app: web.Application, renew: bool, rows: int) -> None:
-    """One round: final writes of ended streams, then changed cursor maps of open ones (at
-    most ``rows`` of them), or with ``renew`` all of them, leases renewed; in statements of at
-    most ``BATCH_ROWS`` rows, the loop free between them (ten thousand leases renewed must not
-    hold up the appends and pushes for the time it takes to encode them)."""
+async def flush(app: web.Application, rows: int) -> None:
+    """One round: final writes of ended streams; the leases due for renewal (a stream's last
+    renewal a third of ``LEASE_S`` ago: each stream on its own clock, so renewals spread as
+    the streams' openings did, not ten thousand rows every ten seconds), with their cursors;
+    then the changed cursor maps of the others (at most ``rows`` of them, those written longest
+    ago first). In statements of at most ``BATCH_ROWS`` rows, the loop free between them."""
     streams: set[WatchStream] = app[STREAMS]
+    renew_before = time.monotonic() - LEASE_S / 3
     ended: list[WatchStream] = []
+    renew: list[WatchStream] = []
     due: list[WatchStream] = []
     for i, stream in enumerate(list(streams), 1):
         if stream.closed:
             ended.append(stream)
-        elif renew or stream.state.dirty:
+        elif stream.renewed_at <= renew_before:
+            renew.append(stream)
+        elif stream.state.dirty:
             due.append(stream)
         if i % SCAN_SLICE == 0:
             await asyncio.sleep(0)
@@ -76,20 +81,29 @@ async def flush(app: web.Application, renew: bool, rows: int) -> None:
                 raise
         if (pacer := app.get(GC_PACER)) is not None:  # what they left may be frozen
             pacer.streams_ended(len(ended), len(streams))
-    if not renew and len(due) > rows:
+    if len(due) > rows:
         due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)
-    for batch in _batches(due):
+    for batch, renewing in [
+        *((b, True) for b in _batches(renew)),
+        *((b, False) for b in _batches(due)),
+    ]:
         now = time.monotonic()
+        renewed = [s.renewed_at for s in batch]
         for stream in batch:
             stream.state.dirty, stream.flushed_at = False, now
+            if renewing:
+                stream.renewed_at = now
         try:
             async with app[POOL].connection() as conn:
                 written = await sessions.save_cursors(
-                    conn, [(s.wid, s.gen, dict(s.state.cursors)) for s in batch], LEASE_S, renew
+                    conn,
+                    [(s.wid, s.gen, dict(s.state.cursors)) for s in batch],
+                    LEASE_S,
+                    renewing,
                 )
         except Exception:
-            for stream in batch:
-                stream.state.dirty = True
+            for stream, renewed_at in zip(batch, renewed, strict=True):
+                stream.state.dirty, stream.renewed_at = True, renewed_at  # retried next round
             raise
         for stream in batch:
             if (stream.wid, stream.gen) not in written:
@@ -108,26 +122,22 @@ def _batches(streams: list[WatchStream]) -> list[list[WatchStream]]:
 
 async def cursor_flusher(app: web.Application) -> None:
     """Flush every ``cursor_flush_ms`` (less often with more than ``FLUSH_SCAN_PER_S`` times
-    that many streams); renew leases every third of ``LEASE_S``. Cancelled (on shutdown), it
-    makes the final writes of the streams that ended."""
+    that many streams); each stream's lease is renewed every third of ``LEASE_S``. Cancelled
+    (on shutdown), it makes the final writes of the streams that ended."""
     base = app[SETTINGS].cursor_flush_ms / 1000
     rows = max(1, int(FLUSH_ROWS_PER_S * base))
-    last_lease = 0.0
     try:
         while True:
             interval = round_interval(base, len(app[STREAMS]), FLUSH_SCAN_PER_S)
             rows = max(1, int(FLUSH_ROWS_PER_S * interval))
             await asyncio.sleep(interval)
-            renew = time.monotonic() - last_lease > LEASE_S / 3
             try:
-                await flush(app, renew, rows)
-                if renew:
-                    last_lease = time.monotonic()
+                await flush(app, rows)
             except Exception as exc:
                 log.warning("cursor flush failed (will retry): %s", exc)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
-            await flush(app, False, rows)
+            await flush(app, rows)
         raise
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -97,6 +98,7 @@ class WatchStream:
         self._stalled_since: float | None = None
         self._draining = False
         self.flushed_at = 0.0  # when the cursor flusher last wrote this stream's cursors
+        self.renewed_at = time.monotonic()  # when its lease was last renewed (opened: now)
 
     @property
     def sent(self) -> int:
