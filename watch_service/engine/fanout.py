@@ -197,12 +197,22 @@ class LiveSet:
             if not sinks:
                 del self.groups[group]
 
-    def _exit(self, group: Hashable, run: SoloRun, sink: LiveSink) -> None:
+    @staticmethod
+    def _detach(run: SoloRun, sink: LiveSink) -> None:
+        """``sink`` leaves ``run`` with exactly what it was written."""
         cursor, pushing = run.cursor_of(sink)
         del run.members[sink]
         sink.exited(run, cursor, pushing)
+
+    def _exit(self, group: Hashable, run: SoloRun, sink: LiveSink) -> None:
+        self._detach(run, sink)
         if not run.members and run.todo is None and self.runs.get(group) is run:
             del self.runs[group]
+
+    def _drop_member(self, group: Hashable, run: SoloRun, sink: LiveSink, topic: str) -> None:
+        """The set drops a member of ``run``: it pages on its own from its exact cursor."""
+        self._exit(group, run, sink)
+        self._dropped(sink, topic)
 
     def drop_all(self, topic: str) -> None:
         """Every stream leaves (it has a tombstone or a deletion to page for)."""
@@ -211,9 +221,7 @@ class LiveSet:
         dropped: list[LiveSink] = []
         for run in runs.values():
             for sink in list(run.members):
-                cursor, pushing = run.cursor_of(sink)
-                del run.members[sink]
-                sink.exited(run, cursor, pushing)
+                self._detach(run, sink)
                 dropped.append(sink)
         for sinks in groups.values():
             dropped += sinks
@@ -263,8 +271,7 @@ class LiveSet:
 
     def _page_all(self, group: Hashable, run: SoloRun, topic: str) -> None:
         for sink in list(run.members):
-            self._exit(group, run, sink)
-            self._dropped(sink, topic)
+            self._drop_member(group, run, sink, topic)
 
     async def _push_run(
         self,
@@ -308,8 +315,7 @@ class LiveSet:
                         t.write(wire)
                         written += 1
                 for sink in refused:  # not written: leaves at ``after``
-                    self._exit(group, run, sink)
-                    self._dropped(sink, topic)
+                    self._drop_member(group, run, sink, topic)
                 refused.clear()
                 run.done = start + CHECK_EVERY
                 if await self._turn():

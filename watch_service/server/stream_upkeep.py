@@ -83,10 +83,8 @@ async def flush(app: web.Application, rows: int) -> None:
             pacer.streams_ended(len(ended), len(streams))
     if len(due) > rows:
         due = heapq.nsmallest(rows, due, key=lambda s: s.flushed_at)
-    for batch, renewing in [
-        *((b, True) for b in _batches(renew)),
-        *((b, False) for b in _batches(due)),
-    ]:
+    batches = [(b, True) for b in _batches(renew)] + [(b, False) for b in _batches(due)]
+    for batch, renewing in batches:
         now = time.monotonic()
         renewed = [s.renewed_at for s in batch]
         for stream in batch:

@@ -163,18 +163,11 @@ class WatchStream:
         return refused
 
     def solo_transport(self, topic: str) -> asyncio.Transport | None:
-        """The transport, if this stream takes a run's bytes as they are: one topic, live,
-        chunked HTTP/1.1, open, its buffer under the high-water mark."""
+        """The transport, if this stream takes a run's bytes as they are: one topic over
+        chunked HTTP/1.1, its connection open (``_join`` saw it live, not ending, its buffer
+        under the high-water mark)."""
         t = self.transport
-        if (
-            self.chunked
-            and self.ending is None
-            and len(self.state.live) == 1
-            and self.state.live.get(topic)
-            and t is not None
-            and not t.is_closing()
-            and t.get_write_buffer_size() <= HIGH_WATER
-        ):
+        if self.chunked and len(self.state.live) == 1 and t is not None and not t.is_closing():
             return t
         return None
 
