@@ -289,3 +289,43 @@ async def test_a_run_push_of_several_pages_is_one_write_ending_with_caught_up():
         ]
         assert sink.state.cursors == {"t": 2} and sink.state.live["t"]
     assert sinks[0].events == {"caught-up": 2}  # counted once for all members
+
+
+async def test_a_run_keeps_its_members_slots_across_leaves_joins_and_compaction(monkeypatch):
+    """Members leave empty slots that later pushes skip; one joining during a push (at its
+    target) is not handed that push's bytes, and leaving during it keeps the target; once more
+    slots are empty than full, the run compacts in join order before its next push."""
+    monkeypatch.setattr(fanout, "TURN_S", 0.0)  # the loop gets a turn after every slice
+    live = LiveSet()
+    members = [RunSink(1) for _ in range(2 * CHECK_EVERY)]
+    for sink in members:
+        live.join(sink, "t", 1)
+    run = live.runs[GROUP]
+    gone = members[: CHECK_EVERY + 8]
+    for sink in gone:
+        live.leave(sink)
+    assert run.holes == len(gone) and len(run.transports) == 2 * CHECK_EVERY
+
+    late, left_late = RunSink(2), RunSink(2)
+
+    def join_during_push() -> None:
+        live.join(late, "t", 2)  # the push's target: the tail once it ends
+        live.join(left_late, "t", 2)
+        live.leave(left_late)
+
+    asyncio.get_running_loop().call_soon(join_during_push)
+    stay = members[len(gone) :]
+    assert await live.push("t", [Item(2)], 1, 2, 2, encoder) == len(stay)
+    # compacted before the push, then two joined and one of them left
+    assert len(run.transports) == len(stay) + 2 and run.holes == 1
+    assert [s for s in run.slot_sinks if s is not None] == [*stay, late]
+    assert late.transport.writes == [] and late.state.cursors == {"t": 2}
+    assert left_late.state.cursors == {"t": 2} and left_late.run_sent == 0
+    for sink in gone:
+        assert sink.transport.writes == [] and sink.state.cursors == {"t": 1}
+
+    assert await live.push("t", [Item(3)], 2, 3, 3, encoder) == len(stay) + 1
+    for sink in [*stay, late]:
+        assert sink.transport.writes[-1] == frame_of(3, [3], 2, 3)
+        assert sink.state.cursors == {"t": 3}
+    assert [len(s.transport.writes) for s in stay] == [2] * len(stay)

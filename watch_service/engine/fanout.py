@@ -123,28 +123,69 @@ def shared_frames(
 class SoloRun:
     """The members of one group that take its frames as they are, all at ``cursor``.
 
-    A push from ``cursor`` to ``target`` hands ``todo``'s members the same bytes in order
-    (``done``: how many it has handled so far) and moves ``cursor`` once, at its end; until then
-    ``cursor`` is what every member has for sure (the cursor flusher stores no more than that),
-    and ``cursor_of`` tells a member leaving meanwhile exactly what it was written."""
+    Members keep a slot each, in the order they joined (``transports``, ``slot_sinks``; a
+    member leaving empties its slot, and a run with more empty slots than members is compacted
+    before its next push), so a push walks one list it does not build. A push from ``cursor``
+    to ``target`` hands the first ``pushing_to`` slots' members the same bytes in slot order
+    (``done``: how many slots it has handled so far) and moves ``cursor`` once, at its end;
+    until then ``cursor`` is what every member has for sure (the cursor flusher stores no more
+    than that), and ``cursor_of`` tells a member leaving meanwhile exactly what it was
+    written."""
 
-    __slots__ = ("cursor", "done", "last_write", "members", "pushing", "sent", "target", "todo")
+    __slots__ = (
+        "cursor",
+        "done",
+        "holes",
+        "last_write",
+        "members",
+        "pushing",
+        "pushing_to",
+        "sent",
+        "slot_sinks",
+        "target",
+        "transports",
+    )
 
     def __init__(self, cursor: int) -> None:
         self.cursor = self.target = cursor
-        self.members: dict[LiveSink, Any] = {}  # member -> its transport
-        self.todo: list[tuple[LiveSink, Any]] | None = None  # the push under way, if any
+        self.members: dict[LiveSink, int] = {}  # member -> its slot
+        self.transports: list[Any] = []  # a slot's member's transport, None once it left
+        self.slot_sinks: list[LiveSink | None] = []
+        self.holes = 0  # slots emptied since the last compaction
+        self.pushing_to = -1  # the slots the push under way hands its bytes to; -1: none
         self.done = 0
         self.pushing = 0  # the bytes of the push under way
         self.sent = 0  # bytes the run's pushes handed each member that was there all along
         self.last_write = 0.0  # the loop's time at the last push's end (members' heartbeats)
 
+    def add(self, sink: LiveSink, transport: Any) -> None:
+        self.members[sink] = len(self.transports)
+        self.transports.append(transport)
+        self.slot_sinks.append(sink)
+
+    def remove(self, sink: LiveSink) -> None:
+        slot = self.members.pop(sink)
+        self.transports[slot] = self.slot_sinks[slot] = None
+        self.holes += 1
+
+    def compact(self) -> None:
+        """Drop the empty slots (never during a push: slots are its positions)."""
+        sinks = [s for s in self.slot_sinks if s is not None]
+        self.transports = [t for t in self.transports if t is not None]
+        self.slot_sinks, self.holes = sinks, 0  # type: ignore[assignment]
+        self.members.clear()  # the same dict: a push holds it
+        self.members.update((s, i) for i, s in enumerate(sinks))
+
     def cursor_of(self, sink: LiveSink) -> tuple[int, int]:
         """(cursor, bytes of the push under way it was handed) of a member as it leaves: the
-        push under way, if any, has written it unless it is in the push's rest. (A scan of
-        the rest: leaving during a push is rare, a push is not.)"""
-        todo = self.todo
-        if todo is None or any(s is sink for s, _ in todo[self.done :]):
+        push under way, if any, has written the slots before ``done``; one that joined during
+        it (a slot past ``pushing_to``) joined at its target."""
+        if self.pushing_to < 0:
+            return self.cursor, 0
+        slot = self.members[sink]
+        if slot >= self.pushing_to:
+            return self.target, 0
+        if slot >= self.done:
             return self.cursor, 0
         return self.target, self.pushing
 
@@ -179,8 +220,8 @@ class LiveSet:
             run = self.runs.get(group)
             if run is None:
                 run = self.runs[group] = SoloRun(cursor)
-            if (run.target if run.todo is not None else run.cursor) == cursor:
-                run.members[sink] = transport
+            if (run.target if run.pushing_to >= 0 else run.cursor) == cursor:
+                run.add(sink, transport)
                 sink.entered(run)
                 return
         self.groups.setdefault(group, set()).add(sink)
@@ -201,12 +242,12 @@ class LiveSet:
     def _detach(run: SoloRun, sink: LiveSink) -> None:
         """``sink`` leaves ``run`` with exactly what it was written."""
         cursor, pushing = run.cursor_of(sink)
-        del run.members[sink]
+        run.remove(sink)
         sink.exited(run, cursor, pushing)
 
     def _exit(self, group: Hashable, run: SoloRun, sink: LiveSink) -> None:
         self._detach(run, sink)
-        if not run.members and run.todo is None and self.runs.get(group) is run:
+        if not run.members and run.pushing_to < 0 and self.runs.get(group) is run:
             del self.runs[group]
 
     def _drop_member(self, group: Hashable, run: SoloRun, sink: LiveSink, topic: str) -> None:
@@ -302,28 +343,31 @@ class LiveSet:
             return 0
         first = next(iter(members))
         wire = type(first).run_wire([o.data for o in out]) if out else b""
-        run.todo, run.done, run.target, run.pushing = list(members.items()), 0, target, len(wire)
-        todo, written, refused, yielded = run.todo, 0, [], False
+        if run.holes > len(members):
+            run.compact()
+        transports, end = run.transports, len(run.transports)
+        run.pushing_to, run.done, run.target, run.pushing = end, 0, target, len(wire)
+        written, refused = 0, []
         try:
-            for start in range(0, len(todo), CHECK_EVERY):
-                for sink, t in todo[start : start + CHECK_EVERY]:
-                    if yielded and sink not in members:  # it left while the loop had a turn
+            for start in range(0, end if wire else 0, CHECK_EVERY):
+                # A slot emptied while the loop had a turn is None: its member left.
+                for t in transports[start : start + CHECK_EVERY]:
+                    if t is None:
                         continue
                     if t.get_write_buffer_size() > HIGH_WATER or t.is_closing():
-                        refused.append(sink)
-                    elif wire:
+                        refused.append(t)
+                    else:
                         t.write(wire)
                         written += 1
-                for sink in refused:  # not written: leaves at ``after``
-                    self._drop_member(group, run, sink, topic)
+                for t in refused:  # not written: leaves at ``after``
+                    sink = run.slot_sinks[transports.index(t, start)]
+                    self._drop_member(group, run, sink, topic)  # type: ignore[arg-type]
                 refused.clear()
                 run.done = start + CHECK_EVERY
-                if await self._turn():
-                    yielded = True
-                    if self.runs.get(group) is not run:
-                        break  # every stream was dropped meanwhile (a tombstone is due)
+                if await self._turn() and self.runs.get(group) is not run:
+                    break  # every stream was dropped meanwhile (a tombstone is due)
         finally:
-            run.todo, run.pushing = None, 0
+            run.pushing_to, run.pushing = -1, 0
         run.cursor = target
         run.sent += len(wire)
         run.last_write = asyncio.get_running_loop().time()
