@@ -34,7 +34,12 @@ from watch_service.web.app_keys import GC_PACER, METRICS, POOL, SETTINGS, STREAM
 log = logging.getLogger("auditsync.watch")
 LEASE_S = 30.0  # a stream's lease on its session; renewed every third of it
 TAKEOVER_WAIT_S = 0.5  # how long a takeover waits for the stream it replaces to release
-FLUSH_ROWS_PER_S = 2000  # cursor maps written a second at most (lease renewals: all that are due)
+# Cursor maps written a second at most (lease renewals: all that are due). The stored map only
+# bounds what a stream cut off without its final write (its worker killed) is sent again on
+# resume; each row costs PostgreSQL ~15-30 µs of CPU, which at 10,000 watchers was most of what
+# set the latency's tail (bench/watch.py: 2,000 rows a second per worker, 6,600-12,600 µs of
+# PostgreSQL CPU per append; 1,000: 3,800-4,400).
+FLUSH_ROWS_PER_S = 1000
 # Streams a flush round and a sweep look at, a second at most: each looks at every open stream,
 # so with many streams their rounds come less often (5,000 streams in a worker: a flush round
 # a second, a sweep every half second), and their CPU does not grow with the streams. (At 5,000
