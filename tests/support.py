@@ -6,6 +6,7 @@ re-exported here for the tests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import select
@@ -169,12 +170,14 @@ def stop_all(procs: list[subprocess.Popen], timeout: float = 60.0) -> list[int]:
     side by side (a live Airflow's daemons took about 30 s one after the other); SIGKILL to
     those still running ``timeout`` seconds after the SIGTERMs.
 
-    A child one of them leaves running is adopted by this process and waited for, at most
-    ``timeout`` seconds: the scheduler's fork server (``[scheduler] mp_start_method``) outlives
-    it by a moment, and with it go the LocalExecutor's workers and every task they ran; left to
-    init, their CPU would be missing from ``RUSAGE_CHILDREN`` (``make test``'s CPU line) and from
-    ``tests/unit_cost.py``'s table."""
-    left = [pid for proc in procs if proc.poll() is None for pid in children(proc.pid)]
+    Every process below them (their descendants, found before the SIGTERMs) is waited for as
+    well, at most ``ORPHAN_GRACE_S`` past that, and then killed: the scheduler's fork server
+    (``[scheduler] mp_start_method``) and ``multiprocessing``'s resource tracker outlive it by a
+    moment, and with them go the LocalExecutor's workers and every task they ran; one kept alive
+    by a pipe some other descendant holds would outlive the test run. Those that become this
+    process's children meanwhile are reaped: left to init, their CPU would be missing from
+    ``RUSAGE_CHILDREN`` (``make test``'s CPU line) and from ``tests/unit_cost.py``'s table."""
+    left = _pidfds([pid for proc in procs if proc.poll() is None for pid in descendants(proc.pid)])
     _adopt_orphans(True)
     try:
         for proc in procs:
@@ -188,44 +191,61 @@ def stop_all(procs: list[subprocess.Popen], timeout: float = 60.0) -> list[int]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 statuses.append(proc.wait())
+        grace_ends = min(deadline, time.monotonic() + ORPHAN_GRACE_S)
+        for pid, fd in left.items():
+            end_descendant(pid, fd, max(0.0, grace_ends - time.monotonic()))
     finally:
         _adopt_orphans(False)
-    for pid in left:
-        reap_adopted(pid, max(0.0, deadline - time.monotonic()))
     return statuses
 
 
-def children(pid: int) -> list[int]:
-    """The pids whose parent is ``pid`` (``/proc``)."""
-    found = []
+ORPHAN_GRACE_S = 10.0  # how long a stopped process's descendants may take to follow it
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (``/proc``, one pass), parents before their children."""
+    below: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 stat = Path(entry.path, "stat").read_text()
             except OSError:
                 continue  # gone between the listing and the read
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry.name))
+            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+            below.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(below.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo += below.get(child, [])
     return found
+
+
+def _pidfds(pids: list[int]) -> dict[int, int]:
+    """A pidfd for each of ``pids`` still running: signals and waits through it cannot reach
+    another process that reused the pid."""
+    fds = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):  # it ended already
+            fds[pid] = os.pidfd_open(pid)
+    return fds
+
+
+def end_descendant(pid: int, fd: int, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the process of pidfd ``fd`` to end, SIGKILL it if it
+    has not, and reap it if it became this process's child. Closes ``fd``."""
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            select.select([fd], [], [], 10.0)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    finally:
+        os.close(fd)
 
 
 def _adopt_orphans(on: bool) -> None:
     """Make this process the one a descendant's orphans are handed to (``PR_SET_CHILD_SUBREAPER``),
     or stop being it."""
     ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0)
-
-
-def reap_adopted(pid: int, timeout: float) -> None:
-    """Wait up to ``timeout`` seconds for ``pid`` to end and reap it, if it became this
-    process's child; a process that ended already, or was reaped by another, is left alone."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return
-    try:
-        select.select([fd], [], [], timeout)
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-    finally:
-        os.close(fd)
