@@ -182,32 +182,20 @@ def test_topic_deleted_ends_at_the_final_head(after, head, cursor, frame_id):
     )
 
 
-def test_the_solo_push_shortcut_gives_exactly_what_pushed_gives():
-    """``pushed_solo`` takes only the case ``pushed`` answers with the one shared frame and no
-    caught-up; there both leave the same state, and the frame is the shared ``solo`` bytes."""
+def test_a_one_topic_stream_is_pushed_the_shared_frame_as_it_is():
+    """A one-topic stream at the push's cursor gets the shared frame's own bytes, id included
+    (``solo``, built once for all of them), and moves to its cursor; one elsewhere, none."""
     from watch_service.protocol.stream_state import SharedFrame, record_body
 
-    def live_solo() -> StreamState:
-        s = StreamState({"a": 0}, {"a": 0})
-        s.written(s.settle("a", True, 0, 0).caught_up)  # live at 0
-        s.dirty = False
-        return s
-
+    live = StreamState({"a": 0}, {"a": 0})
+    live.written(live.settle("a", True, 0, 0).caught_up)  # live at 0
+    live.dirty = False
     body = record_body("a", [rec(1), rec(2)], None, 0, 2)
     shared = SharedFrame("a", 2, body)
-    fast, slow = live_solo(), live_solo()
-    assert fast.pushed_solo("a", 0, shared, 2)
-    assert slow.pushed("a", 0, [shared], 2, 2) == [Outgoing("a", "record", 2, shared.solo())]
-    assert (fast.cursors, fast.live, fast.dirty) == (slow.cursors, slow.live, slow.dirty)
-    assert shared.solo_wire(lambda b: b"<" + b + b">") == b"<" + shared.solo() + b">"
-
-    # Not taken: another cursor, a frame short of the bound (caught-up may follow), a stream
-    # of two topics, a frame the node filter emptied, a topic not live.
-    assert not live_solo().pushed_solo("a", 1, shared, 2)
-    assert not live_solo().pushed_solo("a", 0, shared, 3)
-    assert not state().pushed_solo("a", 0, shared, 2)
-    assert not live_solo().pushed_solo("a", 0, SharedFrame("a", 2, None), 2)
-    assert not StreamState({"a": 0}, {"a": 0}).pushed_solo("a", 0, shared, 2)
+    assert live.pushed("a", 0, [shared], 2, 2) == [Outgoing("a", "record", 2, shared.solo())]
+    assert live.cursors == {"a": 2} and live.dirty and live.live["a"]
+    assert shared.solo() is shared.solo()
+    assert live.pushed("a", 0, [shared], 2, 2) is None  # no longer at 0: it pages
 
 
 @pytest.mark.parametrize(

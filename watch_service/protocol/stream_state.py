@@ -25,7 +25,7 @@ an id is built).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from watch_service.protocol import cursor as cursor_codec
@@ -70,12 +70,11 @@ class SharedFrame:
     ``cursor`` the topic's cursor once it is written. Streams of one-topic sessions share the
     whole frame, id included (``solo``), made on first use."""
 
-    __slots__ = ("_solo", "_wire", "body", "cursor", "topic")
+    __slots__ = ("_solo", "body", "cursor", "topic")
 
     def __init__(self, topic: str, cursor: int, body: bytes | None) -> None:
         self.topic, self.cursor, self.body = topic, cursor, body
         self._solo: bytes | None = None
-        self._wire: bytes | None = None
 
     def solo(self) -> bytes:
         if self._solo is None:
@@ -83,13 +82,6 @@ class SharedFrame:
             frame_id = frame_id_of({self.topic: self.cursor})
             self._solo = frames.with_id(frame_id, self.body)
         return self._solo
-
-    def solo_wire(self, wrap: Callable[[bytes], bytes]) -> bytes:
-        """``solo()`` as the transport sends it (``wrap``: one HTTP/1.1 chunk, say), made once
-        for every stream sharing the frame (each caller passes the same ``wrap``)."""
-        if self._wire is None:
-            self._wire = wrap(self.solo())
-        return self._wire
 
 
 def record_body(
@@ -265,23 +257,6 @@ class StreamState:
             self.dirty = True
             return None
         return Outgoing(topic, "record", last, frames.with_id(self.frame_id(topic, last), body))
-
-    def pushed_solo(self, topic: str, after: int, item: SharedFrame, upto: int) -> bool:
-        """The common push, with nothing built per stream: a one-topic stream at ``after``,
-        live, gets one frame of records that keeps it live. True: the caller writes ``item``'s
-        ``solo`` frame, which counts as written (exactly what ``pushed`` would give); False:
-        the caller uses ``pushed``."""
-        if (
-            item.body is None
-            or item.cursor < upto
-            or len(self.cursors) != 1
-            or self.cursors.get(topic) != after
-            or not self.live[topic]
-        ):
-            return False
-        self.cursors[topic] = item.cursor
-        self.dirty = True
-        return True
 
     def pushed(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int

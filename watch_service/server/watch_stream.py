@@ -135,32 +135,10 @@ class WatchStream:
     ) -> list[LiveSink]:
         """Frames from the tailer, written now to each stream in one transport write (see
         ``engine.fanout``, which counts the record frames); returns the streams that left the
-        live set. The fan-out's hot path, one call for a slice of streams: the common case
-        (one shared frame, one-topic chunked streams: ``pushed_solo``) writes the same wire
-        bytes to each with no other call per stream; any other case is ``push``."""
+        live set. These are the streams outside their group's ``SoloRun`` (several topics,
+        HTTP/1.0, or not where the run is), each built its own frames by ``push``."""
         streams = cast("Sequence[WatchStream]", sinks)  # a live set's sinks are of one class
-        refused: list[LiveSink] = []
-        one = shared[0] if len(shared) == 1 else None
-        wire = one.solo_wire(http_chunk) if one is not None and one.body is not None else None
-        size = len(wire) if wire is not None else 0
-        now = streams[0]._clock() if streams else 0.0
-        for s in streams:
-            t = s.transport
-            if (
-                wire is not None
-                and s.chunked
-                and s.ending is None
-                and t is not None
-                and not t.is_closing()
-                and t.get_write_buffer_size() <= HIGH_WATER
-                and s.state.pushed_solo(topic, after, one, upto)  # type: ignore[arg-type]
-            ):
-                t.write(wire)
-                s._sent += size
-                s._last_write = now
-            elif not s.push(topic, after, shared, upto, head):
-                refused.append(s)
-        return refused
+        return [s for s in streams if not s.push(topic, after, shared, upto, head)]
 
     def solo_transport(self, topic: str) -> asyncio.Transport | None:
         """The transport, if this stream takes a run's bytes as they are: one topic over
@@ -192,8 +170,7 @@ class WatchStream:
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
         """Frames from the tailer, built for this stream and written now in one transport
-        write, where ``push_each``'s common case (the same bytes for every stream) does not
-        apply; False: the stream cannot take them and pages on its own from here."""
+        write; False: the stream cannot take them and pages on its own from here."""
         t = self.transport
         out = None
         if self.ending is None and t is not None and not t.is_closing() and not self._full():
