@@ -68,23 +68,13 @@ class Sink:
     def counted(self, event: str, n: int) -> None:
         raise AssertionError("never in a run")
 
-    @staticmethod
-    def push_each(
-        sinks: Sequence[LiveSink],
-        topic: str,
-        after: int,
-        shared: Sequence[SharedFrame],
-        upto: int,
-        head: int,
-    ) -> list[LiveSink]:
-        refused: list[LiveSink] = []
-        for sink in sinks:
-            assert isinstance(sink, Sink)
-            if sink.refuse:
-                refused.append(sink)
-            else:
-                sink.got.append([frame.body for frame in shared])
-        return refused
+    def push(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> bool:
+        if self.refuse:
+            return False
+        self.got.append([frame.body for frame in shared])
+        return True
 
 
 async def test_a_push_reaches_every_live_sink_slice_by_slice(monkeypatch):
@@ -174,15 +164,9 @@ class RunSink:
     def counted(self, event: str, n: int) -> None:
         self.events[event] = self.events.get(event, 0) + n
 
-    @staticmethod
-    def push_each(
-        sinks: Sequence[LiveSink],
-        topic: str,
-        after: int,
-        shared: Sequence[SharedFrame],
-        upto: int,
-        head: int,
-    ) -> list[LiveSink]:
+    def push(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> bool:
         raise AssertionError("a run's members are not pushed one by one")
 
 

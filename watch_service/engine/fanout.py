@@ -27,7 +27,7 @@ from watch_service.protocol.stream_state import Delivered, SharedFrame, StreamSt
 Flags = tuple[bool, bool, bool]  # a watch's (include_meta, include_tags, include_data)
 Group = tuple[Flags, int, int, str | None]  # flags, limit, max_batch_bytes, node
 TURN_S = 0.0003  # seconds a push runs before the loop's other work gets a turn
-CHECK_EVERY = 32  # streams pushed to in one ``push_each``: one look at the clock after each
+CHECK_EVERY = 32  # streams a push writes between two looks at the clock
 HIGH_WATER = 256 * 1024  # socket buffer bytes above which a stream is not pushed to
 
 
@@ -48,20 +48,13 @@ class LiveSink(Protocol):
         """The stream's subscription to the tailer: woken when it pages, not while live."""
         ...
 
-    @staticmethod
-    def push_each(
-        sinks: Sequence[LiveSink],
-        topic: str,
-        after: int,
-        shared: Sequence[SharedFrame],
-        upto: int,
-        head: int,
-    ) -> list[LiveSink]:
-        """Write to each of ``sinks`` (all of this class) the frames for the records after
-        ``after`` (the record frames are counted by the caller, any other frame by the
-        stream); returns the sinks that could not take them and page on their own from here
-        (they have left the live set). One call a slice of sinks, not one a sink: the
-        per-socket part of a push is the fan-out's cost."""
+    def push(
+        self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
+    ) -> bool:
+        """Write the frames for the records after ``after`` (the record frames are counted by
+        the caller, any other frame by the stream); False: the stream could not take them and
+        pages on its own from here (it has left the live set). A stream outside its group's
+        ``SoloRun`` builds its own frames from ``shared``."""
         ...
 
     def left(self, topic: str) -> None:
@@ -135,7 +128,6 @@ class SoloRun:
     __slots__ = (
         "cursor",
         "done",
-        "holes",
         "last_write",
         "members",
         "pushing",
@@ -151,12 +143,16 @@ class SoloRun:
         self.members: dict[LiveSink, int] = {}  # member -> its slot
         self.transports: list[Any] = []  # a slot's member's transport, None once it left
         self.slot_sinks: list[LiveSink | None] = []
-        self.holes = 0  # slots emptied since the last compaction
         self.pushing_to = -1  # the slots the push under way hands its bytes to; -1: none
         self.done = 0
         self.pushing = 0  # the bytes of the push under way
         self.sent = 0  # bytes the run's pushes handed each member that was there all along
         self.last_write = 0.0  # the loop's time at the last push's end (members' heartbeats)
+
+    @property
+    def holes(self) -> int:
+        """Slots emptied since the last compaction."""
+        return len(self.transports) - len(self.members)
 
     def add(self, sink: LiveSink, transport: Any) -> None:
         self.members[sink] = len(self.transports)
@@ -166,13 +162,12 @@ class SoloRun:
     def remove(self, sink: LiveSink) -> None:
         slot = self.members.pop(sink)
         self.transports[slot] = self.slot_sinks[slot] = None
-        self.holes += 1
 
     def compact(self) -> None:
         """Drop the empty slots (never during a push: slots are its positions)."""
         sinks = [s for s in self.slot_sinks if s is not None]
         self.transports = [t for t in self.transports if t is not None]
-        self.slot_sinks, self.holes = sinks, 0  # type: ignore[assignment]
+        self.slot_sinks = sinks  # type: ignore[assignment]
         self.members.clear()  # the same dict: a push holds it
         self.members.update((s, i) for i, s in enumerate(sinks))
 
@@ -394,17 +389,15 @@ class LiveSet:
         todo = list(sinks)
         yielded = False
         for start in range(0, len(todo), CHECK_EVERY):
-            chunk = todo[start : start + CHECK_EVERY]
-            if yielded:  # streams may have left while other work ran
-                chunk = [sink for sink in chunk if sink in sinks]
-                if not chunk:
+            for sink in todo[start : start + CHECK_EVERY]:
+                if yielded and sink not in sinks:  # it left while other work ran
                     continue
-            refused = type(chunk[0]).push_each(chunk, topic, after, shared, upto, head)
-            written += per_sink * (len(chunk) - len(refused))
-            for sink in refused:
-                sinks.discard(sink)
-                if self._on_leave is not None:
-                    self._on_leave(sink)
+                if sink.push(topic, after, shared, upto, head):
+                    written += per_sink
+                else:
+                    sinks.discard(sink)
+                    if self._on_leave is not None:
+                        self._on_leave(sink)
             if await self._turn():
                 yielded = True
                 if self.groups.get(group) is not sinks:

@@ -19,11 +19,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import cast
 
 from aiohttp import web
 
-from watch_service.engine.fanout import HIGH_WATER, Group, LiveSink, SoloRun
+from watch_service.engine.fanout import HIGH_WATER, Group, SoloRun
 from watch_service.engine.hub import Hub
 from watch_service.engine.tailer import Tailer
 from watch_service.protocol import frames
@@ -124,22 +123,6 @@ class WatchStream:
         self.dirty.add(topic)
         self.wake_event.set()
 
-    @staticmethod
-    def push_each(
-        sinks: Sequence[LiveSink],
-        topic: str,
-        after: int,
-        shared: Sequence[SharedFrame],
-        upto: int,
-        head: int,
-    ) -> list[LiveSink]:
-        """Frames from the tailer, written now to each stream in one transport write (see
-        ``engine.fanout``, which counts the record frames); returns the streams that left the
-        live set. These are the streams outside their group's ``SoloRun`` (several topics,
-        HTTP/1.0, or not where the run is), each built its own frames by ``push``."""
-        streams = cast("Sequence[WatchStream]", sinks)  # a live set's sinks are of one class
-        return [s for s in streams if not s.push(topic, after, shared, upto, head)]
-
     def solo_transport(self, topic: str) -> asyncio.Transport | None:
         """The transport, if this stream takes a run's bytes as they are: one topic over
         chunked HTTP/1.1, its connection open (``_join`` saw it live, not ending, its buffer
@@ -169,7 +152,8 @@ class WatchStream:
     def push(
         self, topic: str, after: int, shared: Sequence[SharedFrame], upto: int, head: int
     ) -> bool:
-        """Frames from the tailer, built for this stream and written now in one transport
+        """Frames from the tailer, built for this stream (one outside its group's ``SoloRun``:
+        several topics, HTTP/1.0, or not where the run is) and written now in one transport
         write; False: the stream cannot take them and pages on its own from here."""
         t = self.transport
         out = None
