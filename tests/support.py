@@ -203,22 +203,12 @@ ORPHAN_GRACE_S = 10.0  # how long a stopped process's descendants may take to fo
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (``/proc``, one pass), parents before their children."""
-    below: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue  # gone between the listing and the read
-            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-            below.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], list(below.get(pid, []))
-    while todo:
-        child = todo.pop(0)
-        found.append(child)
-        todo += below.get(child, [])
-    return found
+    """Every process below ``pid`` now (``/proc``), parents before their children."""
+    # Here, not at the top: the module is a pytest plugin, imported (and assert-rewritten) by
+    # pytest itself after this one.
+    from tests.unit_cost import below, proc_stats
+
+    return below(pid, proc_stats())
 
 
 def _pidfds(pids: list[int]) -> dict[int, int]:

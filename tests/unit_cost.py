@@ -35,21 +35,27 @@ def parse_stat(text: str) -> tuple[int, int]:
     return int(fields[1]), sum(int(f) for f in fields[11:15])
 
 
-def tree_ticks(root: int, stats: dict[int, tuple[int, int]]) -> int:
-    """CPU ticks of ``root`` and every descendant in ``stats`` (pid → (ppid, ticks)). Pure."""
+def below(root: int, stats: dict[int, tuple[int, int]]) -> list[int]:
+    """Every descendant of ``root`` in ``stats`` (pid → (ppid, ...)), parents before their
+    children. Pure."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
+    found, todo = [], list(children.get(root, ()))
     while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
+        pid = todo.pop(0)
+        found.append(pid)
         todo.extend(children.get(pid, ()))
-    return total
+    return found
 
 
-def _tree_cpu_s(root: int) -> float:
+def tree_ticks(root: int, stats: dict[int, tuple[int, int]]) -> int:
+    """CPU ticks of ``root`` and every descendant in ``stats`` (pid → (ppid, ticks)). Pure."""
+    return sum(stats[pid][1] for pid in [root, *below(root, stats)] if pid in stats)
+
+
+def proc_stats() -> dict[int, tuple[int, int]]:
+    """Every process now: pid → (parent pid, CPU ticks), from ``/proc``."""
     stats: dict[int, tuple[int, int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -57,7 +63,11 @@ def _tree_cpu_s(root: int) -> float:
                 stats[int(entry.name)] = parse_stat(Path(entry.path, "stat").read_text())
             except (OSError, ValueError):
                 continue  # gone between the listing and the read
-    return tree_ticks(root, stats) / _TICKS
+    return stats
+
+
+def _tree_cpu_s(root: int) -> float:
+    return tree_ticks(root, proc_stats()) / _TICKS
 
 
 def table(rows: list[dict], shown: int = _SHOWN) -> list[str]:
