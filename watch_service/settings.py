@@ -53,11 +53,12 @@ class Settings:
     write_timeout_s: float = 10.0
     cursor_flush_ms: int = 200
     # Under `serve --workers N`: a watch stream whose topics one other worker owns is passed to
-    # that worker (web/handoff), so only the committing process is woken by an append. Less CPU
-    # and fewer wake-ups per record, but one process then commits and writes every stream of a
-    # hot topic: a higher p50 at moderate fan-out on few cores (docs/benchmarks.md). Off: a
-    # stream stays on the worker that accepted it.
-    streams_to_owner: bool = False
+    # that worker (web/handoff) while that worker holds fewer than this many open streams, so
+    # an append to a topic of few watchers wakes only the process that commits it (less CPU,
+    # a third of the wake-ups per record); a large fan-out is shared by every worker, as one
+    # process writing every stream of a hot topic is slower (docs/benchmarks.md). 0: a stream
+    # stays where it was accepted; OWNER_ALWAYS (`true`): passed whatever the owner holds.
+    streams_to_owner: int = 128
     # Service-wide (counted in PostgreSQL): live watch sessions one key may hold (429 above).
     max_sessions_per_key: int = 1_000
     session_gc_interval_s: float = 30.0  # the periodic idle-session GC, besides POST/GET
@@ -101,6 +102,27 @@ class Settings:
         return self.database_url is None
 
 
+OWNER_ALWAYS = 2**62  # streams_to_owner: more streams than any service holds
+_OWNER_WORDS = dict.fromkeys(("true", "on", "yes"), OWNER_ALWAYS) | dict.fromkeys(
+    ("false", "off", "no"), 0
+)
+
+
+class _OwnerLimit:
+    """``AUDITSYNC_STREAMS_TO_OWNER``: a count (0: never), ``true`` (always) or ``false``."""
+
+    @classmethod
+    def parse(cls, env_name: str, raw: str) -> int:
+        word = raw.strip().lower()
+        if word in _OWNER_WORDS:
+            return _OWNER_WORDS[word]
+        if word.isdigit() and len(word) <= 9:
+            return int(word)
+        raise SettingsError(
+            f"{env_name}: expected a stream count (0 = never), true or false, got {raw!r}"
+        )
+
+
 _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_HOME": ("local_dir", Path),
     "DATABASE_URL": ("database_url", str),
@@ -119,7 +141,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "AUDITSYNC_MAX_STREAMS": ("max_streams", int),
     "AUDITSYNC_WRITE_TIMEOUT_S": ("write_timeout_s", float),
     "AUDITSYNC_CURSOR_FLUSH_MS": ("cursor_flush_ms", int),
-    "AUDITSYNC_STREAMS_TO_OWNER": ("streams_to_owner", bool),
+    "AUDITSYNC_STREAMS_TO_OWNER": ("streams_to_owner", _OwnerLimit),
     "AUDITSYNC_MAX_SESSIONS_PER_KEY": ("max_sessions_per_key", int),
     "AUDITSYNC_SESSION_GC_INTERVAL_S": ("session_gc_interval_s", float),
     "AUDITSYNC_TAIL_CACHE_BYTES": ("tail_cache_bytes", int),
@@ -180,6 +202,8 @@ _BOOLS = {
 
 
 def _parse(env_name: str, kind: type, raw: str) -> Any:
+    if kind is _OwnerLimit:
+        return _OwnerLimit.parse(env_name, raw)
     if kind is bool:
         try:
             return _BOOLS[raw.strip().lower()]

@@ -33,7 +33,10 @@ PROCESSED = 1500  # records a client processes (both topics together) before it 
 
 @pytest.fixture
 async def service(pg_url, tmp_path):
-    svc = ServiceProcess(pg_url, workers=2, log_path=tmp_path / "service.log")
+    # A stream stays on the worker the kernel gave it: no stream is passed to its topics'
+    # owner, so every reconnect below is taken over from the other process.
+    env = {"AUDITSYNC_STREAMS_TO_OWNER": "false"}
+    svc = ServiceProcess(pg_url, workers=2, log_path=tmp_path / "service.log", env=env)
     await asyncio.to_thread(svc.start, 60)
     yield svc
     await asyncio.to_thread(svc.stop)

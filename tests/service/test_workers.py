@@ -124,18 +124,14 @@ async def catches_up_then_goes_live(writer: Pinned, stream: wire.Stream, topic: 
     assert await stream.frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
 
 
-async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(pg_url, tmp_path):
-    """With AUDITSYNC_STREAMS_TO_OWNER, a stream whose topics one other worker owns goes to
-    that worker with its request, unanswered (web/handoff.py): the same TCP connection,
-    answered and streamed by the owner, the frames' bytes exact."""
-    svc = await start(pg_url, tmp_path / "service.log", {"AUDITSYNC_STREAMS_TO_OWNER": "true"})
-    w0, w1 = await pinned(svc.url, "0"), await pinned(svc.url, "1")
-    try:
-        await passed_to_owner(svc, w0, w1)
-    finally:
-        for client in (w0, w1):
-            await client.close()
-        await asyncio.to_thread(svc.stop)
+async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner(
+    two_workers, clients
+):
+    """By default a stream whose topics one other worker owns goes to that worker while it
+    holds few streams (AUDITSYNC_STREAMS_TO_OWNER, 128), with its request, unanswered
+    (web/handoff.py): the same TCP connection, answered and streamed by the owner, the frames'
+    bytes exact."""
+    await passed_to_owner(two_workers, await clients("0"), await clients("1"))
 
 
 async def passed_to_owner(svc: ServiceProcess, w0: Pinned, w1: Pinned) -> None:
@@ -162,20 +158,46 @@ async def passed_to_owner(svc: ServiceProcess, w0: Pinned, w1: Pinned) -> None:
     await wait_for(counted_once, timeout=10, what="the ended stream's request counted once")
 
 
-async def test_a_session_created_on_one_worker_streams_from_the_other(clients):
-    """By default a stream stays on the worker that accepted it, whichever worker created its
-    session and whichever owns its topic: the appends reach it through the NOTIFY."""
-    w0, w1 = await clients("0"), await clients("1")
-    topic = owned_by("0")
-    await w0.call("PUT", f"/v0/topics/{topic}", json={})
-    await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
-    created = await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}})
-
-    stream = await w1.stream(created["wid"])
+async def test_a_stream_stays_where_it_was_opened_once_the_owner_holds_the_limit(pg_url, tmp_path):
+    """With AUDITSYNC_STREAMS_TO_OWNER=1 the first stream opened on worker 1 over a topic of
+    worker 0 is passed there; the second, while worker 0 holds that one, stays on worker 1
+    (the kernel's choice), and the appends reach it through the NOTIFY: one connection
+    passed for the two streams, both streams' frames exact."""
+    svc = await start(pg_url, tmp_path / "service.log", {"AUDITSYNC_STREAMS_TO_OWNER": "1"})
+    w0, w1 = await pinned(svc.url, "0"), await pinned(svc.url, "1")
+    streams: list[wire.Stream] = []
     try:
-        await catches_up_then_goes_live(w0, stream, topic)
+        topic = owned_by("0")
+        await w0.call("PUT", f"/v0/topics/{topic}", json={})
+        await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
+        first, second = [
+            (await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}}))["wid"]
+            for _ in range(2)
+        ]
+        passed = "auditsync_connections_passed_total"
+        before = await series_total(svc.url, passed)
+        streams.append(await w1.stream(first, served_by="0"))
+        recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
+        assert await streams[0].frames(2) == [
+            wire.record_frame(topic, recs, 0, 1, {topic: 0}),
+            wire.caught_up_frame(topic, 1, {topic: 1}),
+        ]
+        # The owner's count is stored once its stream holds a slot: the frames above say so.
+        w1b = await pinned(svc.url, "1")
+        try:
+            streams.append(await w1b.stream(second, served_by="1"))
+            assert await series_total(svc.url, passed) - before == 1
+            await catches_up_then_goes_live(w0, streams[1], topic)
+            live = (await w0.call("GET", f"/v0/topics/{topic}/records?from_seq=1"))["records"]
+            assert await streams[0].frame() == wire.record_frame(topic, live, 1, 3, {topic: 1})
+        finally:
+            await w1b.close()
     finally:
-        stream.close()
+        for stream in streams:
+            stream.close()
+        for client in (w0, w1):
+            await client.close()
+        await asyncio.to_thread(svc.stop)
 
 
 async def test_a_stream_over_topics_of_both_workers_stays_where_it_was_opened(clients):
@@ -565,6 +587,27 @@ async def test_the_stream_cap_counts_every_workers_streams(pg_url, tmp_path):
         for client in made:
             await client.close()
         await asyncio.to_thread(svc.stop)
+
+
+def test_streams_to_owner_takes_a_count_or_a_word():
+    """AUDITSYNC_STREAMS_TO_OWNER: a count of the owner's streams below which a stream is
+    passed (default 128; 0: never), or true / false; anything else fails the start by name."""
+    from watch_service.settings import OWNER_ALWAYS, SettingsError, load
+
+    def limit(raw: str) -> int:
+        return load({"AUDITSYNC_STREAMS_TO_OWNER": raw}).streams_to_owner
+
+    assert load({}).streams_to_owner == 128
+    assert [limit(r) for r in ("0", "1", "5000", " 64 ")] == [0, 1, 5000, 64]
+    assert [limit(r) for r in ("true", "On", "yes")] == [OWNER_ALWAYS] * 3
+    assert [limit(r) for r in ("false", "OFF", "no")] == [0] * 3
+    for raw in ("-1", "1.5", "lots", "1e3", "9999999999"):
+        with pytest.raises(SettingsError) as err:
+            limit(raw)
+        assert str(err.value) == (
+            "AUDITSYNC_STREAMS_TO_OWNER: expected a stream count (0 = never), true or false, "
+            f"got {raw!r}"
+        )
 
 
 def test_each_worker_gets_its_share_of_the_tail_cache_budget():

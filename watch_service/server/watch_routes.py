@@ -158,13 +158,17 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
 
 def _owner_elsewhere(app: web.Application, definition: WatchDefinition) -> int | None:
     """The other worker that owns every topic of the stream (``engine.relay``), if one does
-    and ``streams_to_owner`` is on: the stream goes there (``web.handoff``), so the process
-    that commits the topic's appends pushes them, and no other is woken by them."""
-    relay = app[APPENDER].relay
-    if relay is None or not app[SETTINGS].streams_to_owner:
+    and holds fewer open streams than ``streams_to_owner``: the stream goes there
+    (``web.handoff``), so the process that commits the topic's appends pushes them, and no
+    other is woken by them. A large fan-out stays spread over the workers that accepted it."""
+    relay, limit = app[APPENDER].relay, app[SETTINGS].streams_to_owner
+    if relay is None or limit <= 0:
         return None
     owners = {relay.elsewhere(topic) for topic in definition.topics}
-    return owners.pop() if len(owners) == 1 else None
+    owner = owners.pop() if len(owners) == 1 else None
+    if owner is None or app[STREAM_SLOTS].held_by(owner) >= limit:
+        return None
+    return owner
 
 
 async def _stream(

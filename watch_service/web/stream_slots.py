@@ -7,7 +7,9 @@ until it ends.
 worker in a file of the supervisor's private folder, mapped by every worker; a take sums the
 counts and adds to its own under an exclusive ``flock`` of that file, so two workers cannot
 both take the last slot, and the (cap+1)-th open stream of the whole service is refused
-whichever worker it reaches. The file goes with the folder when the service stops.
+whichever worker it reaches. Each worker's count also places streams: one is passed to its
+topic's owner only while that worker holds few (``AUDITSYNC_STREAMS_TO_OWNER``). The file
+goes with the folder when the service stops.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class StreamSlots:
     def give_back(self) -> None:
         self.held -= 1
 
+    def held_by(self, index: int) -> int:
+        """The open streams of worker ``index`` (this process's own: there is no other)."""
+        return self.held
+
     def close(self) -> None:
         pass
 
@@ -61,6 +67,13 @@ class SharedStreamSlots(StreamSlots):
 
     def total(self) -> int:
         return sum(_COUNT.unpack_from(self.map, i * _COUNT.size)[0] for i in range(self.workers))
+
+    def held_by(self, index: int) -> int:
+        """The open streams of worker ``index`` as it last stored them (no lock: a count a
+        moment old is good enough to place a stream by)."""
+        if self.closed:
+            return 0
+        return _COUNT.unpack_from(self.map, index * _COUNT.size)[0]
 
     def try_take(self) -> bool:
         if self.closed:  # the worker is stopping
