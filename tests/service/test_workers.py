@@ -134,6 +134,37 @@ async def test_a_stream_opened_on_the_other_worker_is_passed_to_its_topics_owner
     await passed_to_owner(two_workers, await clients("0"), await clients("1"))
 
 
+async def test_a_burst_of_streams_is_passed_whole(two_workers, clients):
+    """Forty streams opened at once on worker 1 over a topic of worker 0 all go to worker 0:
+    more than its queue of passed connections holds (``net.unix.max_dgram_qlen``, 10 here), so
+    a stream finding the queue full waits for room (``ConnectionHandoff.writable``) instead of
+    staying where it landed. Each catches up with the topic's one record."""
+    w0 = await clients("0")
+    topic = owned_by("0")
+    await w0.call("PUT", f"/v0/topics/{topic}", json={})
+    await w0.call("POST", f"/v0/topics/{topic}/records", json={"records": [{"data": 1}]})
+    recs = (await w0.call("GET", f"/v0/topics/{topic}/records"))["records"]
+    watchers = [await clients("1") for _ in range(40)]
+    wids = [
+        (await w0.call("POST", "/v0/watch", json={"topics": {topic: {}}}))["wid"] for _ in watchers
+    ]
+    passed = "auditsync_connections_passed_total"
+    before = await series_total(two_workers.url, passed)
+    streams = await asyncio.gather(
+        *(w.stream(wid, served_by="0") for w, wid in zip(watchers, wids, strict=True))
+    )
+    try:
+        assert await series_total(two_workers.url, passed) - before == 40
+        for stream in streams:
+            assert await stream.frames(2) == [
+                wire.record_frame(topic, recs, 0, 1, {topic: 0}),
+                wire.caught_up_frame(topic, 1, {topic: 1}),
+            ]
+    finally:
+        for stream in streams:
+            stream.close()
+
+
 async def passed_to_owner(svc: ServiceProcess, w0: Pinned, w1: Pinned) -> None:
     topic = owned_by("0")
     await w0.call("PUT", f"/v0/topics/{topic}", json={})

@@ -43,7 +43,7 @@ from watch_service.web.app_keys import (
 from watch_service.web.auth import Key, authorize
 from watch_service.web.errors import as_api_error
 from watch_service.web.json_body import read_json_body
-from watch_service.web.serving import pass_request
+from watch_service.web.serving import pass_stream_request
 
 log = logging.getLogger("auditsync.watch")
 routes = web.RouteTableDef()
@@ -143,7 +143,7 @@ async def open_watch(request: web.Request) -> web.StreamResponse:
         raise NotAcceptable("Accept must be text/event-stream")
     definition = WatchDefinition.from_json(row.definition)
     owner = _owner_elsewhere(app, definition)
-    if owner is not None and pass_request(request, owner):
+    if owner is not None and await pass_stream_request(request, owner):
         return web.StreamResponse()  # never sent: the owner answers on the same connection
     slots = app[STREAM_SLOTS]
     if not slots.try_take():

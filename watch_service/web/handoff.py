@@ -19,11 +19,16 @@ request, whose bytes go in the same datagram and which the owner then serves as 
 them itself. The owner's tailer is the one its appends reach first (``Tailer.offer``), so the
 stream's records are pushed by the process that committed them, and a worker with no stream of
 a topic is not woken by its appends at all.
+
+Each worker sends on one connected datagram socket per peer. A peer's queue holds a few
+datagrams (``net.unix.max_dgram_qlen``, 10 by default), so a burst of streams opening at once
+(a fleet of watchers reconnecting) fills it while the peer's loop is busy; a stream then waits
+for room (``writable``: the connected socket polls writable once the peer's queue has room),
+up to ``serving.PASS_WAIT_S``, rather than staying where it landed.
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import logging
@@ -53,7 +58,10 @@ class ConnectionHandoff:
     def __init__(self, index: int, folder: str) -> None:
         self.index, self.folder = index, folder
         self.inbox: socket.socket | None = None
-        self.outbox: socket.socket | None = None
+        self.peers: dict[int, socket.socket] = {}  # connected to each peer's inbox, on first use
+        self.full: set[int] = set()  # peers whose queue had no room at the last send
+        self._room: dict[int, asyncio.Future[None]] = {}  # ``writable``'s waits, one a peer
+        self.closed = False
         # The aiohttp server whose handlers serve adopted connections (set once serving).
         self.handler_factory: Callable[[], Any] | None = None
         self.adopting: set[asyncio.Task] = set()
@@ -64,25 +72,61 @@ class ConnectionHandoff:
         self.inbox.bind(socket_path(self.folder, self.index))
         self.inbox.setblocking(False)
         asyncio.get_running_loop().add_reader(self.inbox.fileno(), self._receive)
-        self.outbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.outbox.setblocking(False)
+
+    def _peer(self, owner: int) -> socket.socket | None:
+        """The socket connected to worker ``owner``'s inbox; None while it is not there."""
+        peer = self.peers.get(owner)
+        if peer is None and not self.closed:
+            peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            peer.setblocking(False)
+            try:
+                peer.connect(socket_path(self.folder, owner))
+            except OSError as exc:  # not bound yet, or gone
+                log.debug("worker %d cannot be reached: %s", owner, exc)
+                peer.close()
+                return None
+            self.peers[owner] = peer
+        return peer
 
     def send(self, sock: Any, owner: int, replay: bytes = b"") -> bool:
         """Pass the connection ``sock`` to worker ``owner``, with ``replay``: bytes read from
         it that the owner serves as the connection's first (a request this worker did not
         answer); False if it cannot take it (then the connection stays here, untouched)."""
-        if self.outbox is None or len(replay) > MAX_REPLAY:
+        self.full.discard(owner)
+        if len(replay) > MAX_REPLAY or (peer := self._peer(owner)) is None:
             return False
         try:
-            # (socket.send_fds of Python 3.11 drops its address argument)
-            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sock.fileno()]))]
-            self.outbox.sendmsg([b"c" + replay], rights, 0, socket_path(self.folder, owner))
-        except OSError as exc:  # not there (yet, or any more), or its queue is full
+            socket.send_fds(peer, [b"c" + replay], [sock.fileno()])
+        except BlockingIOError:  # its queue is full: ``writable`` waits for room
+            self.full.add(owner)
+            return False
+        except OSError as exc:  # gone
             log.debug("connection not passed to worker %d: %s", owner, exc)
             return False
         if self.on_sent is not None:
             self.on_sent()
         return True
+
+    async def writable(self, owner: int) -> None:
+        """Until worker ``owner``'s queue has room. Every waiter for one peer shares one
+        poll of its socket; a waiter cancelled leaves it to the others (or to fire once,
+        unwatched, and remove itself)."""
+        peer = self.peers.get(owner)
+        if peer is None or self.closed:
+            return
+        room = self._room.get(owner)
+        if room is None or room.done():
+            loop = asyncio.get_running_loop()
+            room = self._room[owner] = loop.create_future()
+            fd = peer.fileno()
+
+            def ready() -> None:
+                loop.remove_writer(fd)
+                if not room.done():
+                    room.set_result(None)
+
+            loop.add_writer(fd, ready)
+        await asyncio.shield(room)
 
     def _receive(self) -> None:
         assert self.inbox is not None
@@ -123,7 +167,14 @@ class ConnectionHandoff:
             self.inbox.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(socket_path(self.folder, self.index))
-        if self.outbox is not None:
-            self.outbox.close()
+        self.closed = True
+        loop = asyncio.get_running_loop()
+        for owner, peer in self.peers.items():
+            room = self._room.pop(owner, None)
+            if room is not None and not room.done():  # its waiters try once more, and give up
+                loop.remove_writer(peer.fileno())
+                room.set_result(None)
+            peer.close()
+        self.peers.clear()
         for task in list(self.adopting):
             task.cancel()

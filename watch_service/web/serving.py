@@ -36,6 +36,9 @@ from watch_service.web.handoff import HANDOFF_TO, PASSED, ConnectionHandoff
 from watch_service.web.logs import AccessLogger
 
 log = logging.getLogger("auditsync.server")
+# How long a stream waits for room in its owner's queue of passed connections before it stays
+# where it landed (``pass_stream_request``).
+PASS_WAIT_S = 1.0
 
 # Checked in order (subclasses first): what the client got wrong, never the bytes it sent.
 _PARSER_ERRORS: tuple[tuple[type[Exception], str], ...] = (
@@ -254,6 +257,23 @@ def pass_request(request: web.Request, owner: int) -> bool:
     ):
         return False
     request[PASSED] = True
+    return True
+
+
+async def pass_stream_request(request: web.Request, owner: int) -> bool:
+    """``pass_request``, waiting up to ``PASS_WAIT_S`` while the owner's queue is full (a
+    burst of streams opening at once): for a stream, which stays on its worker from then on."""
+    handoff = request.app.get(HANDOFF)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PASS_WAIT_S
+    while not pass_request(request, owner):
+        if handoff is None or owner not in handoff.full or loop.time() >= deadline:
+            return False
+        try:
+            async with asyncio.timeout_at(deadline):
+                await handoff.writable(owner)
+        except TimeoutError:
+            return False
     return True
 
 
