@@ -163,6 +163,7 @@ def run_one(tree: Path, bench: str, timeout: float, out_dir: Path, tag: str) -> 
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: ``stop`` ends what it left running too
         )
         code: int | str
         try:
@@ -184,12 +185,20 @@ def run_one(tree: Path, bench: str, timeout: float, out_dir: Path, tag: str) -> 
 
 
 def stop(proc: subprocess.Popen) -> int | str:
-    proc.terminate()  # SIGTERM: the benchmark stops what it started
+    """SIGTERM (the benchmark stops what it started), then whatever its group still holds: a
+    benchmark killed mid-run leaves a Spark JVM, which would load every run after it."""
+    proc.terminate()
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(proc.pid, sig)  # the group outlives its leader while a member runs
+        except ProcessLookupError:
+            break
+        time.sleep(grace)
     return "stopped"
 
 
