@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 
 from auditsync_plugin.hooks.watch_service import WatchServiceHook
 from auditsync_plugin.sensors.sink_cursors import SinkCursorSensor
@@ -128,3 +130,54 @@ def test_the_sensor_fails_loudly_with_the_triggers_reason():
     typo = SinkCursorSensor(task_id="t", landing="s3:/bars/landing", timeout=60)
     with pytest.raises(AirflowFailException, match=r"^landing: unsupported location 's3:/bars"):
         typo.poke({"data_interval_end": _past(minutes=-60)})  # no heads asked for yet
+
+
+class _Observed(SinkCursorSensor):
+    """The sensor, its pokes' reasons kept and ``behind`` set once one found a sink behind."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.reasons: list[str] = []
+        self.behind = threading.Event()
+
+    def poke(self, context) -> bool:
+        ready = super().poke(context)
+        self.reasons.append(self._last_reason)
+        if not ready:
+            self.behind.set()
+        return ready
+
+
+def test_a_sink_a_moment_behind_is_waited_for_in_the_task(topic, tmp_path):
+    """The deferrable sensor pokes in its task for up to ``settle_s`` before it defers: a sink
+    that catches up meanwhile ends the task there, with no deferral (no TaskDeferred)."""
+    name, head = topic
+    _state(tmp_path, "c1", name, head - 2)
+    sensor = _Observed(task_id="s", landing=str(tmp_path), poll_s=0.05, settle_s=60)
+    catching_up = threading.Thread(
+        target=lambda: sensor.behind.wait(30) and _state(tmp_path, "c1", name, head)
+    )
+    catching_up.start()
+    try:
+        sensor.execute({"data_interval_end": None, "logical_date": _past()})
+    finally:
+        catching_up.join()
+    behind = f"c1/{name} cursor {head - 2} < head {head} (2 behind)"
+    assert sensor.reasons[0] == f"sink cursors behind the service heads: {behind}"
+    assert sensor.reasons[-1] == "every sink (c1) has reached the heads read after the interval"
+
+
+def test_a_sink_still_behind_after_settle_s_defers_to_the_trigger(topic, tmp_path):
+    """Still behind when ``settle_s`` is up: the task defers to ``SinkCursorTrigger`` (the
+    wait goes on in the triggerer), having poked more than once."""
+    name, head = topic
+    _state(tmp_path, "c1", name, head - 2)
+    sensor = _Observed(task_id="s", landing=str(tmp_path), poll_s=0.05, settle_s=0.3)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({"data_interval_end": None, "logical_date": _past()})
+    assert len(sensor.reasons) >= 2
+    assert all(f"c1/{name} cursor {head - 2} < head {head} (2 behind)" in r for r in sensor.reasons)
+    assert deferred.value.method_name == "execute_complete"
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert classpath == "auditsync_plugin.triggers.sink_cursors.SinkCursorTrigger"
+    assert kwargs["consumers"] == [] and kwargs["landing"] == str(tmp_path)
