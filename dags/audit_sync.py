@@ -118,8 +118,9 @@ with DAG(
 Each run covers one data interval (default every 15 minutes, `AUDITSYNC_SCHEDULE`):
 
 1. **wait_for_sinks** — every sink's cursor (`<landing>/<consumer>/state.json`) must reach the
-   topic heads the watch service reports after the interval ended (deferrable; fails, naming
-   the lagging consumers and topics, after `AUDITSYNC_SENSOR_TIMEOUT_S`).
+   topic heads the watch service reports after the interval ended (polled in the task for up
+   to 10 s, then deferred to the triggerer; fails, naming the lagging consumers and topics,
+   after `AUDITSYNC_SENSOR_TIMEOUT_S`).
 2. **start_run** — (re)marks the pipeline run as running in `pipeline_runs`.
 3. **compact** — landing segments → the deliveries table (Parquet).
 4. **reconcile** — PostgreSQL records and gaps against deliveries: delivered, duplicate,
