@@ -100,8 +100,9 @@ class ConnectionHandoff:
         except BlockingIOError:  # its queue is full: ``writable`` waits for room
             self.full.add(owner)
             return False
-        except OSError as exc:  # gone
+        except OSError as exc:  # gone: connected again on the next send
             log.debug("connection not passed to worker %d: %s", owner, exc)
+            self._forget(owner)
             return False
         if self.on_sent is not None:
             self.on_sent()
@@ -127,6 +128,15 @@ class ConnectionHandoff:
 
             loop.add_writer(fd, ready)
         await asyncio.shield(room)
+
+    def _forget(self, owner: int) -> None:
+        """Close the socket to ``owner``; its waiters try once more (and find no socket)."""
+        peer = self.peers.pop(owner)
+        room = self._room.pop(owner, None)
+        if room is not None and not room.done():
+            asyncio.get_running_loop().remove_writer(peer.fileno())
+            room.set_result(None)
+        peer.close()
 
     def _receive(self) -> None:
         assert self.inbox is not None
@@ -168,13 +178,7 @@ class ConnectionHandoff:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(socket_path(self.folder, self.index))
         self.closed = True
-        loop = asyncio.get_running_loop()
-        for owner, peer in self.peers.items():
-            room = self._room.pop(owner, None)
-            if room is not None and not room.done():  # its waiters try once more, and give up
-                loop.remove_writer(peer.fileno())
-                room.set_result(None)
-            peer.close()
-        self.peers.clear()
+        for owner in list(self.peers):
+            self._forget(owner)
         for task in list(self.adopting):
             task.cancel()
