@@ -103,21 +103,19 @@ class Settings:
 
 
 OWNER_ALWAYS = 2**62  # streams_to_owner: more streams than any service holds
-_OWNER_WORDS = dict.fromkeys(("true", "on", "yes"), OWNER_ALWAYS) | dict.fromkeys(
-    ("false", "off", "no"), 0
-)
 
 
 class _OwnerLimit:
-    """``AUDITSYNC_STREAMS_TO_OWNER``: a count (0: never), ``true`` (always) or ``false``."""
+    """``AUDITSYNC_STREAMS_TO_OWNER``: a count (0: never), or a boolean's word (``true``:
+    always); the digits are counts here, not the booleans ``1`` and ``0``."""
 
     @classmethod
     def parse(cls, env_name: str, raw: str) -> int:
         word = raw.strip().lower()
-        if word in _OWNER_WORDS:
-            return _OWNER_WORDS[word]
         if word.isdigit() and len(word) <= 9:
             return int(word)
+        if word in _BOOLS:
+            return OWNER_ALWAYS if _BOOLS[word] else 0
         raise SettingsError(
             f"{env_name}: expected a stream count (0 = never), true or false, got {raw!r}"
         )

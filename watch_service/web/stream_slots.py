@@ -66,14 +66,15 @@ class SharedStreamSlots(StreamSlots):
         return _Flock(self.fd)
 
     def total(self) -> int:
-        return sum(_COUNT.unpack_from(self.map, i * _COUNT.size)[0] for i in range(self.workers))
+        return sum(self._count(i) for i in range(self.workers))
+
+    def _count(self, index: int) -> int:
+        return _COUNT.unpack_from(self.map, index * _COUNT.size)[0]
 
     def held_by(self, index: int) -> int:
         """The open streams of worker ``index`` as it last stored them (no lock: a count a
         moment old is good enough to place a stream by)."""
-        if self.closed:
-            return 0
-        return _COUNT.unpack_from(self.map, index * _COUNT.size)[0]
+        return 0 if self.closed else self._count(index)
 
     def try_take(self) -> bool:
         if self.closed:  # the worker is stopping
